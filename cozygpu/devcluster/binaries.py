@@ -1,0 +1,248 @@
+"""Build and cache the control-plane binaries from the Go module proxy.
+
+No registry reachable from here serves prebuilt Kubernetes binaries, so the
+project builds pinned releases with the machine's Go toolchain:
+
+- kube-apiserver (and kubectl, for people) from a throwaway *wrapper module*
+  that requires ``k8s.io/kubernetes`` and replaces every ``k8s.io/*`` staging
+  module with its published ``v0.<minor>.<patch>`` (``go install pkg@v``
+  refuses modules whose go.mod carries ``replace`` lines). The staging list is
+  read from the published go.mod, never hard-coded.
+- etcd from its own wrapper (so minimal version selection cannot pull the
+  apiserver's dependencies forward).
+- helm with ``go install`` (its go.mod has no replace lines).
+
+Binaries land in ``$COZYGPU_CACHE`` (default ``~/.cache/cozygpu``) under
+``bin/<name>-<version>/``; a binary that exists there is reused, so only the
+first run on a machine pays for the build. Nothing here runs on an event loop:
+it is called from the CLI and from pytest's session set-up.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import attrs
+
+#: The current Kubernetes minor and the oldest one Cozystack supports.
+KUBERNETES: dict[str, str] = {"1.36": "v1.36.5", "1.33": "v1.33.13"}
+DEFAULT_MINOR = "1.36"
+#: etcd recommended for these releases (kubeadm pairs them with 3.6.x).
+ETCD_VERSION = "v3.6.16"
+HELM_VERSION = "v4.3.2"
+
+
+def cache_dir() -> Path:
+    root = os.environ.get("COZYGPU_CACHE")
+    return Path(root) if root else Path.home() / ".cache" / "cozygpu"
+
+
+@attrs.frozen
+class Binaries:
+    """Paths of one control plane's binaries."""
+
+    kube_apiserver: Path
+    etcd: Path
+    kubectl: Path | None
+    kubernetes_version: str
+
+
+class BuildError(RuntimeError):
+    pass
+
+
+def _log(message: str) -> None:
+    print(f"[cozygpu build] {message}", file=sys.stderr, flush=True)
+
+
+def _go(args: Sequence[str], *, cwd: Path, env: dict[str, str]) -> str:
+    proc = subprocess.run(
+        ["go", *args], cwd=cwd, env=env, capture_output=True, text=True, check=False
+    )
+    if proc.returncode != 0:
+        raise BuildError(f"go {' '.join(args)} failed in {cwd}:\n{proc.stderr[-4000:]}")
+    return proc.stdout
+
+
+def _go_env() -> dict[str, str]:
+    if shutil.which("go") is None:
+        raise BuildError("the Go toolchain (go 1.26) is needed to build the control plane")
+    env = dict(os.environ)
+    env.update(GOTOOLCHAIN="local", CGO_ENABLED="0", GOFLAGS="-buildvcs=false")
+    return env
+
+
+def _staging_modules(gomod_text: str) -> list[str]:
+    """The ``k8s.io/*`` modules k8s.io/kubernetes maps to ./staging/src."""
+    return sorted(
+        set(re.findall(r"^\s*(k8s\.io/[\w.-]+)\s+=>\s+\./staging/src/", gomod_text, re.M))
+    )
+
+
+def _version_ldflags(version: str) -> str:
+    major, minor, _ = version.lstrip("v").split(".", 2)
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    values = {
+        "gitVersion": version,
+        "gitMajor": major,
+        "gitMinor": minor,
+        "gitCommit": f"module-{version}",
+        "gitTreeState": "clean",
+        "buildDate": stamp,
+    }
+    flags = []
+    for pkg in ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version"):
+        flags += [f"-X {pkg}.{key}={value}" for key, value in values.items()]
+    return " ".join(flags)
+
+
+def _installed(target: Path) -> bool:
+    return target.is_file() and os.access(target, os.X_OK)
+
+
+def _build_kubernetes(version: str, commands: Sequence[str], out: Path) -> None:
+    env = _go_env()
+    minor = version.lstrip("v").split(".")[1]
+    staging_version = "v0." + version.lstrip("v").split(".", 1)[1]
+    with tempfile.TemporaryDirectory(prefix=f"k8s-{version}-", dir=_work_root()) as tmp:
+        wd = Path(tmp)
+        _go(["mod", "init", "example.invalid/k8sbin"], cwd=wd, env=env)
+        _go(["mod", "edit", "-go=1.26.0", f"-godebug=default=go1.{min(int(minor), 26)}"], cwd=wd, env=env)
+        info = json.loads(_go(["mod", "download", "-json", f"k8s.io/kubernetes@{version}"], cwd=wd, env=env))
+        staging = _staging_modules(Path(info["GoMod"]).read_text())
+        if not staging:
+            raise BuildError(f"no staging replace block in k8s.io/kubernetes@{version}'s go.mod")
+        _go(["mod", "edit", *[f"-replace={m}={m}@{staging_version}" for m in staging]], cwd=wd, env=env)
+        _log(f"kubernetes {version}: resolving modules ({len(staging)} staging modules)")
+        for command in commands:
+            _go(["get", "-tool", f"k8s.io/kubernetes/cmd/{command}@{version}"], cwd=wd, env=env)
+        _go(["mod", "tidy"], cwd=wd, env=env)
+        ldflags = "-s -w " + _version_ldflags(version)
+        for command in commands:
+            _log(f"kubernetes {version}: compiling {command} (a cold build takes minutes)")
+            started = time.monotonic()
+            _go(
+                ["build", "-trimpath", "-tags", "selinux,notest,grpcnotrace",
+                 "-ldflags", ldflags, "-o", str(wd / command), f"k8s.io/kubernetes/cmd/{command}"],
+                cwd=wd, env=env,
+            )
+            _install(wd / command, out / command)
+            _log(f"kubernetes {version}: {command} built in {time.monotonic() - started:.0f} s")
+
+
+def _build_etcd(version: str, out: Path) -> None:
+    env = _go_env()
+    with tempfile.TemporaryDirectory(prefix=f"etcd-{version}-", dir=_work_root()) as tmp:
+        wd = Path(tmp)
+        _go(["mod", "init", "example.invalid/etcdbin"], cwd=wd, env=env)
+        _go(["mod", "edit", "-go=1.26.0"], cwd=wd, env=env)
+        _go(["get", "-tool", f"go.etcd.io/etcd/server/v3@{version}"], cwd=wd, env=env)
+        _go(["mod", "tidy"], cwd=wd, env=env)
+        _log(f"etcd {version}: compiling")
+        started = time.monotonic()
+        _go(
+            ["build", "-trimpath", "-ldflags",
+             f"-s -w -X go.etcd.io/etcd/api/v3/version.GitSHA={version}",
+             "-o", str(wd / "etcd"), "go.etcd.io/etcd/server/v3"],
+            cwd=wd, env=env,
+        )
+        _install(wd / "etcd", out / "etcd")
+        _log(f"etcd {version}: built in {time.monotonic() - started:.0f} s")
+
+
+def _build_helm(version: str, out: Path) -> None:
+    env = _go_env()
+    with tempfile.TemporaryDirectory(prefix=f"helm-{version}-", dir=_work_root()) as tmp:
+        env["GOBIN"] = tmp
+        _log(f"helm {version}: compiling")
+        _go(["install", "-trimpath", "-ldflags=-s -w", f"helm.sh/helm/v4/cmd/helm@{version}"], cwd=Path(tmp), env=env)
+        _install(Path(tmp) / "helm", out / "helm")
+
+
+def _work_root() -> Path:
+    root = cache_dir() / "build"
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
+def _install(built: Path, target: Path) -> None:
+    """Move a finished binary into the cache atomically (a killed build leaves none)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_name(target.name + ".partial")
+    shutil.copy2(built, partial)
+    partial.chmod(0o755)
+    partial.replace(target)
+
+
+def kubernetes_version(minor: str) -> str:
+    try:
+        return KUBERNETES[minor]
+    except KeyError:
+        raise BuildError(f"unsupported Kubernetes minor {minor!r}; pinned: {', '.join(sorted(KUBERNETES))}") from None
+
+
+def ensure(minor: str = DEFAULT_MINOR, *, with_kubectl: bool = False) -> Binaries:
+    """Return the binaries for ``minor``, building whatever is missing."""
+    version = kubernetes_version(minor)
+    kube_dir = cache_dir() / "bin" / f"kubernetes-{version}"
+    wanted = ["kube-apiserver"] + (["kubectl"] if with_kubectl else [])
+    missing = [c for c in wanted if not _installed(kube_dir / c)]
+    if missing:
+        _build_kubernetes(version, missing, kube_dir)
+    etcd_dir = cache_dir() / "bin" / f"etcd-{ETCD_VERSION}"
+    if not _installed(etcd_dir / "etcd"):
+        _build_etcd(ETCD_VERSION, etcd_dir)
+    return Binaries(
+        kube_apiserver=kube_dir / "kube-apiserver",
+        etcd=etcd_dir / "etcd",
+        kubectl=kube_dir / "kubectl" if with_kubectl else None,
+        kubernetes_version=version,
+    )
+
+
+def find(minor: str = DEFAULT_MINOR) -> Binaries | None:
+    """The cached binaries for ``minor``, or None when any is missing (builds nothing)."""
+    version = kubernetes_version(minor)
+    kube = cache_dir() / "bin" / f"kubernetes-{version}" / "kube-apiserver"
+    etcd = cache_dir() / "bin" / f"etcd-{ETCD_VERSION}" / "etcd"
+    kubectl = kube.with_name("kubectl")
+    if not (_installed(kube) and _installed(etcd)):
+        return None
+    return Binaries(kube, etcd, kubectl if _installed(kubectl) else None, version)
+
+
+def ensure_helm() -> Path:
+    target = cache_dir() / "bin" / f"helm-{HELM_VERSION}" / "helm"
+    if not _installed(target):
+        _build_helm(HELM_VERSION, target.parent)
+    return target
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m cozygpu.devcluster.binaries [MINOR ...]``: build everything pinned."""
+    minors = list(argv if argv is not None else sys.argv[1:]) or sorted(KUBERNETES, reverse=True)
+    started = time.monotonic()
+    try:
+        for minor in minors:
+            b = ensure(minor, with_kubectl=minor == DEFAULT_MINOR)
+            _log(f"{minor}: {b.kube_apiserver} ({b.kube_apiserver.stat().st_size / 1e6:.0f} MB)")
+        helm = ensure_helm()
+        _log(f"helm: {helm}")
+    except BuildError as err:
+        _log(str(err))
+        return 1
+    _log(f"all binaries ready in {time.monotonic() - started:.0f} s under {cache_dir()}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

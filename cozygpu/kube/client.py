@@ -161,6 +161,7 @@ class Client:
         content_type: str = JSON,
         timeout: float | None = None,
         attempts: int = 5,
+        headers: Mapping[str, str] | None = None,
     ) -> Obj:
         """Send one request and return the decoded JSON answer (see the module contract)."""
         data = None if body is None else json.dumps(body, separators=(",", ":"))
@@ -169,7 +170,7 @@ class Client:
         delay = 0.2
         for attempt in range(1, attempts + 1):
             try:
-                return await self._once(method, path, query, data, content_type, timeout)
+                return await self._once(method, path, query, data, content_type, timeout, headers)
             except errors.TooManyRequests as err:
                 if attempt == attempts:
                     raise
@@ -183,9 +184,12 @@ class Client:
 
     async def _once(
         self, method: str, path: str, query: list[tuple[str, str]], data: str | None,
-        content_type: str, timeout: float | None,
+        content_type: str, timeout: float | None, extra_headers: Mapping[str, str] | None = None,
     ) -> Obj:
         headers = [*self._headers, *await self._auth_headers()]
+        if extra_headers:
+            overridden = {key.lower() for key in extra_headers}
+            headers = [(k, v) for k, v in headers if k.lower() not in overridden] + list(extra_headers.items())
         if data is not None:
             headers.append(("Content-Type", content_type))
         budget = aiohttp.ClientTimeout(total=timeout if timeout is not None else self.default_timeout)

@@ -7,7 +7,10 @@
 - ``admin``: a ``cozygpu.kube.Client`` in ``system:masters``.
 - ``namespace``: a fresh namespace per test (never deleted: without
   kube-controller-manager a namespace deletion never finishes).
-- ``tenant_client``: a factory of clients for people in Cozystack's groups.
+- ``client_for(user, groups)``: a factory of clients acting as other people
+  (client certificates from the plane's client CA), e.g. a tenant user in
+  Cozystack's groups or ``system:kube-controller-manager``; pod-bound
+  service-account tokens come from ``plane.service_account_token``.
 
 The binaries are built by ``python -m cozygpu.devcluster.binaries`` (the
 README's test command runs it first). When they are missing, a test that needs

@@ -234,9 +234,14 @@ class Client:
 
     async def json_patch(self, path: str, ops: list[Obj], *, resource_version: str | None = None,
                          **kw: Any) -> Obj:
-        """RFC 6902 JSON patch; with ``resource_version`` a ``test`` op makes it conditional."""
+        """RFC 6902 JSON patch; ``resource_version`` makes it conditional (``Conflict`` when stale).
+
+        The precondition is written into the patched object's resourceVersion,
+        which the server compares with the stored one; a ``test`` op would
+        fail as 422 Invalid instead, indistinguishable from a bad patch.
+        """
         if resource_version is not None:
-            ops = [{"op": "test", "path": "/metadata/resourceVersion", "value": resource_version}, *ops]
+            ops = [{"op": "add", "path": "/metadata/resourceVersion", "value": resource_version}, *ops]
         return await self.request("PATCH", path, body=ops, content_type=JSON_PATCH, **kw)
 
     async def apply(self, path: str, body: Obj, *, field_manager: str, force: bool = True, **kw: Any) -> Obj:

@@ -1,0 +1,107 @@
+"""The local control plane itself: the CLI lifecycle and the identities it mints."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cozygpu.devcluster.plane import ControlPlane
+from cozygpu.kube import Client, errors, resource_path
+
+REVIEW = "/apis/authentication.k8s.io/v1/selfsubjectreviews"
+
+
+async def who_am_i(client: Client) -> dict[str, Any]:
+    answer = await client.create(REVIEW, {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"})
+    info: dict[str, Any] = answer["status"]["userInfo"]
+    return info
+
+
+def cozygpu(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "cozygpu.cli", *args], capture_output=True, text=True,
+                          check=False, timeout=120)
+
+
+def test_two_clusters_start_side_by_side_and_stop_leaves_no_process(
+    plane: ControlPlane, tmp_path: Path
+) -> None:
+    # `plane` proves the binaries exist (or fails under CI); this test starts two more through the CLI.
+    first, second = tmp_path / "one", tmp_path / "two"
+    for directory in (first, second):
+        started = cozygpu("cluster", "start", "--dir", str(directory))
+        assert started.returncode == 0, started.stderr
+        assert f"export KUBECONFIG={directory / 'kubeconfig'}" in started.stdout
+    planes = [ControlPlane.attach(d) for d in (first, second)]
+    try:
+        assert planes[0].apiserver_port != planes[1].apiserver_port
+        assert planes[0].etcd_port != planes[1].etcd_port
+        again = cozygpu("cluster", "start", "--dir", str(first))
+        assert again.returncode != 0
+        assert "already holds a control plane" in again.stderr
+        status = cozygpu("cluster", "status", "--dir", str(second))
+        assert status.returncode == 0
+        assert "running" in status.stdout
+    finally:
+        for directory in (first, second):
+            stopped = cozygpu("cluster", "stop", "--dir", str(directory))
+            assert stopped.returncode == 0, stopped.stderr
+    for p in planes:
+        for pid in (p.apiserver_pid, p.etcd_pid):
+            with pytest.raises(ProcessLookupError):
+                os.kill(pid, 0)
+    assert not (first / "state.json").exists()
+
+
+async def test_the_written_kubeconfig_reaches_the_server_as_an_admin(plane: ControlPlane) -> None:
+    async with await Client.from_kubeconfig(str(plane.kubeconfig)) as client:
+        version = await client.get("/version")
+        assert version["gitVersion"] == plane.kubernetes_version
+        info = await who_am_i(client)
+    assert "system:masters" in info["groups"]
+
+
+async def test_a_minted_identity_has_exactly_its_user_and_groups(client_for: Any) -> None:
+    tenant = client_for("alice", ["tenant-foo-admin", "tenant-root-view"])
+    info = await who_am_i(tenant)
+    assert info["username"] == "alice"
+    assert {"tenant-foo-admin", "tenant-root-view", "system:authenticated"} == set(info["groups"])
+
+
+@pytest.mark.both_minors
+async def test_a_pod_bound_token_carries_the_node_name_and_an_unbound_one_does_not(
+    plane: ControlPlane, admin: Client, namespace: str
+) -> None:
+    bound = await plane.service_account_token(admin, namespace=namespace, service_account="agent",
+                                              node_name="gpu-node-a")
+    unbound = await plane.service_account_token(admin, namespace=namespace, service_account="agent")
+    async with plane.token_client(bound) as client:
+        info = await who_am_i(client)
+    assert info["username"] == f"system:serviceaccount:{namespace}:agent"
+    assert info["extra"]["authentication.kubernetes.io/node-name"] == ["gpu-node-a"]
+    async with plane.token_client(unbound) as client:
+        info = await who_am_i(client)
+    assert "authentication.kubernetes.io/node-name" not in (info.get("extra") or {})
+
+
+async def test_a_write_preconditioned_on_a_stale_resource_version_conflicts(admin: Client, namespace: str) -> None:
+    # The API boundary's contract that every deciding write relies on (R-BIND-2).
+    path = resource_path("", "v1", "configmaps", namespace=namespace)
+    made = await admin.create(path, {"metadata": {"name": "c"}, "data": {"a": "1"}})
+    rv = made["metadata"]["resourceVersion"]
+    await admin.merge_patch(f"{path}/c", {"data": {"a": "2"}}, resource_version=rv)
+    with pytest.raises(errors.Conflict):
+        await admin.merge_patch(f"{path}/c", {"data": {"a": "3"}}, resource_version=rv)
+    with pytest.raises(errors.Conflict):
+        await admin.json_patch(f"{path}/c", [{"op": "replace", "path": "/data/a", "value": "4"}],
+                               resource_version=rv)
+    current = await admin.get(f"{path}/c")
+    assert current["data"] == {"a": "2"}
+    with pytest.raises(errors.NotFound):
+        await admin.get(f"{path}/missing")
+    with pytest.raises(errors.AlreadyExists):
+        await admin.create(path, {"metadata": {"name": "c"}})

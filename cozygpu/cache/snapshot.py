@@ -1,0 +1,488 @@
+"""Turn the informer cache's raw objects into the model's Snapshot.
+
+Why: the model is pure and typed; the cache holds Kubernetes JSON. This
+module is the one place that reads our CRDs' field names (SPEC 1) and the
+Kubernetes and KubeVirt fields the model needs, so every caller (binder,
+webhooks, catalog, CLI) builds the same snapshot from the same objects.
+
+Contract:
+- A pure function of iterables of JSON mappings (as the cache stores them;
+  never mutated) plus ``now``: no I/O, no clock reads. It imports nothing
+  else from ``cozygpu.cache``.
+- An object that cannot be read (a GPUClass with an unknown mode, a
+  GPUDevice without a class or count) is left out and reported through
+  ``on_invalid`` so the caller can log it; an unreadable *budget* is not
+  left out: it reaches the model, which refuses orders under it.
+- Only ResourceQuotas named ``tenant-quota`` are budgets. Only pods that
+  request an extended resource, or that a VMI lists as active, are kept.
+- :func:`build_snapshot` is the entry point. A caller that builds often
+  (the binder, every pass) passes a :class:`ViewMemo` so unchanged objects
+  are not converted again; the per-object converters are public too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from datetime import datetime, timedelta
+from typing import Any, TypeGuard
+
+from cozygpu import keys
+from cozygpu.model.assemble import assemble
+from cozygpu.model.capacity import DEFAULT_REPORT_STALE_AFTER, served_units
+from cozygpu.model.pods import InitContainer, PodResources, container_requests, pod_requests, whole_requests
+from cozygpu.model.snapshot import (
+    Attachment,
+    BindAnswer,
+    BindRequest,
+    DeviceView,
+    GPUClassView,
+    LabelSelector,
+    MediatedDevice,
+    Mode,
+    NamespaceView,
+    NodeInventory,
+    NodeView,
+    OnCordon,
+    PciHostDevice,
+    PermittedHostDevices,
+    Phase,
+    PodPhase,
+    PodView,
+    SelectorRequirement,
+    Snapshot,
+    Taint,
+    Toleration,
+    VMIView,
+)
+
+Obj = Mapping[str, Any]
+#: Called with (kind, object, problem) for an object left out of the snapshot.
+InvalidHandler = Callable[[str, Obj, str], None]
+
+_EMPTY: Mapping[str, Any] = {}
+_PHASES = {p.value: p for p in Phase}
+_PENDING = Phase.PENDING
+_POD_PHASES = {p.value: p for p in PodPhase}
+
+
+class InvalidObject(ValueError):
+    """An object the snapshot cannot use."""
+
+
+def _is_map(value: object) -> TypeGuard[Mapping[str, Any]]:
+    # dict first and None next: the cache's objects are dicts, a missing field
+    # is None, and the Mapping ABC check is slow for everything else.
+    if isinstance(value, dict):
+        return True
+    return value is not None and isinstance(value, Mapping)
+
+
+def _map(value: object) -> Mapping[str, Any]:
+    return value if _is_map(value) else _EMPTY
+
+
+def _list(value: object) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _str(value: object) -> str:
+    return value if type(value) is str else ""
+
+
+def _time(value: object) -> datetime | None:
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        return datetime.fromisoformat(value)
+    except ValueError:
+        return None
+
+
+def _int(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _tolerations(items: object) -> tuple[Toleration, ...]:
+    return tuple(
+        Toleration(
+            key=_str(t.get("key")),
+            operator=_str(t.get("operator")) or "Equal",
+            value=_str(t.get("value")),
+            effect=_str(t.get("effect")),
+        )
+        for t in _list(items)
+        if _is_map(t)
+    )
+
+
+def _selector(value: object) -> LabelSelector | None:
+    if not _is_map(value):
+        return None
+    labels = tuple(sorted((str(k), str(v)) for k, v in _map(value.get("matchLabels")).items()))
+    expressions = tuple(
+        SelectorRequirement(
+            key=_str(e.get("key")),
+            operator=_str(e.get("operator")),
+            values=tuple(str(v) for v in _list(e.get("values"))),
+        )
+        for e in _list(value.get("matchExpressions"))
+        if _is_map(e)
+    )
+    return LabelSelector(match_labels=labels, match_expressions=expressions)
+
+
+def gpu_class_view(obj: Obj) -> GPUClassView:
+    meta = _map(obj.get("metadata"))
+    spec = _map(obj.get("spec"))
+    name = _str(meta.get("name"))
+    try:
+        mode = Mode(_str(spec.get("mode")))
+    except ValueError:
+        raise InvalidObject(f"spec.mode {spec.get('mode')!r} is not Passthrough or VGPU") from None
+    resource_name = _str(spec.get("resourceName"))
+    if not name or not resource_name:
+        raise InvalidObject("a GPUClass needs metadata.name and spec.resourceName")
+    try:
+        on_cordon = OnCordon(spec.get("onCordon") or OnCordon.MOVE)
+    except ValueError:
+        on_cordon = OnCordon.MOVE
+    return GPUClassView(
+        name=name,
+        mode=mode,
+        resource_name=resource_name,
+        vendor=_str(spec.get("vendor")),
+        model=_str(spec.get("model")),
+        profile=_str(spec.get("profile")),
+        memory=str(spec.get("memory") or ""),
+        max_count=_int(spec.get("maxCount")),
+        node_selector=_selector(spec.get("nodeSelector")),
+        on_cordon=on_cordon,
+        tolerations=_tolerations(spec.get("tolerations")),
+        deleting=bool(meta.get("deletionTimestamp")),
+    )
+
+
+def device_view(obj: Obj) -> DeviceView:
+    # The hottest converter (every GPUDevice, every build): plain lookups only.
+    meta = _map(obj.get("metadata"))
+    spec = _map(obj.get("spec"))
+    status = _map(obj.get("status"))
+    count = spec.get("count")
+    if type(count) is not int:
+        count = None
+    class_name = _str(spec.get("className"))
+    if not class_name or count is None:
+        raise InvalidObject("a GPUDevice needs spec.className and an integer spec.count")
+    attachment = None
+    raw_attachment = status.get("attachment")
+    if _is_map(raw_attachment) and raw_attachment.get("vmi"):
+        attachment = Attachment(
+            vmi=_str(raw_attachment.get("vmi")),
+            uid=_str(raw_attachment.get("uid")),
+            attached_at=_time(raw_attachment.get("attachedAt")),
+            request_id=_str(raw_attachment.get("requestId")),
+        )
+    request = None
+    raw_request = status.get("bindRequest")
+    if _is_map(raw_request) and raw_request.get("id"):
+        request = BindRequest(
+            id=_str(raw_request.get("id")), vmi=_str(raw_request.get("vmi")), time=_time(raw_request.get("time"))
+        )
+    answer = None
+    raw_answer = status.get("bindAnswer")
+    if _is_map(raw_answer) and raw_answer.get("id"):
+        answer = BindAnswer(
+            id=_str(raw_answer.get("id")),
+            result=_str(raw_answer.get("result")),
+            reason=_str(raw_answer.get("reason")),
+            message=_str(raw_answer.get("message")),
+            node=_str(raw_answer.get("node")),
+            time=_time(raw_answer.get("time")),
+        )
+    labels = meta.get("labels")
+    return DeviceView(
+        namespace=_str(meta.get("namespace")),
+        name=_str(meta.get("name")),
+        uid=_str(meta.get("uid")),
+        class_name=class_name,
+        count=count,
+        phase=_PHASES.get(status.get("phase"), _PENDING),  # type: ignore[arg-type]
+        node_name=_str(status.get("nodeName")) or None,
+        attachment=attachment,
+        bind_request=request,
+        bind_answer=answer,
+        template=labels is not None and _is_map(labels) and keys.TEMPLATE_DEVICE_LABEL in labels,
+        deleting=bool(meta.get("deletionTimestamp")),
+        created=_time(meta.get("creationTimestamp")),
+    )
+
+
+def node_inventory(obj: Obj) -> NodeInventory:
+    meta = _map(obj.get("metadata"))
+    status = _map(obj.get("status"))
+    entries: list[tuple[str, int]] = []
+    for device in _list(status.get("devices")):
+        if _is_map(device):
+            entries.append((_str(device.get("resourceName")), _int(device.get("allocatable")) or 0))
+    agent = _map(status.get("agent"))
+    return NodeInventory(
+        name=_str(meta.get("name")),
+        served=served_units(entries),
+        resource_names=frozenset(n for n in _list(status.get("resourceNames")) if isinstance(n, str) and n),
+        last_report=_time(agent.get("lastReport")),
+    )
+
+
+def node_view(obj: Obj) -> NodeView:
+    meta = _map(obj.get("metadata"))
+    spec = _map(obj.get("spec"))
+    ready = False
+    for condition in _list(_map(obj.get("status")).get("conditions")):
+        if _is_map(condition) and condition.get("type") == "Ready":
+            ready = condition.get("status") == "True"
+    taints = tuple(
+        Taint(key=_str(t.get("key")), value=_str(t.get("value")), effect=_str(t.get("effect")))
+        for t in _list(spec.get("taints"))
+        if _is_map(t)
+    )
+    return NodeView(
+        name=_str(meta.get("name")),
+        labels=_map(meta.get("labels")),
+        unschedulable=bool(spec.get("unschedulable")),
+        ready=ready,
+        taints=taints,
+    )
+
+
+def _extended(section: Mapping[str, Any]) -> Mapping[str, Any]:
+    return {k: v for k, v in section.items() if "/" in k}
+
+
+def _requests(container: Mapping[str, Any], *, extended_only: bool) -> dict[str, Any]:
+    resources = _map(container.get("resources"))
+    requests, limits = _map(resources.get("requests")), _map(resources.get("limits"))
+    if extended_only:
+        requests, limits = _extended(requests), _extended(limits)
+    return container_requests(requests, limits)
+
+
+def pod_resources(spec: Mapping[str, Any], *, extended_only: bool = False) -> PodResources:
+    """The parts of a pod spec the scheduler's arithmetic reads. Raises QuantityError on a bad quantity.
+
+    With ``extended_only`` only extended resources (``domain/name``) are
+    read: all a snapshot needs, and far fewer quantities to parse.
+    """
+    containers = tuple(_requests(c, extended_only=extended_only) for c in _list(spec.get("containers")) if _is_map(c))
+    inits = tuple(
+        InitContainer(requests=_requests(c, extended_only=extended_only), sidecar=c.get("restartPolicy") == "Always")
+        for c in _list(spec.get("initContainers"))
+        if _is_map(c)
+    )
+    overhead, pod_level = _map(spec.get("overhead")), _map(_map(spec.get("resources")).get("requests"))
+    if extended_only:
+        overhead, pod_level = _extended(overhead), _EMPTY
+    return PodResources(
+        containers=containers,
+        init_containers=inits,
+        overhead=container_requests(overhead, _EMPTY),
+        pod_level=container_requests(pod_level, _EMPTY),
+    )
+
+
+def _asks_extended(spec: Mapping[str, Any]) -> bool:
+    for field in ("containers", "initContainers"):
+        for container in _list(spec.get(field)):
+            if not _is_map(container):
+                continue
+            resources = _map(container.get("resources"))
+            for section in ("requests", "limits"):
+                if any("/" in name for name in _map(resources.get(section))):
+                    return True
+    return False
+
+
+def pod_view(obj: Obj) -> PodView:
+    meta = _map(obj.get("metadata"))
+    spec = _map(obj.get("spec"))
+    status = _map(obj.get("status"))
+    requests = whole_requests(pod_requests(pod_resources(spec, extended_only=True))) if _asks_extended(spec) else {}
+    return PodView(
+        namespace=_str(meta.get("namespace")),
+        name=_str(meta.get("name")),
+        uid=_str(meta.get("uid")),
+        node_name=_str(spec.get("nodeName")) or None,
+        phase=_POD_PHASES.get(_str(status.get("phase")), PodPhase.PENDING),
+        requests=requests,
+    )
+
+
+def vmi_view(obj: Obj) -> VMIView:
+    meta = _map(obj.get("metadata"))
+    spec = _map(obj.get("spec"))
+    status = _map(obj.get("status"))
+    return VMIView(
+        namespace=_str(meta.get("namespace")),
+        name=_str(meta.get("name")),
+        uid=_str(meta.get("uid")),
+        phase=_str(status.get("phase")),
+        node_name=_str(status.get("nodeName")) or None,
+        active_pods=frozenset(str(uid) for uid in _map(status.get("activePods"))),
+        tolerations=_tolerations(spec.get("tolerations")),
+        node_selector={str(k): str(v) for k, v in _map(spec.get("nodeSelector")).items()},
+    )
+
+
+def namespace_view(obj: Obj) -> NamespaceView:
+    meta = _map(obj.get("metadata"))
+    return NamespaceView(name=_str(meta.get("name")), labels=_map(meta.get("labels")))
+
+
+def permitted_host_devices(kubevirts: Iterable[Obj]) -> PermittedHostDevices | None:
+    """The union of ``permittedHostDevices`` over KubeVirt CRs; None when none configures the table."""
+    pci: list[PciHostDevice] = []
+    mediated: list[MediatedDevice] = []
+    configured = False
+    for obj in kubevirts:
+        table = _map(_map(obj.get("spec")).get("configuration")).get("permittedHostDevices")
+        if not _is_map(table):
+            continue
+        configured = True
+        for entry in _list(table.get("pciHostDevices")):
+            if _is_map(entry):
+                pci.append(
+                    PciHostDevice(
+                        selector=_str(entry.get("pciVendorSelector")), resource_name=_str(entry.get("resourceName"))
+                    )
+                )
+        for entry in _list(table.get("mediatedDevices")):
+            if _is_map(entry):
+                mediated.append(
+                    MediatedDevice(
+                        selector=_str(entry.get("mdevNameSelector")), resource_name=_str(entry.get("resourceName"))
+                    )
+                )
+    return PermittedHostDevices(pci=tuple(pci), mediated=tuple(mediated)) if configured else None
+
+
+def tenant_quotas(quotas: Iterable[Obj]) -> dict[str, Mapping[str, Any]]:
+    """Namespace -> ``spec.hard`` of its ``tenant-quota`` ResourceQuota."""
+    found: dict[str, Mapping[str, Any]] = {}
+    for obj in quotas:
+        meta = _map(obj.get("metadata"))
+        if meta.get("name") == keys.TENANT_QUOTA_NAME:
+            found[_str(meta.get("namespace"))] = _map(_map(obj.get("spec")).get("hard"))
+    return found
+
+
+class ViewMemo:
+    """Views of unchanged objects, reused from one build to the next.
+
+    The binder builds a snapshot every pass and most objects have not changed
+    since the last one. A view depends only on its object, so it is kept by
+    (kind, namespace, name) with the resourceVersion it was made from; an
+    object without a resourceVersion is always converted. Each build forgets
+    the objects it did not see, so deleted objects do not pile up. One memo
+    per caller; not safe to share between threads.
+    """
+
+    def __init__(self) -> None:
+        self._views: dict[tuple[str, str, str], tuple[str, Any, str]] = {}
+        self._seen: set[tuple[str, str, str]] = set()
+
+    def convert(self, kind: str, obj: Obj, convert: Callable[[Obj], Any]) -> Any:
+        meta = _map(obj.get("metadata"))
+        version = meta.get("resourceVersion")
+        if not version:
+            return convert(obj)
+        key = (kind, _str(meta.get("namespace")), _str(meta.get("name")))
+        self._seen.add(key)
+        kept = self._views.get(key)
+        if kept is not None and kept[0] == version:
+            if kept[2]:
+                raise InvalidObject(kept[2])
+            return kept[1]
+        try:
+            view = convert(obj)
+        except ValueError as error:
+            self._views[key] = (version, None, str(error) or type(error).__name__)
+            raise
+        self._views[key] = (version, view, "")
+        return view
+
+    def forget_unseen(self) -> None:
+        """Drop what the last build did not see; call once per build."""
+        for key in self._views.keys() - self._seen:
+            del self._views[key]
+        self._seen.clear()
+
+    def __len__(self) -> int:
+        return len(self._views)
+
+
+def _convert(
+    kind: str,
+    objects: Iterable[Obj],
+    convert: Callable[[Obj], Any],
+    on_invalid: InvalidHandler | None,
+    memo: ViewMemo | None,
+) -> list[Any]:
+    views = []
+    for obj in objects:
+        try:
+            views.append(memo.convert(kind, obj, convert) if memo is not None else convert(obj))
+        except ValueError as error:  # InvalidObject and QuantityError
+            if on_invalid is not None:
+                on_invalid(kind, obj, str(error))
+    return views
+
+
+def build_snapshot(
+    *,
+    now: datetime,
+    classes: Iterable[Obj] = (),
+    devices: Iterable[Obj] = (),
+    gpunodes: Iterable[Obj] = (),
+    nodes: Iterable[Obj] = (),
+    pods: Iterable[Obj] = (),
+    vmis: Iterable[Obj] = (),
+    quotas: Iterable[Obj] = (),
+    namespaces: Iterable[Obj] = (),
+    kubevirts: Iterable[Obj] = (),
+    hoster_names: Iterable[str] = (),
+    report_stale_after: timedelta = DEFAULT_REPORT_STALE_AFTER,
+    on_invalid: InvalidHandler | None = None,
+    memo: ViewMemo | None = None,
+) -> Snapshot:
+    """The model's Snapshot from the cache's objects, as of ``now``.
+
+    Pass the same ``memo`` to every build of one caller to reuse the views
+    of objects whose resourceVersion did not change.
+    """
+    vmi_views: list[VMIView] = _convert("VirtualMachineInstance", vmis, vmi_view, on_invalid, memo)
+    active = {uid for vmi in vmi_views for uid in vmi.active_pods}
+
+    def wanted(pod: Obj) -> bool:
+        return _str(_map(pod.get("metadata")).get("uid")) in active or _asks_extended(_map(pod.get("spec")))
+
+    class_views = _convert(keys.GPUCLASS_KIND, classes, gpu_class_view, on_invalid, memo)
+    device_views = _convert(keys.GPUDEVICE_KIND, devices, device_view, on_invalid, memo)
+    node_views = _convert("Node", nodes, node_view, on_invalid, memo)
+    inventory_views = _convert(keys.GPUNODE_KIND, gpunodes, node_inventory, on_invalid, memo)
+    pod_views = _convert("Pod", (p for p in pods if wanted(p)), pod_view, on_invalid, memo)
+    namespace_views = _convert("Namespace", namespaces, namespace_view, on_invalid, memo)
+    if memo is not None:
+        memo.forget_unseen()
+    return assemble(
+        now=now,
+        classes=class_views,
+        devices=device_views,
+        nodes=node_views,
+        inventories=inventory_views,
+        pods=pod_views,
+        vmis=vmi_views,
+        namespaces=namespace_views,
+        quotas=tenant_quotas(quotas),
+        hoster_names=hoster_names,
+        permitted=permitted_host_devices(kubevirts),
+        report_stale_after=report_stale_after,
+    )

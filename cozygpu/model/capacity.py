@@ -1,0 +1,85 @@
+"""Units a node serves, holds and has free, per resource name (R-MOD-7).
+
+Why: the VMI webhook once counted one unit per healthy GPU function while
+the binder counted device-plugin devices, so an mdev parent's remaining
+slots were served for one and missing for the other. Units are now counted
+once, here, for both.
+
+Contract:
+- served = the sum of ``allocatable`` over the GPUNode's devices of that
+  resource name (kubelet lists only healthy devices; an mdev parent serves
+  several). A missing or stale report is unknown: it serves nothing to new
+  binds, and it is never a reason to move what is already held there.
+- free = served - units of Bound devices on the node - raw-name pod usage on
+  the node not covered by the capacity coverage reader (R-MOD-6). Free can
+  be negative: that is capacity lost (R-BIND-5).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from datetime import datetime, timedelta
+
+from cozygpu.model import refusals
+from cozygpu.model.refusals import Refusal
+from cozygpu.model.snapshot import NodeCapacity, NodeInventory
+
+#: How old an agent report may be before the node's GPUs read as unknown.
+DEFAULT_REPORT_STALE_AFTER = timedelta(minutes=5)
+
+
+def served_units(devices: Iterable[tuple[str, int]]) -> dict[str, int]:
+    """Sum ``allocatable`` per resource name over a GPUNode's ``(resourceName, allocatable)`` entries."""
+    served: dict[str, int] = {}
+    for name, allocatable in devices:
+        if name and allocatable > 0:
+            served[name] = served.get(name, 0) + allocatable
+    return served
+
+
+def report_fresh(last_report: datetime | None, *, now: datetime, stale_after: timedelta) -> bool:
+    """A report with no time, or older than ``stale_after``, is not fresh (unknown, never free)."""
+    return last_report is not None and now - last_report <= stale_after
+
+
+def node_capacity(
+    node: str,
+    *,
+    inventory: NodeInventory | None,
+    held: Mapping[str, int],
+    raw_in_use: Mapping[str, int],
+) -> dict[str, NodeCapacity]:
+    """The node's capacity for every resource name it serves, holds or has raw usage of."""
+    served = inventory.served if inventory is not None else {}
+    fresh = inventory is not None and inventory.fresh
+    names = set(served) | set(held) | set(raw_in_use)
+    return {
+        name: NodeCapacity(
+            node=node,
+            resource_name=name,
+            served=served.get(name, 0),
+            held=held.get(name, 0),
+            raw_in_use=raw_in_use.get(name, 0),
+            fresh=fresh,
+        )
+        for name in names
+    }
+
+
+def free_for_binds(capacity: NodeCapacity | None) -> int:
+    """Units new binds may take: zero on an unknown (stale) report, never negative."""
+    if capacity is None or not capacity.fresh:
+        return 0
+    return max(capacity.free, 0)
+
+
+def capacity_problem(capacity: NodeCapacity) -> Refusal | None:
+    """Capacity lost: a fresh report serves fewer units than are held and used (an unknown one never is)."""
+    if not capacity.fresh or capacity.free >= 0:
+        return None
+    return refusals.capacity_lost(
+        capacity.node,
+        resource_name=capacity.resource_name,
+        served=capacity.served,
+        in_use=capacity.held + capacity.raw_in_use,
+    )

@@ -1,0 +1,68 @@
+"""The two coverage readers: which devices cover a launcher pod's GPU requests (R-MOD-6).
+
+Why two, on purpose: a launcher pod requests the units its VMI's devices
+already account for, so those units must not be counted a second time.
+What "already accounted" means differs:
+
+- for **budgets** every attached device that counts against budgets covers
+  its pod: a Lost device still counts itself, so its VM's pod must not;
+- for **node capacity** only a device holding units on the pod's own node
+  (Bound there) covers it: a Lost device holds no units, so the running
+  pod's GPUs must be counted on its node.
+
+Merging them counts a Lost device twice (budgets) or not at all (capacity).
+On a pod running on the node its devices are bound to, the readers differ
+exactly on Lost devices. A device Bound on another node than the pod (a
+migration target pod, or a set moved while its VM still runs) covers the
+pod for budgets only, since the pod really uses units where it runs.
+
+Contract: each reader returns units per resource name; :func:`uncovered`
+subtracts them from a pod's requests, never below zero.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from cozygpu.model.snapshot import DeviceView, GPUClassView, VMIView
+
+
+def attached_to(device: DeviceView, vmi: VMIView) -> bool:
+    """The device's attachment names this VMI (and, once known, this VMI's UID, not a previous one's)."""
+    attachment = device.attachment
+    if attachment is None or device.namespace != vmi.namespace or attachment.vmi != vmi.name:
+        return False
+    return not (attachment.uid and vmi.uid and attachment.uid != vmi.uid)
+
+
+def budget_covering(devices: Iterable[DeviceView]) -> tuple[DeviceView, ...]:
+    """Attached devices that cover their launcher pod for budgets: every one that counts itself."""
+    return tuple(d for d in devices if d.attachment is not None and d.accepted)
+
+
+def capacity_covering(devices: Iterable[DeviceView], *, pod_node: str | None) -> tuple[DeviceView, ...]:
+    """Attached devices that cover their launcher pod for node capacity: Bound on the pod's node."""
+    if not pod_node:
+        return ()
+    return tuple(d for d in devices if d.attachment is not None and d.holds_units and d.node_name == pod_node)
+
+
+def covered_units(devices: Iterable[DeviceView], classes: Mapping[str, GPUClassView]) -> dict[str, int]:
+    """Units per resource name that the given devices account for."""
+    units: dict[str, int] = {}
+    for device in devices:
+        gpu_class = classes.get(device.class_name)
+        if gpu_class is None:
+            continue
+        units[gpu_class.resource_name] = units.get(gpu_class.resource_name, 0) + device.count
+    return units
+
+
+def uncovered(requests: Mapping[str, int], covered: Mapping[str, int]) -> dict[str, int]:
+    """What a pod uses beyond what its devices account for, per resource name (zeros dropped)."""
+    rest: dict[str, int] = {}
+    for name, amount in requests.items():
+        left = amount - covered.get(name, 0)
+        if left > 0:
+            rest[name] = left
+    return rest

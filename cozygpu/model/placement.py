@@ -1,0 +1,652 @@
+"""Placement: where a set of devices goes, and what one binder pass does (R-BIND-4..6).
+
+Why: the binder is the only writer of placement, and the VMI webhook must
+refuse a start the binder would refuse. Both ask this module, so a webhook's
+dry check and the binder's answer cannot disagree.
+
+Contract:
+- **Sets (R-BIND-4).** The devices one VMI names (attached to it) form a
+  set; an unattached device is a set of one. A set's accepted members are
+  all Bound on one node or all Lost; a plan never leaves one split.
+- **Choice.** A set goes to the *fullest node with room*: among eligible
+  nodes with a fresh report and enough free units for every resource name
+  the set needs, the one that keeps the fewest units free afterwards.
+  Nodes already holding members come first (fewest units moved). Ties break
+  by node name, so two planners on the same snapshot choose the same node.
+- **Pass order (R-BIND-5).** restore set invariants -> move held sets off
+  nodes that cannot keep them (gone, not Ready, untolerated taint,
+  selector, cordon, capacity lost) -> rebind Lost sets -> answer bind
+  requests -> bind new orders (oldest first). An answer pass does only the
+  answers (R-BIND-3).
+- **Cordon (R-BIND-6).** A set held entirely on a node whose only problem is
+  a cordon stays there when a member's class says ``onCordon: Stay`` or
+  when no other node has room; a request for it is answered Succeeded.
+  Any other problem moves the set, or sends it to Lost when no node has
+  room. An unknown (stale) report is never a reason to move.
+- **Capacity lost.** On a node whose fresh report serves fewer units than
+  are held and used, sets are moved off (sets without a running launcher
+  first, larger first) until it fits.
+- **Re-checks.** New orders pass the same class, count and budget checks as
+  admission, against the snapshot plus what this pass already accepted, so
+  two orders cannot race past a budget or a node's free units.
+The plan is a list of actions; the binder writes them. Nothing here writes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TypeVar
+
+import attrs
+
+from cozygpu.model import refusals
+from cozygpu.model.budgets import BudgetLedger
+from cozygpu.model.catalog import class_problem
+from cozygpu.model.classes import count_problem
+from cozygpu.model.coverage import attached_to
+from cozygpu.model.eligibility import node_problem
+from cozygpu.model.refusals import Reason, Refusal
+from cozygpu.model.snapshot import (
+    DeviceKey,
+    DeviceView,
+    GPUClassView,
+    OnCordon,
+    Phase,
+    Snapshot,
+    Toleration,
+    VmiKey,
+    VMIView,
+)
+
+SUCCEEDED = "Succeeded"
+FAILED = "Failed"
+
+
+@attrs.frozen(kw_only=True)
+class DeviceSet:
+    """The devices that move, go Lost and are rebound together."""
+
+    vmi: VmiKey | None
+    members: tuple[DeviceKey, ...]
+
+    @property
+    def label(self) -> str:
+        if self.vmi is not None:
+            return f"VMI {self.vmi[0]}/{self.vmi[1]}"
+        namespace, name = self.members[0]
+        return f"GPUDevice {namespace}/{name}"
+
+
+@attrs.frozen(kw_only=True)
+class Bind:
+    """Bind (or move) a device onto a node: ``status.phase=Bound``, ``status.nodeName=node``."""
+
+    device: DeviceKey
+    node: str
+    previous: str | None = None
+    #: Why it moved off ``previous`` (None for a new bind, a rebind or a gather).
+    cause: Refusal | None = None
+
+
+@attrs.frozen(kw_only=True)
+class MarkLost:
+    """The device's node cannot keep it and no node has room: ``status.phase=Lost``, no node."""
+
+    device: DeviceKey
+    previous: str | None
+    cause: Refusal
+
+
+@attrs.frozen(kw_only=True)
+class KeepPending:
+    """An order that cannot be accepted now; it stays Pending with a condition saying why."""
+
+    device: DeviceKey
+    refusal: Refusal
+
+
+@attrs.frozen(kw_only=True)
+class Stay:
+    """A set kept on a cordoned node (R-BIND-6); for conditions and the CLI."""
+
+    devices: tuple[DeviceKey, ...]
+    node: str
+    cause: Refusal
+    why: str
+
+
+@attrs.frozen(kw_only=True)
+class Answer:
+    """The answer to a bind request, written into ``status.bindAnswer``."""
+
+    device: DeviceKey
+    request_id: str
+    result: str
+    node: str | None = None
+    refusal: Refusal | None = None
+
+
+Action = Bind | MarkLost | KeepPending | Stay | Answer
+_A = TypeVar("_A", Bind, MarkLost, KeepPending, Stay, Answer)
+
+
+@attrs.frozen(kw_only=True)
+class PassPlan:
+    actions: tuple[Action, ...]
+
+    def of(self, kind: type[_A]) -> tuple[_A, ...]:
+        """The actions of one kind, in plan order."""
+        return tuple(a for a in self.actions if isinstance(a, kind))
+
+
+@attrs.frozen(kw_only=True)
+class SetPlacement:
+    """Where a set would go (``node``), or why it cannot (``refusal``)."""
+
+    node: str | None
+    refusal: Refusal | None
+    moves: tuple[Bind, ...] = ()
+
+
+def device_sets(snapshot: Snapshot) -> tuple[DeviceSet, ...]:
+    """Every set in the snapshot, sorted by key: one per attached VMI, one per unattached device."""
+    sets: list[DeviceSet] = []
+    for vmi_key, members in snapshot.devices_by_vmi.items():
+        sets.append(DeviceSet(vmi=vmi_key, members=tuple(sorted(members))))
+    for key, device in snapshot.devices.items():
+        if device.attachment is None:
+            sets.append(DeviceSet(vmi=None, members=(key,)))
+    sets.sort(key=lambda s: (s.vmi or s.members[0], s.vmi is None))
+    return tuple(sets)
+
+
+@attrs.define
+class _Work:
+    """A set being planned: its members as views, its VMI if known."""
+
+    label: str
+    vmi: VMIView | None
+    members: list[DeviceView]
+
+
+class _Planner:
+    """One planning run over a snapshot. Mutable scratch state, local to one call."""
+
+    def __init__(self, snapshot: Snapshot) -> None:
+        self.s = snapshot
+        self.state: dict[DeviceKey, tuple[Phase, str | None]] = {}
+        # Resource name -> node -> free units now (fresh reports only), kept
+        # up to date by every booking; built on first use of a name.
+        self._free: dict[str, dict[str, int]] = {}
+        self._max_free: dict[str, int] = {}
+        self.budget = BudgetLedger(snapshot)
+        self.actions: list[Action] = []
+        self.lost_now: set[DeviceKey] = set()
+        self._eligible_cache: dict[tuple[object, ...], tuple[str, ...]] = {}
+
+    # -- state ---------------------------------------------------------------
+
+    def where(self, device: DeviceView) -> tuple[Phase, str | None]:
+        return self.state.get(device.key, (device.phase, device.node_name))
+
+    def _table(self, name: str) -> dict[str, int]:
+        table = self._free.get(name)
+        if table is None:
+            table = {}
+            for node, per_name in self.s.capacity.items():
+                entry = per_name.get(name)
+                if entry is not None and entry.fresh:
+                    table[node] = entry.free
+            self._free[name] = table
+        return table
+
+    def free(self, node: str, name: str) -> int:
+        """Free units now; zero on a stale or missing report, negative when capacity was lost."""
+        return self._table(name).get(node, 0)
+
+    def max_free(self, name: str) -> int:
+        best = self._max_free.get(name)
+        if best is None:
+            best = max(self._table(name).values(), default=0)
+            self._max_free[name] = best
+        return best
+
+    def _book(self, node: str, name: str, units: int) -> None:
+        table = self._table(name)
+        if node in table:
+            table[node] -= units
+            self._max_free.pop(name, None)
+
+    def resource(self, device: DeviceView) -> str | None:
+        gpu_class = self.s.classes.get(device.class_name)
+        return gpu_class.resource_name if gpu_class is not None else None
+
+    # -- eligibility ---------------------------------------------------------
+
+    def classes_of(self, work: _Work) -> list[GPUClassView] | None:
+        found: dict[str, GPUClassView] = {}
+        for device in work.members:
+            gpu_class = self.s.classes.get(device.class_name)
+            if gpu_class is None:
+                return None
+            found[gpu_class.name] = gpu_class
+        return [found[name] for name in sorted(found)]
+
+    def _tolerations(self, work: _Work, classes: Sequence[GPUClassView]) -> tuple[Toleration, ...]:
+        held: list[Toleration] = list(work.vmi.tolerations) if work.vmi is not None else []
+        for gpu_class in classes:
+            held.extend(gpu_class.tolerations)
+        return tuple(held)
+
+    def node_problem(self, work: _Work, node: str, classes: Sequence[GPUClassView]) -> Refusal | None:
+        view = self.s.nodes.get(node)
+        tolerations = self._tolerations(work, classes)
+        node_selector = work.vmi.node_selector if work.vmi is not None else None
+        problem: Refusal | None = None
+        selectors = [c.node_selector for c in classes] or [None]
+        for selector in selectors:
+            found = node_problem(
+                view, node_name=node, tolerations=tolerations, selector=selector, node_selector=node_selector
+            )
+            if found is not None and found.reason is not Reason.NODE_CORDONED:
+                return found
+            problem = problem or found
+        return problem
+
+    def eligible(self, work: _Work, classes: Sequence[GPUClassView], names: Sequence[str]) -> tuple[str, ...]:
+        """Nodes that may take the set: eligible for every class and serving every needed name."""
+        vmi = work.vmi
+        plain = vmi is None or (not vmi.tolerations and not vmi.node_selector)
+        if plain and len(classes) == 1:
+            available = self.s.availability.get(classes[0].name)
+            return tuple(available.node_free) if available is not None else ()
+        cache_key: tuple[object, ...] = (
+            tuple(c.name for c in classes),
+            tuple(vmi.tolerations) if vmi is not None else (),
+            tuple(sorted(vmi.node_selector.items())) if vmi is not None else (),
+        )
+        cached = self._eligible_cache.get(cache_key)
+        if cached is not None:
+            return cached
+        candidates = set(self.s.serving.get(names[0], ())) if names else set()
+        for name in names[1:]:
+            candidates &= set(self.s.serving.get(name, ()))
+        result = tuple(sorted(n for n in candidates if self.node_problem(work, n, classes) is None))
+        self._eligible_cache[cache_key] = result
+        return result
+
+    # -- choosing and applying -------------------------------------------------
+
+    def choose(self, work: _Work, *, exclude: Iterable[str] = ()) -> tuple[str | None, Refusal | None]:
+        """The node for the whole set, or why there is none."""
+        classes = self.classes_of(work)
+        if classes is None:
+            missing = next(d.class_name for d in work.members if d.class_name not in self.s.classes)
+            return None, refusals.unknown_class(missing)
+        need: dict[str, int] = {}
+        held_on: dict[str, dict[str, int]] = {}
+        for device in work.members:
+            name = self.resource(device)
+            assert name is not None
+            need[name] = need.get(name, 0) + device.count
+            phase, node = self.where(device)
+            if phase is Phase.BOUND and node:
+                per = held_on.setdefault(node, {})
+                per[name] = per.get(name, 0) + device.count
+        names = sorted(need)
+        skip = set(exclude)
+        candidates = self.eligible(work, classes, names)
+        best: tuple[int, int, str] | None = None
+        # Nothing held yet and a name no node has room for: no need to look.
+        hopeless = not held_on and any(need[name] > self.max_free(name) for name in names)
+        tables = [(name, need[name], self._table(name)) for name in names]
+        for node in () if hopeless else candidates:
+            if node in skip:
+                continue
+            here = held_on.get(node)
+            leftover = 0
+            held_units = 0
+            for name, total, table in tables:
+                already = here.get(name, 0) if here else 0
+                room = table.get(node, 0) - total + already
+                if room < 0:
+                    break
+                leftover += room
+                held_units += already
+            else:
+                score = (-held_units, leftover, node)
+                if best is None or score < best:
+                    best = score
+        if best is None:
+            needs = ", ".join(f"{need[n]} of {n}" for n in names)
+            return None, refusals.no_node_for_set(work.label, needs=needs, candidates=len(candidates))
+        return best[2], None
+
+    def apply(self, work: _Work, node: str, *, cause: Refusal | None = None) -> list[Bind]:
+        moves: list[Bind] = []
+        for device in work.members:
+            phase, current = self.where(device)
+            if phase is Phase.BOUND and current == node:
+                continue
+            name = self.resource(device)
+            assert name is not None
+            if phase is Phase.BOUND and current:
+                self._book(current, name, -device.count)
+            self._book(node, name, device.count)
+            self.state[device.key] = (Phase.BOUND, node)
+            moved_off = current if phase is Phase.BOUND else None
+            bind = Bind(device=device.key, node=node, previous=moved_off, cause=cause if moved_off else None)
+            moves.append(bind)
+            self.actions.append(bind)
+        return moves
+
+    def send_to_lost(self, work: _Work, cause: Refusal) -> None:
+        for device in work.members:
+            phase, current = self.where(device)
+            if phase is Phase.PENDING or phase is Phase.LOST:
+                continue
+            name = self.resource(device)
+            if current and name is not None:
+                self._book(current, name, -device.count)
+            self.state[device.key] = (Phase.LOST, None)
+            self.lost_now.add(device.key)
+            self.actions.append(MarkLost(device=device.key, previous=current, cause=cause))
+
+    # -- the checks admission also makes -------------------------------------
+
+    def order_problem(self, work: _Work, pending: Sequence[DeviceView]) -> Refusal | None:
+        demand: dict[str, int] = {}
+        namespace = pending[0].namespace
+        for device in pending:
+            gpu_class = self.s.classes.get(device.class_name)
+            if gpu_class is None:
+                return refusals.unknown_class(device.class_name)
+            problem = class_problem(self.s, device.namespace, gpu_class) or count_problem(gpu_class, device.count)
+            if problem is not None:
+                return problem
+            demand[device.class_name] = demand.get(device.class_name, 0) + device.count
+        return self.budget.refusal(namespace, demand)
+
+    def accept(self, pending: Sequence[DeviceView]) -> None:
+        demand: dict[str, int] = {}
+        for device in pending:
+            demand[device.class_name] = demand.get(device.class_name, 0) + device.count
+        if pending:
+            self.budget.accept(pending[0].namespace, demand)
+
+    # -- set states ------------------------------------------------------------
+
+    def held_node(self, work: _Work) -> str | None:
+        """The node every accepted member is Bound on, if the set is held whole on one node."""
+        nodes = set()
+        for device in work.members:
+            phase, node = self.where(device)
+            if phase is Phase.LOST:
+                return None
+            if phase is Phase.BOUND:
+                nodes.add(node)
+        return nodes.pop() if len(nodes) == 1 else None
+
+    def accepted(self, work: _Work) -> list[DeviceView]:
+        return [d for d in work.members if self.where(d)[0] is not Phase.PENDING]
+
+    def pending(self, work: _Work) -> list[DeviceView]:
+        return [d for d in work.members if self.where(d)[0] is Phase.PENDING and not d.deleting]
+
+    # -- placing a set with new members (answers, new orders, what-if) --------
+
+    def place(self, work: _Work) -> SetPlacement:
+        """Gather the whole set (held, Lost and new members) onto one node, or refuse.
+
+        A set whose accepted members are held on a node whose only problem
+        is a cordon stays there with onCordon Stay, or when no other node
+        has room (R-BIND-6).
+        """
+        pending = self.pending(work)
+        if pending:
+            problem = self.order_problem(work, pending)
+            if problem is not None:
+                return SetPlacement(node=None, refusal=problem)
+        members = self.accepted(work) + pending
+        if not members:
+            return SetPlacement(node=None, refusal=refusals.no_node_for_set(work.label, needs="nothing", candidates=0))
+        target = _Work(label=work.label, vmi=work.vmi, members=members)
+        held = self.held_node(target)
+        classes = self.classes_of(target)
+        if held is not None and classes is not None:
+            problem = self.node_problem(target, held, classes)
+            names = {self.resource(d) or "" for d in members}
+            if problem is None and not pending and all(self.free(held, n) >= 0 for n in names):
+                return SetPlacement(node=held, refusal=None)
+            if problem is not None and problem.reason is Reason.NODE_CORDONED:
+                if not any(c.on_cordon is OnCordon.STAY for c in classes):
+                    node, _ = self.choose(target, exclude=(held,))
+                    if node is not None:
+                        return self._commit(target, pending, node)
+                stay, refusal = self._fits_only(target, held)
+                if stay is None:
+                    return SetPlacement(node=None, refusal=refusal)
+                return self._commit(target, pending, stay)
+        node, refusal = self.choose(target)
+        if node is None:
+            return SetPlacement(node=None, refusal=refusal)
+        return self._commit(target, pending, node)
+
+    def _commit(self, work: _Work, pending: Sequence[DeviceView], node: str) -> SetPlacement:
+        self.accept(pending)
+        moves = self.apply(work, node)
+        return SetPlacement(node=node, refusal=None, moves=tuple(moves))
+
+    def _fits_only(self, work: _Work, node: str) -> tuple[str | None, Refusal | None]:
+        need: dict[str, int] = {}
+        for device in work.members:
+            phase, current = self.where(device)
+            if phase is Phase.BOUND and current == node:
+                continue
+            name = self.resource(device) or ""
+            need[name] = need.get(name, 0) + device.count
+        for name, want in need.items():
+            if self.free(node, name) < want:
+                needs = ", ".join(f"{n} of {r}" for r, n in sorted(need.items()))
+                return None, refusals.no_node_for_set(work.label, needs=needs, candidates=1)
+        return node, None
+
+
+# ---------------------------------------------------------------------------
+# The pass.
+
+
+def _work(snapshot: Snapshot, device_set: DeviceSet) -> _Work:
+    members = [snapshot.devices[k] for k in device_set.members]
+    vmi = snapshot.vmis.get(device_set.vmi) if device_set.vmi is not None else None
+    if vmi is not None:
+        # A member attached to an earlier VMI of the same name is not this VMI's.
+        members = [d for d in members if attached_to(d, vmi)] or members
+    return _Work(label=device_set.label, vmi=vmi, members=members)
+
+
+def _running(snapshot: Snapshot, work: _Work) -> bool:
+    if work.vmi is None:
+        return False
+    return any((pod := snapshot.pods.get(uid)) is not None and not pod.final for uid in work.vmi.active_pods)
+
+
+def plan_pass(snapshot: Snapshot, *, answers_only: bool = False) -> PassPlan:
+    """Everything one binder pass decides, in the order of R-BIND-5 (or only the answers, R-BIND-3)."""
+    planner = _Planner(snapshot)
+    works = [_work(snapshot, s) for s in device_sets(snapshot)]
+    if not answers_only:
+        _restore_sets(planner, works)
+        _move_off(planner, works)
+        _rebind_lost(planner, works)
+    answered = _answer_requests(planner, works)
+    if not answers_only:
+        _bind_new_orders(planner, [w for w in works if id(w) not in answered])
+    return PassPlan(actions=tuple(planner.actions))
+
+
+def _restore_sets(planner: _Planner, works: Sequence[_Work]) -> None:
+    """R-BIND-4: a set partly Lost or split over nodes is gathered onto one node or sent to Lost whole."""
+    for work in works:
+        accepted = planner.accepted(work)
+        if len(accepted) < 2:
+            continue
+        states = {planner.where(d) for d in accepted}
+        if len(states) == 1:
+            continue
+        whole = _Work(label=work.label, vmi=work.vmi, members=accepted)
+        node, refusal = planner.choose(whole)
+        if node is not None:
+            planner.apply(whole, node)
+        else:
+            assert refusal is not None
+            planner.send_to_lost(whole, refusal)
+
+
+def _move_off(planner: _Planner, works: Sequence[_Work]) -> None:
+    """Move held sets off nodes that cannot keep them; apply R-BIND-6 to cordons."""
+    on_node: dict[str, list[_Work]] = {}
+    for work in works:
+        accepted = planner.accepted(work)
+        if not accepted:
+            continue
+        whole = _Work(label=work.label, vmi=work.vmi, members=accepted)
+        node = planner.held_node(whole)
+        if node is None:
+            continue
+        classes = planner.classes_of(whole)
+        if classes is None:
+            continue
+        problem = planner.node_problem(whole, node, classes)
+        if problem is None:
+            on_node.setdefault(node, []).append(whole)
+            continue
+        if problem.reason is Reason.NODE_CORDONED:
+            if any(c.on_cordon is OnCordon.STAY for c in classes):
+                planner.actions.append(
+                    Stay(devices=tuple(d.key for d in accepted), node=node, cause=problem, why="onCordon: Stay")
+                )
+                on_node.setdefault(node, []).append(whole)
+                continue
+            target, _ = planner.choose(whole, exclude=(node,))
+            if target is None:
+                planner.actions.append(
+                    Stay(devices=tuple(d.key for d in accepted), node=node, cause=problem, why="no other node has room")
+                )
+                on_node.setdefault(node, []).append(whole)
+            else:
+                planner.apply(whole, target, cause=problem)
+            continue
+        target, _ = planner.choose(whole, exclude=(node,))
+        if target is None:
+            planner.send_to_lost(whole, problem)
+        else:
+            planner.apply(whole, target, cause=problem)
+    _relieve_capacity(planner, on_node)
+
+
+def _relieve_capacity(planner: _Planner, on_node: Mapping[str, list[_Work]]) -> None:
+    for node in sorted(planner.s.capacity):
+        for name in sorted(planner.s.capacity[node]):
+            entry = planner.s.capacity[node][name]
+            if not entry.fresh:
+                continue
+            deficit = -planner.free(node, name)
+            if deficit <= 0:
+                continue
+            cause = refusals.capacity_lost(node, resource_name=name, served=entry.served, in_use=entry.served + deficit)
+            holding = [
+                (w, sum(d.count for d in w.members if planner.resource(d) == name))
+                for w in on_node.get(node, [])
+                if planner.held_node(w) == node
+            ]
+            holding = [(w, units) for w, units in holding if units > 0]
+            holding.sort(key=lambda item: (_running(planner.s, item[0]), -item[1], item[0].label))
+            for work, units in holding:
+                if deficit <= 0:
+                    break
+                target, _ = planner.choose(work, exclude=(node,))
+                if target is None:
+                    planner.send_to_lost(work, cause)
+                else:
+                    planner.apply(work, target, cause=cause)
+                deficit -= units
+
+
+def _rebind_lost(planner: _Planner, works: Sequence[_Work]) -> None:
+    for work in works:
+        accepted = planner.accepted(work)
+        if not accepted or any(planner.where(d)[0] is not Phase.LOST for d in accepted):
+            continue
+        if any(d.key in planner.lost_now for d in accepted):
+            continue
+        whole = _Work(label=work.label, vmi=work.vmi, members=accepted)
+        node, _ = planner.choose(whole)
+        if node is not None:
+            planner.apply(whole, node)
+
+
+def _answer_requests(planner: _Planner, works: Sequence[_Work]) -> set[int]:
+    answered: set[int] = set()
+    for work in works:
+        requests = [d for d in work.members if d.unanswered_request]
+        if not requests:
+            continue
+        answered.add(id(work))
+        placement = planner.place(work)
+        for device in requests:
+            assert device.bind_request is not None
+            planner.actions.append(
+                Answer(
+                    device=device.key,
+                    request_id=device.bind_request.id,
+                    result=SUCCEEDED if placement.refusal is None else FAILED,
+                    node=placement.node,
+                    refusal=placement.refusal,
+                )
+            )
+        if placement.refusal is not None:
+            for device in planner.pending(work):
+                planner.actions.append(KeepPending(device=device.key, refusal=placement.refusal))
+    return answered
+
+
+def _bind_new_orders(planner: _Planner, works: Sequence[_Work]) -> None:
+    waiting = [(w, planner.pending(w)) for w in works]
+    ordered = sorted(
+        ((w, p) for w, p in waiting if p),
+        key=lambda item: (min((d.created.timestamp() if d.created else 0.0) for d in item[1]), item[0].label),
+    )
+    for work, pending in ordered:
+        placement = planner.place(work)
+        if placement.refusal is not None:
+            for device in pending:
+                planner.actions.append(KeepPending(device=device.key, refusal=placement.refusal))
+
+
+def place_set(
+    snapshot: Snapshot, members: Sequence[DeviceView], *, vmi: VMIView | None = None, label: str | None = None
+) -> SetPlacement:
+    """Where this set would be placed now, or why not: the VMI webhook's dry check (R-ADM-2).
+
+    ``members`` may include devices that do not exist yet (template devices
+    about to be created, as Pending views). Nothing is written; the result
+    is what an answer pass would decide on the same snapshot.
+    """
+    if not members:
+        raise ValueError("a set has at least one member")
+    first = members[0]
+    name = label or (f"VMI {vmi.namespace}/{vmi.name}" if vmi else f"GPUDevice {first.namespace}/{first.name}")
+    planner = _Planner(snapshot)
+    return planner.place(_Work(label=name, vmi=vmi, members=list(members)))
+
+
+def resulting_states(snapshot: Snapshot, plan: PassPlan) -> dict[DeviceKey, tuple[Phase, str | None]]:
+    """Every device's (phase, node) after the plan's actions are written."""
+    states = {k: (d.phase, d.node_name) for k, d in snapshot.devices.items()}
+    for action in plan.actions:
+        if isinstance(action, Bind):
+            states[action.device] = (Phase.BOUND, action.node)
+        elif isinstance(action, MarkLost):
+            states[action.device] = (Phase.LOST, None)
+    return states

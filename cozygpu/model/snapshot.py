@@ -1,0 +1,380 @@
+"""The typed snapshot every decision reads: views of the cluster objects, and indexes over them.
+
+Why: the binder, the webhooks, the catalog and the CLI each hold their own
+cache. Each turns it into this one shape (the builder sits beside the cache,
+``cozygpu.cache.snapshot``) and asks the same model functions, so their
+answers cannot drift apart.
+
+Contract:
+- Views hold only the fields decisions need, already parsed (enums, ints,
+  datetimes); nothing here reads JSON.
+- Everything is frozen. Mapping fields are read-only by convention: never
+  mutate what a snapshot hands out.
+- A :class:`Snapshot` is made by :func:`cozygpu.model.assemble.assemble`,
+  which also computes the indexes (devices by node, class, namespace and
+  VMI; the tenant tree; subtree usage; per-node capacity; per-class
+  availability), so that a catalog query costs O(ancestry x classes) and
+  not O(all devices).
+- Time is a value: the snapshot carries the ``now`` it was assembled at.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from datetime import datetime
+
+import attrs
+
+#: A namespaced object's key: (namespace, name).
+DeviceKey = tuple[str, str]
+VmiKey = tuple[str, str]
+
+
+class Phase(enum.StrEnum):
+    """GPUDevice ``status.phase``; an unset phase reads as Pending."""
+
+    PENDING = "Pending"
+    BOUND = "Bound"
+    LOST = "Lost"
+
+
+# Enum members read through the class are slow on hot paths; these are the same objects.
+_PENDING = Phase.PENDING
+_BOUND = Phase.BOUND
+
+
+class Mode(enum.StrEnum):
+    PASSTHROUGH = "Passthrough"
+    VGPU = "VGPU"
+
+
+class OnCordon(enum.StrEnum):
+    MOVE = "Move"
+    STAY = "Stay"
+
+
+class PodPhase(enum.StrEnum):
+    PENDING = "Pending"
+    RUNNING = "Running"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    UNKNOWN = "Unknown"
+
+
+#: Pods in these phases count nowhere (the scheduler and kubelet skip them).
+FINAL_POD_PHASES = frozenset({PodPhase.SUCCEEDED, PodPhase.FAILED})
+
+
+@attrs.frozen(kw_only=True)
+class Toleration:
+    key: str = ""
+    operator: str = "Equal"
+    value: str = ""
+    effect: str = ""
+
+
+@attrs.frozen(kw_only=True)
+class Taint:
+    key: str
+    value: str = ""
+    effect: str
+
+
+@attrs.frozen(kw_only=True)
+class SelectorRequirement:
+    key: str
+    operator: str
+    values: tuple[str, ...] = ()
+
+
+@attrs.frozen(kw_only=True)
+class LabelSelector:
+    """A Kubernetes label selector: matchLabels and matchExpressions (In, NotIn, Exists, DoesNotExist)."""
+
+    match_labels: tuple[tuple[str, str], ...] = ()
+    match_expressions: tuple[SelectorRequirement, ...] = ()
+
+
+@attrs.frozen(kw_only=True)
+class GPUClassView:
+    """A hoster's offer (GPUClass, SPEC 1.1). ``max_count`` is the spec value, unresolved (R-MOD-11)."""
+
+    name: str
+    mode: Mode
+    resource_name: str
+    vendor: str = ""
+    model: str = ""
+    profile: str = ""
+    memory: str = ""
+    max_count: int | None = None
+    node_selector: LabelSelector | None = None
+    on_cordon: OnCordon = OnCordon.MOVE
+    #: Tolerations of the class's launcher pods (``spec.tolerations``; empty when unset).
+    tolerations: tuple[Toleration, ...] = ()
+    deleting: bool = False
+
+
+@attrs.frozen(kw_only=True)
+class Attachment:
+    """``status.attachment``: the VMI (namespace-local name) the device is attached to."""
+
+    vmi: str
+    uid: str = ""
+    attached_at: datetime | None = None
+    request_id: str = ""
+
+
+@attrs.frozen(kw_only=True)
+class BindRequest:
+    id: str
+    vmi: str = ""
+    time: datetime | None = None
+
+
+@attrs.frozen(kw_only=True)
+class BindAnswer:
+    id: str
+    result: str = ""
+    reason: str = ""
+    message: str = ""
+    node: str = ""
+    time: datetime | None = None
+
+
+@attrs.frozen(kw_only=True)
+class DeviceView:
+    """A tenant's order and hold (GPUDevice, SPEC 1.2)."""
+
+    namespace: str
+    name: str
+    class_name: str
+    count: int
+    phase: Phase = Phase.PENDING
+    node_name: str | None = None
+    uid: str = ""
+    attachment: Attachment | None = None
+    bind_request: BindRequest | None = None
+    bind_answer: BindAnswer | None = None
+    template: bool = False
+    deleting: bool = False
+    #: ``metadata.creationTimestamp``: new orders are placed oldest first.
+    created: datetime | None = None
+
+    @property
+    def key(self) -> DeviceKey:
+        return (self.namespace, self.name)
+
+    @property
+    def accepted(self) -> bool:
+        """The binder accepted the order: it counts against budgets from now on (R-MOD-4)."""
+        return self.phase is not _PENDING
+
+    @property
+    def holds_units(self) -> bool:
+        """Bound on a node: the only state that takes units from a node (R-MOD-6, R-MOD-7)."""
+        return self.phase is _BOUND and bool(self.node_name)
+
+    @property
+    def vmi_key(self) -> VmiKey | None:
+        return (self.namespace, self.attachment.vmi) if self.attachment is not None else None
+
+    @property
+    def unanswered_request(self) -> bool:
+        request = self.bind_request
+        if request is None or not request.id:
+            return False
+        return self.bind_answer is None or self.bind_answer.id != request.id
+
+
+@attrs.frozen(kw_only=True)
+class NodeView:
+    """What eligibility reads from a Node (R-MOD-8)."""
+
+    name: str
+    labels: Mapping[str, str] = attrs.field(factory=dict)
+    unschedulable: bool = False
+    ready: bool = True
+    taints: tuple[Taint, ...] = ()
+
+
+@attrs.frozen(kw_only=True)
+class NodeInventory:
+    """A GPUNode's report: units served per resource name, counted once (R-MOD-7)."""
+
+    name: str
+    served: Mapping[str, int] = attrs.field(factory=dict)
+    resource_names: frozenset[str] = frozenset()
+    last_report: datetime | None = None
+    #: Set by assemble from ``now``: a stale or missing report is unknown, never free.
+    fresh: bool = True
+
+
+@attrs.frozen(kw_only=True)
+class PodView:
+    """A pod's GPU requests with the scheduler's arithmetic already applied (R-MOD-4)."""
+
+    namespace: str
+    name: str
+    uid: str
+    node_name: str | None = None
+    phase: PodPhase = PodPhase.PENDING
+    #: Effective requests of extended resources, whole units (see ``pods.pod_requests``).
+    requests: Mapping[str, int] = attrs.field(factory=dict)
+
+    @property
+    def final(self) -> bool:
+        return self.phase in FINAL_POD_PHASES
+
+
+@attrs.frozen(kw_only=True)
+class VMIView:
+    namespace: str
+    name: str
+    uid: str = ""
+    phase: str = ""
+    node_name: str | None = None
+    #: ``status.activePods`` keys: the only proof that a pod is this VMI's launcher (R-MOD-5).
+    active_pods: frozenset[str] = frozenset()
+    tolerations: tuple[Toleration, ...] = ()
+    node_selector: Mapping[str, str] = attrs.field(factory=dict)
+
+    @property
+    def key(self) -> VmiKey:
+        return (self.namespace, self.name)
+
+
+@attrs.frozen(kw_only=True)
+class NamespaceView:
+    name: str
+    labels: Mapping[str, str] = attrs.field(factory=dict)
+
+
+@attrs.frozen(kw_only=True)
+class PciHostDevice:
+    selector: str
+    resource_name: str
+
+
+@attrs.frozen(kw_only=True)
+class MediatedDevice:
+    selector: str
+    resource_name: str
+
+
+@attrs.frozen(kw_only=True)
+class PermittedHostDevices:
+    """KubeVirt's ``spec.configuration.permittedHostDevices`` (PCI and mediated entries; USB is not a GPU)."""
+
+    pci: tuple[PciHostDevice, ...] = ()
+    mediated: tuple[MediatedDevice, ...] = ()
+
+
+# ---------------------------------------------------------------------------
+# Derived records (computed by assemble).
+
+
+@attrs.frozen(kw_only=True)
+class BudgetValue:
+    """One declared budget. ``amount`` is None when the value cannot be read: such a budget refuses."""
+
+    key: str
+    text: str
+    amount: int | None
+    problem: str = ""
+
+
+@attrs.frozen(kw_only=True)
+class TenantBudgets:
+    """The GPU budgets one tenant declares in ``tenant-quota`` (R-MOD-2, R-MOD-3)."""
+
+    namespace: str
+    per_class: Mapping[str, BudgetValue] = attrs.field(factory=dict)
+    total: BudgetValue | None = None
+    #: Raw keys by the GPU resource name they name.
+    raw: Mapping[str, BudgetValue] = attrs.field(factory=dict)
+
+    @property
+    def declares_gpu_key(self) -> bool:
+        """A class or total key: from then on the tenant's raw keys cap instead of blocking."""
+        return self.total is not None or bool(self.per_class)
+
+
+@attrs.frozen(kw_only=True)
+class Usage:
+    """GPU units counted against budgets: per class, total, and per raw resource name."""
+
+    per_class: Mapping[str, int] = attrs.field(factory=dict)
+    total: int = 0
+    raw: Mapping[str, int] = attrs.field(factory=dict)
+
+
+EMPTY_USAGE = Usage()
+
+
+@attrs.frozen(kw_only=True)
+class NodeCapacity:
+    """One node and one resource name (R-MOD-7). ``free`` may be negative when capacity was lost."""
+
+    node: str
+    resource_name: str
+    served: int
+    held: int
+    raw_in_use: int
+    fresh: bool = True
+
+    @property
+    def free(self) -> int:
+        return self.served - self.held - self.raw_in_use
+
+
+@attrs.frozen(kw_only=True)
+class ClassAvailability:
+    """Free units of one class over the nodes eligible for it (class tolerations and nodeSelector only)."""
+
+    class_name: str
+    #: Eligible nodes with a fresh report serving the class's resource name, with their free units.
+    node_free: Mapping[str, int] = attrs.field(factory=dict)
+    free_in_cluster: int = 0
+    free_on_best_node: int = 0
+    best_node: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class Snapshot:
+    """Everything a GPU decision reads, with indexes. Build it with ``assemble``."""
+
+    now: datetime
+    classes: Mapping[str, GPUClassView]
+    devices: Mapping[DeviceKey, DeviceView]
+    nodes: Mapping[str, NodeView]
+    inventories: Mapping[str, NodeInventory]
+    pods: Mapping[str, PodView]
+    vmis: Mapping[VmiKey, VMIView]
+    namespaces: Mapping[str, NamespaceView]
+    budgets: Mapping[str, TenantBudgets]
+    effective_names: frozenset[str]
+    permitted: PermittedHostDevices | None
+    # Indexes.
+    devices_by_node: Mapping[str, tuple[DeviceKey, ...]] = attrs.field(factory=dict)
+    devices_by_class: Mapping[str, tuple[DeviceKey, ...]] = attrs.field(factory=dict)
+    devices_by_namespace: Mapping[str, tuple[DeviceKey, ...]] = attrs.field(factory=dict)
+    devices_by_vmi: Mapping[VmiKey, tuple[DeviceKey, ...]] = attrs.field(factory=dict)
+    #: Pod UID -> the VMI that lists it in ``status.activePods`` (R-MOD-5).
+    launchers: Mapping[str, VmiKey] = attrs.field(factory=dict)
+    #: Tenant namespace -> its direct children among known namespaces.
+    children: Mapping[str, tuple[str, ...]] = attrs.field(factory=dict)
+    #: Tenant namespace -> usage of its whole subtree (R-MOD-2, R-MOD-4).
+    subtree_usage: Mapping[str, Usage] = attrs.field(factory=dict)
+    #: Node -> resource name -> capacity (R-MOD-7).
+    capacity: Mapping[str, Mapping[str, NodeCapacity]] = attrs.field(factory=dict)
+    #: Class -> availability over its eligible nodes (R-MOD-12).
+    availability: Mapping[str, ClassAvailability] = attrs.field(factory=dict)
+    #: Resource name -> nodes with a fresh report serving it, sorted by name.
+    serving: Mapping[str, tuple[str, ...]] = attrs.field(factory=dict)
+
+    def usage_of(self, namespace: str) -> Usage:
+        return self.subtree_usage.get(namespace, EMPTY_USAGE)
+
+    def device(self, key: DeviceKey) -> DeviceView | None:
+        return self.devices.get(key)

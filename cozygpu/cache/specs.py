@@ -1,0 +1,82 @@
+"""The kinds cozygpu reads, as ``KindSpec``s with their transforms and indexes.
+
+One place decides what each informer holds, so the binder, the webhooks and the
+controller process share informers instead of each watching on its own. The
+process adds the specs it needs (``settings_configmap(namespace)`` needs its
+namespace); readiness (R-RUN-2) is ``has_synced`` over the ones that need no
+KubeVirt, and the KubeVirt kinds are CRD-backed, so they join when served
+(R-RUN-3).
+
+Index names are constants here so readers never spell them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Final
+
+from cozygpu import keys
+from cozygpu.cache.frozen import FrozenDict
+from cozygpu.cache.kinds import KindSpec
+from cozygpu.cache.store import index_field
+from cozygpu.cache.transforms import slim_node, slim_pod
+
+#: GPUDevices by ``status.nodeName`` (the node holding their units).
+DEVICES_BY_NODE: Final = "node"
+#: GPUDevices by the VMI they are attached to: ``"<namespace>/<vmi name>"``.
+DEVICES_BY_VMI: Final = "vmi"
+#: GPUDevices by ``spec.className``.
+DEVICES_BY_CLASS: Final = "class"
+#: Pods by ``spec.nodeName``.
+PODS_BY_NODE: Final = "node"
+#: Pods by ``metadata.uid`` (VMI ``status.activePods`` names launchers by UID, R-MOD-5).
+PODS_BY_UID: Final = "uid"
+#: VMIs by ``status.nodeName``.
+VMIS_BY_NODE: Final = "node"
+
+
+def index_device_vmi(device: FrozenDict) -> Iterable[str]:
+    """Files a GPUDevice under ``"<namespace>/<vmi>"`` while it is attached."""
+    attachment = (device.get("status") or {}).get("attachment") or {}
+    vmi = attachment.get("vmi") if isinstance(attachment, dict) else None
+    namespace = (device.get("metadata") or {}).get("namespace")
+    return (f"{namespace}/{vmi}",) if vmi and namespace else ()
+
+
+GPU_CLASSES: Final = KindSpec(keys.GROUP, keys.VERSION, keys.GPUCLASS_PLURAL, keys.GPUCLASS_KIND, False)
+GPU_DEVICES: Final = KindSpec(
+    keys.GROUP, keys.VERSION, keys.GPUDEVICE_PLURAL, keys.GPUDEVICE_KIND, True,
+    indexers={
+        DEVICES_BY_NODE: index_field("status", "nodeName"),
+        DEVICES_BY_VMI: index_device_vmi,
+        DEVICES_BY_CLASS: index_field("spec", "className"),
+    },
+)
+GPU_NODES: Final = KindSpec(keys.GROUP, keys.VERSION, keys.GPUNODE_PLURAL, keys.GPUNODE_KIND, False)
+
+NODES: Final = KindSpec("", "v1", "nodes", "Node", False, transform=slim_node)
+PODS: Final = KindSpec(
+    "", "v1", "pods", "Pod", True, transform=slim_pod,
+    indexers={PODS_BY_NODE: index_field("spec", "nodeName"), PODS_BY_UID: index_field("metadata", "uid")},
+)
+NAMESPACES: Final = KindSpec("", "v1", "namespaces", "Namespace", False)
+#: Only the quota the tenant chart renders (R-MOD-2), in every namespace.
+TENANT_QUOTAS: Final = KindSpec(
+    "", "v1", "resourcequotas", "ResourceQuota", True,
+    field_selector=f"metadata.name={keys.TENANT_QUOTA_NAME}", name="tenant-quotas",
+)
+
+VMIS: Final = KindSpec(
+    "kubevirt.io", "v1", "virtualmachineinstances", "VirtualMachineInstance", True,
+    indexers={VMIS_BY_NODE: index_field("status", "nodeName")},
+)
+VMS: Final = KindSpec("kubevirt.io", "v1", "virtualmachines", "VirtualMachine", True)
+KUBEVIRTS: Final = KindSpec("kubevirt.io", "v1", "kubevirts", "KubeVirt", True)
+
+
+def settings_configmap(namespace: str) -> KindSpec:
+    """The settings ConfigMap informer: one namespace, one name, one object (R-RUN-2)."""
+    return KindSpec(
+        "", "v1", "configmaps", "ConfigMap", True, namespace=namespace,
+        field_selector=f"metadata.name={keys.SETTINGS_CONFIGMAP}", name="settings",
+    )

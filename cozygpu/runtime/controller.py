@@ -1,0 +1,178 @@
+"""The controller process assembled: what runs, in which order, on which replicas (R-RUN-1…5).
+
+Start order (``Supervisor`` stops them in reverse on SIGTERM):
+
+1. ``servers``: ``/healthz``, ``/readyz`` and ``/metrics``, so probes and
+   scrapes answer from the first second (readiness says why it is not ready).
+2. ``caches``: the informers the webhooks read, on every replica; the stage
+   is up once those have synced (never waiting for KubeVirt's kinds, which
+   start whenever their CRDs are served).
+3. ``webhooks`` (``--enable-gpu`` only): the HTTPS admission server.
+4. ``leader-election``: campaigns for the Lease; while leading, runs every
+   runnable of ``leader_runnables`` in one task group, all cancelled the moment
+   the lease is lost, and all finished before the lease is released.
+
+Extension point: ``Controller.leader_runnables`` is the list of leader-only
+work. Today it holds the settings publisher; the binder joins it (append a
+``LeaderRunnable`` before ``run()``). Work that runs on every replica (the
+webhooks' handlers) hangs off ``webhook_app`` and the shared ``cache``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Coroutine
+from typing import Any, Final
+
+import attrs
+from prometheus_client import CollectorRegistry
+
+from cozygpu import keys
+from cozygpu.cache.cache import Cache
+from cozygpu.kube import Client
+from cozygpu.runtime import kinds
+from cozygpu.runtime.flags import Address, Options
+from cozygpu.runtime.leader import ElectionConfig, LeaderElector
+from cozygpu.runtime.logging import get_logger
+from cozygpu.runtime.metrics import LeaderMetrics, ProcessMetrics, SettingsMetrics
+from cozygpu.runtime.process import Stage, Supervisor
+from cozygpu.runtime.servers import Endpoint, Readiness, probe_and_metrics, serve
+from cozygpu.runtime.settings import SettingsPublisher
+from cozygpu.runtime.webhook import ServingCertificate, webhook_app
+
+_log = get_logger("cozygpu.controller")
+
+#: How long a stop (SIGTERM) may take: under Kubernetes' default 30 s termination grace period.
+SHUTDOWN_GRACE: Final = 25.0
+
+
+@attrs.frozen
+class LeaderRunnable:
+    """Leader-only work: ``run()`` starts with each term and is cancelled when it ends."""
+
+    name: str
+    run: Callable[[], Coroutine[Any, Any, None]]
+
+
+class Controller:
+    """One replica of the controller, built from validated options and an API client."""
+
+    def __init__(self, options: Options, client: Client, *, shutdown_grace: float = SHUTDOWN_GRACE) -> None:
+        self.options = options
+        self.client = client
+        self.registry = CollectorRegistry()
+        self.process_metrics = ProcessMetrics.on(self.registry)
+        self.cache = Cache(client, registry=self.registry)
+        self.webhook_kinds = kinds.webhook_kinds(enable_gpu=options.enable_gpu, namespace=options.namespace)
+        for spec in (*self.webhook_kinds, *kinds.lazy_kinds(enable_gpu=options.enable_gpu)):
+            self.cache.add(spec)
+        self.readiness = Readiness(self.process_metrics)
+        self.webhook_app = webhook_app() if options.enable_gpu else None
+        self.elector = LeaderElector(
+            client,
+            ElectionConfig(namespace=options.namespace, name=keys.LEADER_LEASE, identity=options.identity,
+                           lease_duration=options.lease_duration, renew_deadline=options.renew_deadline,
+                           retry_period=options.retry_period),
+            metrics=LeaderMetrics.on(self.registry),
+        )
+        publisher = SettingsPublisher(
+            client, self.cache, namespace=options.namespace, hoster_names=options.gpu_resource_names,
+            raw_names=options.raw_gpu_names, gpu_enabled=options.enable_gpu,
+            metrics=SettingsMetrics.on(self.registry),
+        )
+        #: Leader-only work, started in this order each term (the binder joins here).
+        self.leader_runnables: list[LeaderRunnable] = [LeaderRunnable(publisher.name, publisher.run)]
+        #: Where each server ended up listening (port 0 picks one).
+        self.bound: dict[str, Address] = {}
+        self._webhook_serving = False
+        self.supervisor = Supervisor(self._stages(), grace=shutdown_grace, metrics=self.process_metrics)
+        self._readiness_checks()
+
+    # -- readiness ------------------------------------------------------------------------
+
+    def _readiness_checks(self) -> None:
+        self.readiness.add("shutdown", lambda: "the process is stopping" if self.supervisor.stopping else None)
+        self.readiness.add("caches", self._caches_synced)
+        if self.options.enable_gpu:
+            self.readiness.add("webhooks", lambda: None if self._webhook_serving else "not serving yet")
+
+    def _caches_synced(self) -> str | None:
+        waiting = [spec.key for spec in self.webhook_kinds if not self.cache.has_synced(spec)]
+        return f"not synced: {', '.join(waiting)}" if waiting else None
+
+    # -- stages ---------------------------------------------------------------------------
+
+    def _stages(self) -> list[Stage]:
+        stages = [Stage("servers", self._run_servers), Stage("caches", self._run_caches)]
+        if self.options.enable_gpu:
+            stages.append(Stage("webhooks", self._run_webhooks))
+        stages.append(Stage("leader-election", self._run_leader_election))
+        return stages
+
+    def _on_bound(self, name: str, address: Address) -> None:
+        self.bound[name] = address
+
+    async def _run_servers(self, ready: Callable[[], None]) -> None:
+        endpoints = probe_and_metrics(self.options.health_addr, self.options.metrics_addr, self.readiness,
+                                      self.registry)
+        await serve(endpoints, ready, on_bound=self._on_bound)
+
+    async def _run_caches(self, ready: Callable[[], None]) -> None:
+        async with asyncio.TaskGroup() as group:
+            group.create_task(self.cache.run(), name="cache")
+            _log.info("waiting for the webhook caches to sync", kinds=[spec.key for spec in self.webhook_kinds])
+            await self.cache.wait_synced(*self.webhook_kinds)
+            _log.info("webhook caches synced")
+            ready()
+            await asyncio.Future()
+
+    async def _run_webhooks(self, ready: Callable[[], None]) -> None:
+        assert self.webhook_app is not None
+        assert self.options.cert_dir is not None
+        certificate = ServingCertificate(self.options.cert_dir)
+        context = await certificate.load()
+
+        def serving() -> None:
+            self._webhook_serving = True
+            ready()
+
+        try:
+            async with asyncio.TaskGroup() as group:
+                group.create_task(certificate.follow(), name="webhook certificate")
+                await serve([Endpoint("webhooks", self.options.webhook_addr, self.webhook_app, context)], serving,
+                            on_bound=self._on_bound)
+        finally:
+            self._webhook_serving = False
+
+    async def _run_leader_election(self, ready: Callable[[], None]) -> None:
+        ready()
+        await self.elector.run(self._lead)
+
+    async def _lead(self) -> None:
+        """One term of leader work: every leader runnable, all stopped together.
+
+        The two log lines bracket the leader work exactly (the second is written
+        after every runnable has finished), with the host's monotonic clock, so
+        a test can prove that two replicas never ran leader work at once.
+        """
+        identity = self.options.identity
+        _log.info("leader-work-started", event="leader-work-started", identity=identity, monotonic=time.monotonic())
+        try:
+            async with asyncio.TaskGroup() as group:
+                for runnable in self.leader_runnables:
+                    group.create_task(runnable.run(), name=f"leader {runnable.name}")
+        finally:
+            _log.info("leader-work-stopped", event="leader-work-stopped", identity=identity,
+                      monotonic=time.monotonic())
+
+    # -- running --------------------------------------------------------------------------
+
+    def stop(self, reason: str) -> None:
+        self.supervisor.stop(reason)
+
+    async def run(self) -> bool:
+        """Run until stopped; True when every stage stopped cleanly."""
+        _log.info("starting", identity=self.options.identity, namespace=self.options.namespace,
+                  enable_gpu=self.options.enable_gpu)
+        return await self.supervisor.run()

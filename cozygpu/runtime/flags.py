@@ -1,0 +1,363 @@
+"""The controller's flags (R-RUN-1), read from the command line and ``COZYGPU_<FLAG>``.
+
+Contract:
+- ``parse(argv, env)`` reads and validates everything before the process
+  touches the network. A bad value raises ``FlagError`` naming the flag, the
+  value and the rule it broke; the command prints it and exits 2.
+- A flag on the command line wins over its environment variable, which wins
+  over the default. The variable of ``--bind-wait`` is ``COZYGPU_BIND_WAIT``.
+- Durations are written the way Go writes them (``2m``, ``10s``, ``1m30s``,
+  ``500ms``), since the chart and the other Cozystack controllers do.
+- Leader election needs lease duration > renew deadline > 1.2 x retry period
+  (1.2 is client-go's jitter factor); the lease duration is a whole number of
+  seconds because the Lease stores whole seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import socket
+import uuid
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Final, NoReturn
+
+import attrs
+
+from cozygpu import keys
+
+ENV_PREFIX: Final = "COZYGPU_"
+#: Where a pod finds its own namespace when POD_NAMESPACE is not set.
+_SERVICE_ACCOUNT_NAMESPACE: Final = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+#: client-go's JitterFactor: the retry period may stretch by this much.
+JITTER_FACTOR: Final = 1.2
+
+LOG_FORMATS: Final = ("json", "text")
+LOG_LEVELS: Final = ("debug", "info", "warning", "error")
+RAW_NAMES: Final = (keys.RAW_NAMES_ALLOW, keys.RAW_NAMES_FORBID)
+
+
+class FlagError(ValueError):
+    """A flag value that cannot be used; the message names flag, value and rule."""
+
+    def __init__(self, flag: str, value: object, rule: str) -> None:
+        self.flag = flag
+        self.value = value
+        self.rule = rule
+        if not flag:
+            super().__init__(rule)
+        elif value is None:
+            super().__init__(f"{flag}: {rule}")
+        else:
+            super().__init__(f"{flag}={value!s}: {rule}")
+
+
+@attrs.frozen
+class Address:
+    """A listen address; port 0 asks the kernel for a free port."""
+
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.port}"
+
+
+@attrs.frozen(kw_only=True)
+class Options:
+    """The validated flags of one controller process."""
+
+    enable_gpu: bool
+    gpu_resource_names: tuple[str, ...]
+    raw_gpu_names: str
+    attachment_grace: float
+    bind_wait: float
+    kubeconfig: str | None
+    namespace: str
+    health_addr: Address
+    metrics_addr: Address
+    webhook_addr: Address
+    cert_dir: Path | None
+    lease_duration: float
+    renew_deadline: float
+    retry_period: float
+    identity: str
+    log_format: str
+    log_level: str
+
+
+# -- durations ------------------------------------------------------------------------------
+
+_UNITS: Final = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+_TERM: Final = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
+
+
+def parse_duration(text: str) -> float:
+    """Seconds of a Go duration string (``1m30s``, ``-2s``, ``0``); ValueError otherwise."""
+    s = text.strip()
+    sign = 1.0
+    if s[:1] in {"+", "-"}:
+        sign = -1.0 if s[0] == "-" else 1.0
+        s = s[1:]
+    if s == "0":
+        return 0.0
+    if not s:
+        raise ValueError("not a duration")
+    total = 0.0
+    pos = 0
+    while pos < len(s):
+        match = _TERM.match(s, pos)
+        if match is None:
+            raise ValueError("not a duration")
+        total += float(match.group(1)) * _UNITS[match.group(2)]
+        pos = match.end()
+    return sign * total
+
+
+def format_duration(seconds: float) -> str:
+    """The shortest Go-style spelling of whole-millisecond durations, for messages and docs."""
+    ms = round(seconds * 1000)
+    if ms % 1000:
+        return f"{ms}ms"
+    s = ms // 1000
+    h, rest = divmod(s, 3600)
+    m, sec = divmod(rest, 60)
+    out = (f"{h}h" if h else "") + (f"{m}m" if m else "") + (f"{sec}s" if sec else "")
+    return out or "0s"
+
+
+# -- values ---------------------------------------------------------------------------------
+
+_DNS_SUBDOMAIN: Final = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_DNS_LABEL: Final = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+_QUALIFIED_NAME_PART: Final = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
+
+
+def extended_resource_name_problem(name: str) -> str | None:
+    """Why ``name`` is not a usable GPU extended resource name, or None.
+
+    Kubernetes' rule: a qualified name ``domain/name`` outside the
+    ``kubernetes.io`` domains; ours (SPEC 1.1): not in the ``gpu.cozystack.io``
+    domain, where it would read as a budget key.
+    """
+    domain, slash, base = name.partition("/")
+    if not slash:
+        return "must be domain/name (an extended resource name)"
+    if len(domain) > 253 or not _DNS_SUBDOMAIN.fullmatch(domain):
+        return f"domain {domain!r} is not a DNS subdomain"
+    if len(base) > 63 or not _QUALIFIED_NAME_PART.fullmatch(base):
+        return f"name {base!r} is not a qualified name part (alphanumerics, '-', '_', '.'; at most 63)"
+    if domain == "kubernetes.io" or domain.endswith(".kubernetes.io"):
+        return "the kubernetes.io domains hold native resources, not extended ones"
+    if domain == keys.GROUP:
+        return f"the {keys.GROUP} domain holds GPU budget keys"
+    return None
+
+
+def _parse_names(flag: str, raw: str) -> tuple[str, ...]:
+    if not raw.strip():
+        return ()
+    names: list[str] = []
+    for item in raw.split(","):
+        name = item.strip()
+        if not name:
+            raise FlagError(flag, raw, "an empty entry in the comma-separated list")
+        problem = extended_resource_name_problem(name)
+        if problem is not None:
+            raise FlagError(flag, raw, f"{name!r}: {problem}")
+        if name not in names:
+            names.append(name)
+    return tuple(sorted(names))
+
+
+def _parse_address(flag: str, raw: str) -> Address:
+    host, colon, port_text = raw.rpartition(":")
+    if not colon or not port_text.isdigit():
+        raise FlagError(flag, raw, "must be HOST:PORT or :PORT")
+    port = int(port_text)
+    if port > 65535:
+        raise FlagError(flag, raw, "the port must be at most 65535")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    elif ":" in host:
+        raise FlagError(flag, raw, "write an IPv6 host in brackets, like [::1]:8080")
+    return Address(host or "0.0.0.0", port)
+
+
+def _parse_bool(flag: str, raw: str) -> bool:
+    value = raw.strip().lower()
+    if value in {"1", "t", "true", "yes", "on"}:
+        return True
+    if value in {"0", "f", "false", "no", "off"}:
+        return False
+    raise FlagError(flag, raw, "must be true or false")
+
+
+def _parse_positive_duration(flag: str, raw: str) -> float:
+    try:
+        seconds = parse_duration(raw)
+    except ValueError:
+        raise FlagError(flag, raw, "not a duration (write it like 10s, 2m or 1m30s)") from None
+    if seconds <= 0:
+        raise FlagError(flag, raw, "must be positive")
+    return seconds
+
+
+def _choice(flag: str, raw: str, allowed: Sequence[str]) -> str:
+    value = raw.strip().lower()
+    if value not in allowed:
+        raise FlagError(flag, raw, f"must be one of {', '.join(allowed)}")
+    return value
+
+
+def default_identity() -> str:
+    """Hostname plus a random suffix, so two processes on one host never share an identity."""
+    return f"{socket.gethostname()}_{uuid.uuid4().hex[:10]}"
+
+
+def _default_namespace(env: Mapping[str, str]) -> str | None:
+    if env.get("POD_NAMESPACE"):
+        return env["POD_NAMESPACE"]
+    try:
+        return _SERVICE_ACCOUNT_NAMESPACE.read_text().strip() or None
+    except OSError:
+        return None
+
+
+# -- the parser -----------------------------------------------------------------------------
+
+#: flag -> (metavar or None for a boolean, default, help). The order is the order of --help.
+FLAGS: Final[dict[str, tuple[str | None, str | None, str]]] = {
+    "--enable-gpu": (None, "false",
+                     "add placement, the KubeVirt watches and the webhooks; without it the "
+                     "always-on reconcilers still run"),
+    "--gpu-resource-names": ("A,B", "", "the hoster's GPU extended resource names, comma-separated"),
+    "--raw-gpu-names": ("allow|forbid", keys.RAW_NAMES_ALLOW,
+                        "whether a VM or pod may request a GPU resource name directly"),
+    "--attachment-grace": ("DURATION", "2m", "how long an attachment waits for its VMI to appear"),
+    "--bind-wait": ("DURATION", "10s", "how long the VMI webhook waits for the binder's answer"),
+    "--kubeconfig": ("PATH", None, "kubeconfig file; in-cluster configuration when unset"),
+    "--namespace": ("NS", None, "the controller's own namespace (default: POD_NAMESPACE)"),
+    "--health-addr": ("ADDR", ":8081", "address of /healthz and /readyz"),
+    "--metrics-addr": ("ADDR", ":8080", "address of /metrics"),
+    "--webhook-addr": ("ADDR", ":9443", "address of the admission webhook server (with --enable-gpu)"),
+    "--cert-dir": ("DIR", None, "directory holding tls.crt and tls.key of the webhook server"),
+    "--lease-duration": ("DURATION", "15s", "how long a leader's lease is valid for the others"),
+    "--renew-deadline": ("DURATION", "10s", "how long the leader keeps retrying a renewal before it stops leading"),
+    "--retry-period": ("DURATION", "2s", "how often candidates try to acquire and the leader renews"),
+    "--identity": ("ID", None, "this replica's name in the Lease (default: hostname and a random suffix)"),
+    "--log-format": ("json|text", "json", "log line format"),
+    "--log-level": ("debug|info|warning|error", "info", "least severe level logged"),
+}
+
+
+def env_name(flag: str) -> str:
+    """``--bind-wait`` -> ``COZYGPU_BIND_WAIT``."""
+    return ENV_PREFIX + flag.lstrip("-").replace("-", "_").upper()
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise FlagError("", None, message)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="cozygpu controller",
+        description="The cozygpu controller. Every flag can also come from COZYGPU_<FLAG> "
+                    "(for example COZYGPU_BIND_WAIT=10s).",
+    )
+    for flag, (metavar, default, text) in FLAGS.items():
+        shown = f" (default: {default})" if default not in (None, "") else ""
+        if metavar is None:
+            parser.add_argument(flag, nargs="?", const="true", default=None, metavar="BOOL", help=text + shown)
+        else:
+            parser.add_argument(flag, default=None, metavar=metavar, help=text + shown)
+    return parser
+
+
+def _join_values(argv: Sequence[str]) -> list[str]:
+    """``--flag VALUE`` as ``--flag=VALUE``, so a value may start with a dash (``--attachment-grace -1m``)."""
+    out: list[str] = []
+    args = list(argv)
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg in FLAGS and FLAGS[arg][0] is not None and i + 1 < len(args):
+            out.append(f"{arg}={args[i + 1]}")
+            i += 2
+            continue
+        out.append(arg)
+        i += 1
+    return out
+
+
+def parse(argv: Sequence[str], env: Mapping[str, str] | None = None) -> Options:
+    """Validated options from ``argv`` and ``env`` (``os.environ`` when None)."""
+    environ = os.environ if env is None else env
+    given = vars(build_parser().parse_args(_join_values(argv)))
+
+    def raw(flag: str) -> str | None:
+        value: str | None = given[flag.lstrip("-").replace("-", "_")]
+        if value is None:
+            value = environ.get(env_name(flag))
+        if value is None:
+            value = FLAGS[flag][1]
+        return value
+
+    def required(flag: str) -> str:
+        value = raw(flag)
+        assert value is not None, flag
+        return value
+
+    lease = _parse_positive_duration("--lease-duration", required("--lease-duration"))
+    renew = _parse_positive_duration("--renew-deadline", required("--renew-deadline"))
+    retry = _parse_positive_duration("--retry-period", required("--retry-period"))
+    if lease != int(lease):
+        raise FlagError("--lease-duration", required("--lease-duration"),
+                        "must be a whole number of seconds (the Lease stores whole seconds)")
+    if not lease > renew:
+        raise FlagError("--renew-deadline", required("--renew-deadline"),
+                        f"must be shorter than --lease-duration ({format_duration(lease)})")
+    if not renew > JITTER_FACTOR * retry:
+        raise FlagError("--retry-period", required("--retry-period"),
+                        f"{JITTER_FACTOR} x --retry-period must be shorter than --renew-deadline "
+                        f"({format_duration(renew)})")
+
+    namespace = raw("--namespace") or _default_namespace(environ)
+    if not namespace:
+        raise FlagError("--namespace", None, "required: set it, or POD_NAMESPACE")
+    if len(namespace) > 63 or not _DNS_LABEL.fullmatch(namespace):
+        raise FlagError("--namespace", namespace, "must be a DNS label")
+
+    cert_dir_text = raw("--cert-dir")
+    enable_gpu = _parse_bool("--enable-gpu", required("--enable-gpu"))
+    if enable_gpu and not cert_dir_text:
+        raise FlagError("--cert-dir", None, "required with --enable-gpu (the webhook server's certificate)")
+
+    identity = raw("--identity") or default_identity()
+    if len(identity) > 253:
+        raise FlagError("--identity", identity, "at most 253 characters")
+
+    return Options(
+        enable_gpu=enable_gpu,
+        gpu_resource_names=_parse_names("--gpu-resource-names", required("--gpu-resource-names")),
+        raw_gpu_names=_choice("--raw-gpu-names", required("--raw-gpu-names"), RAW_NAMES),
+        attachment_grace=_parse_positive_duration("--attachment-grace", required("--attachment-grace")),
+        bind_wait=_parse_positive_duration("--bind-wait", required("--bind-wait")),
+        kubeconfig=raw("--kubeconfig") or None,
+        namespace=namespace,
+        health_addr=_parse_address("--health-addr", required("--health-addr")),
+        metrics_addr=_parse_address("--metrics-addr", required("--metrics-addr")),
+        webhook_addr=_parse_address("--webhook-addr", required("--webhook-addr")),
+        cert_dir=Path(cert_dir_text) if cert_dir_text else None,
+        lease_duration=lease,
+        renew_deadline=renew,
+        retry_period=retry,
+        identity=identity,
+        log_format=_choice("--log-format", required("--log-format"), LOG_FORMATS),
+        log_level=_choice("--log-level", required("--log-level"), LOG_LEVELS),
+    )

@@ -1,0 +1,432 @@
+"""Leader election on a ``coordination.k8s.io/v1`` Lease (R-RUN-4).
+
+client-go's algorithm with ReleaseOnCancel, written for asyncio (the Python
+libraries neither release on cancel nor keep ``leaseTransitions``, and one of
+them writes local times with a ``Z``):
+
+- A candidate tries every retry period (jittered by up to 1.2 x). A lease is
+  free when its holder is empty, or when the record this process last saw
+  has not changed for the record's ``leaseDurationSeconds`` *on the local
+  monotonic clock*. The remote ``renewTime`` is never compared with the local
+  clock, so clock skew between machines does not matter.
+- Every write carries the resourceVersion of the lease it read (the fast
+  renewal path uses the one it last wrote), so two candidates never both win.
+- The leader renews every retry period. It counts its deadline from the moment
+  it *sent* its last successful write (an upper bound on how stale the others'
+  view of it can be); once ``renew_deadline`` has passed without another
+  success, or as soon as a read shows another holder, leader work is
+  cancelled and awaited before anything else happens. That leaves
+  ``lease_duration - renew_deadline`` for the work to unwind before another
+  candidate may take over.
+- Every request has a timeout of half the renew deadline, and every attempt
+  is cut off at the deadline, so a hung request cannot keep a lost leader
+  working.
+- On stopping (cancellation) and after a lost term, the lease is released:
+  holder ``""``, ``leaseDurationSeconds: 1``, acquire and renew time now,
+  ``leaseTransitions`` unchanged, written only if this process still holds it.
+  Another replica then takes over on its next try instead of waiting out the
+  lease. Release is bounded by the renew deadline.
+- Timestamps are MicroTime in UTC whatever the machine's zone.
+
+Time comes in through the cache's ``Clock`` (monotonic: validity, deadlines,
+sleeps) and a separate wall clock (the Lease's timestamps), so tests run the
+whole algorithm on fake time.
+
+Leader election does not fence: a paused process can believe it leads for a
+moment after the lease moved on. Every write that decides something must carry
+its own resourceVersion precondition.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import random
+from collections.abc import AsyncIterator, Callable, Coroutine
+from contextlib import asynccontextmanager
+from typing import Any, Final, Protocol
+
+import attrs
+
+from cozygpu.cache.timing import Clock, LoopClock
+from cozygpu.kube import errors
+from cozygpu.kube.client import Obj, resource_path
+from cozygpu.runtime.flags import JITTER_FACTOR
+from cozygpu.runtime.logging import get_logger
+from cozygpu.runtime.metrics import LeaderMetrics
+
+COORDINATION_GROUP: Final = "coordination.k8s.io"
+COORDINATION_VERSION: Final = "v1"
+
+_log = get_logger("cozygpu.leader")
+
+#: What a leader runs for one term: started when the term begins, cancelled when it ends.
+LeaderWork = Callable[[], Coroutine[Any, Any, None]]
+#: Wall-clock time, timezone-aware: only ever written into the Lease, never compared.
+WallClock = Callable[[], dt.datetime]
+
+
+def utc_now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+@asynccontextmanager
+async def deadline(clock: Clock, seconds: float) -> AsyncIterator[None]:
+    """``asyncio.timeout`` on ``clock`` (TimeoutError when ``seconds`` pass first)."""
+    async with asyncio.timeout(None) as scope:
+        handle = clock.call_later(seconds, lambda: scope.reschedule(asyncio.get_running_loop().time()))
+        try:
+            yield
+        finally:
+            handle.cancel()
+
+
+class LeaseClient(Protocol):
+    """The part of ``cozygpu.kube.Client`` leader election uses."""
+
+    async def get_or_none(self, path: str, *, timeout: float | None = ..., attempts: int = ...) -> Obj | None: ...
+
+    async def create(self, path: str, body: Obj, *, timeout: float | None = ..., attempts: int = ...) -> Obj: ...
+
+    async def replace(self, path: str, body: Obj, *, timeout: float | None = ..., attempts: int = ...) -> Obj: ...
+
+
+def micro_time(when: dt.datetime) -> str:
+    """Kubernetes MicroTime: RFC 3339 in UTC with microseconds."""
+    if when.tzinfo is None:
+        raise ValueError("a naive datetime has no defined UTC time")
+    return when.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+@attrs.frozen(kw_only=True)
+class LeaseRecord:
+    """The election fields of a Lease spec."""
+
+    holder: str
+    duration_seconds: int
+    acquire_time: str | None
+    renew_time: str | None
+    transitions: int
+
+    @classmethod
+    def from_lease(cls, lease: Obj) -> LeaseRecord:
+        spec = lease.get("spec") or {}
+        return cls(
+            holder=str(spec.get("holderIdentity") or ""),
+            duration_seconds=int(spec.get("leaseDurationSeconds") or 0),
+            acquire_time=spec.get("acquireTime"),
+            renew_time=spec.get("renewTime"),
+            transitions=int(spec.get("leaseTransitions") or 0),
+        )
+
+    def spec(self) -> Obj:
+        """The spec to write; other spec fields of the stored lease are kept by the caller."""
+        return {
+            "holderIdentity": self.holder,
+            "leaseDurationSeconds": self.duration_seconds,
+            "acquireTime": self.acquire_time,
+            "renewTime": self.renew_time,
+            "leaseTransitions": self.transitions,
+        }
+
+
+@attrs.frozen(kw_only=True)
+class ElectionConfig:
+    namespace: str
+    name: str
+    identity: str
+    lease_duration: float
+    renew_deadline: float
+    retry_period: float
+
+    def __attrs_post_init__(self) -> None:
+        if not self.identity:
+            raise ValueError("leader election needs a non-empty identity")
+        if not self.lease_duration > self.renew_deadline > JITTER_FACTOR * self.retry_period > 0:
+            raise ValueError("leader election needs lease_duration > renew_deadline > 1.2 x retry_period > 0")
+
+    @property
+    def request_timeout(self) -> float:
+        """Each request's own limit: half the renew deadline, as controller-runtime sets it."""
+        return self.renew_deadline / 2
+
+
+class LeaderElector:
+    """Campaigns for one Lease and runs leader work only while it holds it.
+
+    ``await elector.run(work)`` campaigns until cancelled. Each time this
+    process becomes leader it calls ``work()`` in a task of its own; the task
+    is cancelled and awaited the moment the term ends (see the module
+    docstring). A ``work`` that returns leaves the term running; one that
+    raises ends it, releases the lease and propagates the error from ``run``.
+    """
+
+    def __init__(
+        self,
+        client: LeaseClient,
+        config: ElectionConfig,
+        *,
+        clock: Clock | None = None,
+        wall: WallClock = utc_now,
+        metrics: LeaderMetrics | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self._client = client
+        self.config = config
+        self._clock: Clock = clock if clock is not None else LoopClock()
+        self._wall = wall
+        self._metrics = metrics
+        self._rng = rng if rng is not None else random.Random()
+        self._collection = resource_path(COORDINATION_GROUP, COORDINATION_VERSION, "leases",
+                                         namespace=config.namespace)
+        self._path = f"{self._collection}/{config.name}"
+        self._log = _log.bind(lease=f"{config.namespace}/{config.name}", identity=config.identity)
+        # What this process last saw of the lease, and when (local monotonic clock).
+        self._observed: LeaseRecord | None = None
+        self._observed_lease: Obj | None = None
+        self._observed_spec: Obj | None = None
+        self._observed_at = 0.0
+        self._observed_version: str | None = None
+        self._reported_holder = ""
+        # When the last successful acquire or renew write was sent.
+        self._renewed_at: float | None = None
+        # A write of ours may have taken effect: release on the way out.
+        self._may_hold = False
+        self._leading = False
+
+    # -- what others may ask ---------------------------------------------------------------
+
+    @property
+    def leading(self) -> bool:
+        """True from the moment leader work is started until it has been stopped."""
+        return self._leading
+
+    @property
+    def holder(self) -> str:
+        """The holder this process last observed ("" when free or unknown)."""
+        return self._observed.holder if self._observed is not None else ""
+
+    # -- the campaign ----------------------------------------------------------------------
+
+    async def run(self, work: LeaderWork) -> None:
+        """Campaign, lead, stop and release, until cancelled."""
+        try:
+            while True:
+                await self._acquire()
+                await self._lead(work)
+        finally:
+            # Stopped while campaigning: a write that was cut short may still have taken the lease.
+            await self._release()
+
+    async def _acquire(self) -> None:
+        self._log.info("campaigning for the lease")
+        while True:
+            if await self._attempt(self.config.renew_deadline):
+                return
+            period = self.config.retry_period
+            await self._clock.sleep(period + self._rng.random() * JITTER_FACTOR * period)
+
+    async def _lead(self, work: LeaderWork) -> None:
+        cfg = self.config
+        self._leading = True
+        self._log.info("started leading")
+        if self._metrics is not None:
+            self._metrics.terms.inc()
+            self._metrics.is_leader.set(1)
+        try:
+            try:
+                async with asyncio.TaskGroup() as group:
+                    group.create_task(work(), name=f"leader work of {cfg.identity}")
+                    reason = await self._renew_until_lost()
+                    raise _TermLost(reason)
+            except* _TermLost as lost:
+                reason = str(lost.exceptions[0])
+                self._log.warning("lost the lease; leader work stopped", reason=reason)
+                if self._metrics is not None:
+                    self._metrics.lost.inc()
+        finally:
+            # Leader work has finished here, in every path: the task group waited for it.
+            self._leading = False
+            if self._metrics is not None:
+                self._metrics.is_leader.set(0)
+            self._log.info("stopped leading; leader work has finished")
+            await self._release()
+
+    async def _renew_until_lost(self) -> str:
+        """Renew every retry period; return why the term ended."""
+        cfg = self.config
+        while True:
+            await self._clock.sleep(cfg.retry_period)
+            assert self._renewed_at is not None
+            cutoff = self._renewed_at + cfg.renew_deadline
+            while True:
+                remaining = cutoff - self._clock.now()
+                if remaining <= 0:
+                    return f"no renewal within the renew deadline ({cfg.renew_deadline:g}s)"
+                if await self._attempt(remaining):
+                    break
+                if self.holder not in ("", cfg.identity):
+                    return f"the lease is held by {self.holder}"
+                await self._clock.sleep(min(cfg.retry_period, max(0.0, cutoff - self._clock.now())))
+
+    async def _attempt(self, budget: float) -> bool:
+        """One acquire-or-renew, cut off after ``budget`` seconds; errors count as failure."""
+        try:
+            async with deadline(self._clock, budget):
+                won = await self._try_acquire_or_renew()
+        except (errors.KubeError, TimeoutError) as err:
+            self._log.warning("acquire or renew failed", error=str(err) or type(err).__name__)
+            if self._metrics is not None:
+                self._metrics.renew_failures.inc()
+            won = False
+        self._report_holder()
+        return won
+
+    # -- one try: client-go's tryAcquireOrRenew --------------------------------------------
+
+    def _desired(self, now: dt.datetime, *, acquire_time: str | None, transitions: int) -> LeaseRecord:
+        stamp = micro_time(now)
+        return LeaseRecord(
+            holder=self.config.identity,
+            duration_seconds=int(self.config.lease_duration),
+            acquire_time=acquire_time if acquire_time is not None else stamp,
+            renew_time=stamp,
+            transitions=transitions,
+        )
+
+    def _observed_valid(self, now: float) -> bool:
+        return self._observed is not None and self._observed_at + self._observed.duration_seconds > now
+
+    async def _try_acquire_or_renew(self) -> bool:
+        cfg = self.config
+        me = cfg.identity
+        kw: dict[str, Any] = {"timeout": cfg.request_timeout, "attempts": 1}
+
+        # Fast path: the leader renews on top of the lease it last wrote.
+        observed = self._observed
+        if (observed is not None and observed.holder == me and self._observed_version is not None
+                and self._observed_valid(self._clock.now())):
+            record = self._desired(self._wall(), acquire_time=observed.acquire_time,
+                                   transitions=observed.transitions)
+            body = self._lease_body(self._observed_lease, record, self._observed_version)
+            sent = self._clock.now()
+            try:
+                written = await self._client.replace(self._path, body, **kw)
+            except (errors.Conflict, errors.NotFound) as err:
+                self._log.debug("fast renewal refused; reading the lease", error=str(err))
+            else:
+                self._wrote(written, sent)
+                return True
+
+        lease = await self._client.get_or_none(self._path, **kw)
+        if lease is None:
+            record = self._desired(self._wall(), acquire_time=None, transitions=0)
+            sent = self._clock.now()
+            self._may_hold = True
+            try:
+                created = await self._client.create(self._collection, self._lease_body(None, record, None), **kw)
+            except errors.AlreadyExists:
+                return False
+            self._wrote(created, sent)
+            return True
+
+        current = LeaseRecord.from_lease(lease)
+        if (lease.get("spec") or {}) != self._observed_spec:
+            self._observe(lease, self._clock.now())
+        else:
+            # The same record as before: its validity still counts from when it was first seen.
+            self._observed_lease = lease
+            self._observed_version = lease["metadata"]["resourceVersion"]
+        if current.holder and current.holder != me and self._observed_valid(self._clock.now()):
+            return False
+
+        if current.holder == me:
+            record = self._desired(self._wall(), acquire_time=current.acquire_time,
+                                   transitions=current.transitions)
+        else:
+            record = self._desired(self._wall(), acquire_time=None, transitions=current.transitions + 1)
+        body = self._lease_body(lease, record, lease["metadata"]["resourceVersion"])
+        sent = self._clock.now()
+        self._may_hold = True
+        try:
+            written = await self._client.replace(self._path, body, **kw)
+        except errors.Conflict:
+            return False
+        self._wrote(written, sent)
+        return True
+
+    def _lease_body(self, base: Obj | None, record: LeaseRecord, version: str | None) -> Obj:
+        """The whole Lease to write: ``base`` (the stored object) with the election fields replaced."""
+        metadata: Obj = dict((base or {}).get("metadata") or {})
+        metadata.update({"name": self.config.name, "namespace": self.config.namespace})
+        metadata.pop("managedFields", None)
+        if version is not None:
+            metadata["resourceVersion"] = version
+        return {
+            "apiVersion": f"{COORDINATION_GROUP}/{COORDINATION_VERSION}",
+            "kind": "Lease",
+            "metadata": metadata,
+            "spec": {**((base or {}).get("spec") or {}), **record.spec()},
+        }
+
+    def _observe(self, lease: Obj, at: float) -> None:
+        self._observed = LeaseRecord.from_lease(lease)
+        self._observed_lease = lease
+        self._observed_spec = lease.get("spec") or {}
+        self._observed_version = lease["metadata"]["resourceVersion"]
+        self._observed_at = at
+
+    def _wrote(self, lease: Obj, sent: float) -> None:
+        self._observe(lease, self._clock.now())
+        self._renewed_at = sent
+        self._may_hold = True
+        if self._metrics is not None:
+            self._metrics.last_renew.set(self._wall().timestamp())
+
+    def _report_holder(self) -> None:
+        holder = self.holder
+        if holder != self._reported_holder:
+            self._reported_holder = holder
+            self._log.info("observed a new lease holder", holder=holder or None)
+
+    # -- release ---------------------------------------------------------------------------
+
+    async def _release(self) -> None:
+        """Hand the lease back if this process still holds it (bounded by the renew deadline)."""
+        if not self._may_hold:
+            return
+        cfg = self.config
+        kw: dict[str, Any] = {"timeout": cfg.request_timeout, "attempts": 1}
+        try:
+            async with deadline(self._clock, cfg.renew_deadline):
+                while True:
+                    try:
+                        lease = await self._client.get_or_none(self._path, **kw)
+                        if lease is None or LeaseRecord.from_lease(lease).holder != cfg.identity:
+                            break
+                        current = LeaseRecord.from_lease(lease)
+                        stamp = micro_time(self._wall())
+                        released = LeaseRecord(holder="", duration_seconds=1, acquire_time=stamp,
+                                               renew_time=stamp, transitions=current.transitions)
+                        body = self._lease_body(lease, released, lease["metadata"]["resourceVersion"])
+                        written = await self._client.replace(self._path, body, **kw)
+                    except errors.Conflict:
+                        continue
+                    except errors.KubeError as err:
+                        self._log.warning("releasing the lease failed; retrying", error=str(err))
+                        await self._clock.sleep(cfg.retry_period)
+                        continue
+                    self._observe(written, self._clock.now())
+                    self._log.info("released the lease")
+                    if self._metrics is not None:
+                        self._metrics.released.inc()
+                    break
+        except TimeoutError:
+            self._log.warning("could not release the lease in time; others wait for it to expire")
+        finally:
+            self._may_hold = False
+            self._renewed_at = None
+
+
+class _TermLost(Exception):
+    """Raised inside the term's task group to cancel leader work."""

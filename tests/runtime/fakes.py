@@ -1,0 +1,180 @@
+"""Fake time and a fake Lease API for the leader-election unit tests.
+
+``FakeClock`` moves only when a test calls ``advance``; sleeps and timeouts
+fire in time order as it passes them. ``FakeLeaseApi`` keeps Lease objects in
+memory with the API server's optimistic concurrency (a PUT whose
+resourceVersion is stale is a Conflict), and can fail or hang requests on
+demand, before or after the write takes effect.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import datetime as dt
+import heapq
+import itertools
+import random
+from collections.abc import Callable
+from typing import Any
+
+from cozygpu.kube import errors
+from cozygpu.kube.client import Obj
+
+START = dt.datetime(2026, 12, 2, 12, 0, 0, tzinfo=dt.UTC)
+
+
+async def settle(rounds: int = 30) -> None:
+    """Let every task that can run without time passing run."""
+    for _ in range(rounds):
+        await asyncio.sleep(0)
+
+
+class _Handle:
+    def __init__(self, callback: Callable[[], None]) -> None:
+        self.callback: Callable[[], None] | None = callback
+
+    def cancel(self) -> None:
+        self.callback = None
+
+
+class FakeClock:
+    """``cozygpu.cache.timing.Clock`` on hand-moved time, plus the matching wall clock."""
+
+    def __init__(self, start: dt.datetime = START) -> None:
+        self._start = start
+        self._t = 0.0
+        self._timers: list[tuple[float, int, _Handle]] = []
+        self._seq = itertools.count()
+
+    def now(self) -> float:
+        return self._t
+
+    def wall(self) -> dt.datetime:
+        return self._start + dt.timedelta(seconds=self._t)
+
+    def call_later(self, seconds: float, callback: Callable[[], None]) -> _Handle:
+        handle = _Handle(callback)
+        heapq.heappush(self._timers, (self._t + max(0.0, seconds), next(self._seq), handle))
+        return handle
+
+    async def sleep(self, seconds: float) -> None:
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+        def wake() -> None:
+            if not future.done():
+                future.set_result(None)
+
+        handle = self.call_later(seconds, wake)
+        try:
+            await future
+        finally:
+            handle.cancel()
+
+    async def advance(self, seconds: float, *, step: float | None = None) -> None:
+        """Move time forward, firing due timers in order and letting tasks run after each."""
+        target = self._t + seconds
+        await settle()
+        while True:
+            nxt = self._timers[0][0] if self._timers else None
+            if step is not None:
+                nxt = min(nxt, self._t + step) if nxt is not None else self._t + step
+            if nxt is None or nxt > target:
+                break
+            self._t = max(self._t, nxt)
+            while self._timers and self._timers[0][0] <= self._t:
+                _, _, handle = heapq.heappop(self._timers)
+                if handle.callback is not None:
+                    handle.callback()
+            await settle()
+        self._t = target
+        await settle()
+
+
+class FakeLeaseApi:
+    """In-memory Leases with resourceVersion preconditions; implements ``leader.LeaseClient``."""
+
+    def __init__(self, *, rng: random.Random | None = None) -> None:
+        self.objects: dict[str, Obj] = {}
+        self._version = itertools.count(100)
+        self.calls: list[tuple[str, str]] = []
+        #: Raise Unavailable before anything happens, with this probability.
+        self.fail_before = 0.0
+        #: Take the write, then raise Unavailable (the caller cannot tell), with this probability.
+        self.fail_after = 0.0
+        #: Every request waits until cancelled.
+        self.hang = False
+        self._rng = rng if rng is not None else random.Random(0)
+
+    async def _enter(self, verb: str, path: str) -> None:
+        self.calls.append((verb, path))
+        await asyncio.sleep(0)
+        if self.hang:
+            await asyncio.Event().wait()
+        if self._rng.random() < self.fail_before:
+            raise errors.Unavailable(f"{verb} {path}: injected failure")
+
+    def _leave(self, verb: str, path: str) -> None:
+        if self._rng.random() < self.fail_after:
+            raise errors.Unavailable(f"{verb} {path}: injected failure after the write")
+
+    def _stored(self, path: str, body: Obj) -> Obj:
+        obj = copy.deepcopy(body)
+        obj["metadata"]["resourceVersion"] = str(next(self._version))
+        self.objects[path] = obj
+        return copy.deepcopy(obj)
+
+    async def get_or_none(self, path: str, **_: Any) -> Obj | None:
+        await self._enter("GET", path)
+        obj = self.objects.get(path)
+        return copy.deepcopy(obj) if obj is not None else None
+
+    async def create(self, path: str, body: Obj, **_: Any) -> Obj:
+        collection, path = path, f"{path}/{body['metadata']['name']}"
+        await self._enter("POST", collection)
+        if path in self.objects:
+            raise errors.AlreadyExists(409, {"reason": "AlreadyExists"}, method="POST", path=path)
+        if body["metadata"].get("resourceVersion"):
+            raise errors.BadRequest(400, {"message": "resourceVersion must not be set on create"})
+        stored = self._stored(path, body)
+        self._leave("POST", collection)
+        return stored
+
+    async def replace(self, path: str, body: Obj, **_: Any) -> Obj:
+        await self._enter("PUT", path)
+        current = self.objects.get(path)
+        if current is None:
+            raise errors.NotFound(404, {"reason": "NotFound"}, method="PUT", path=path)
+        if body["metadata"].get("resourceVersion") != current["metadata"]["resourceVersion"]:
+            raise errors.Conflict(409, {"reason": "Conflict"}, method="PUT", path=path)
+        stored = self._stored(path, body)
+        self._leave("PUT", path)
+        return stored
+
+    def spec(self, path: str) -> Obj:
+        spec: Obj = self.objects[path]["spec"]
+        return spec
+
+
+class Link:
+    """One candidate's connection to a shared ``FakeLeaseApi``; while ``down`` every request fails."""
+
+    def __init__(self, api: FakeLeaseApi) -> None:
+        self.api = api
+        self.down = False
+
+    def _check(self, verb: str, path: str) -> None:
+        if self.down:
+            raise errors.Unavailable(f"{verb} {path}: partitioned")
+
+    async def get_or_none(self, path: str, **kw: Any) -> Obj | None:
+        self._check("GET", path)
+        return await self.api.get_or_none(path, **kw)
+
+    async def create(self, path: str, body: Obj, **kw: Any) -> Obj:
+        self._check("POST", path)
+        return await self.api.create(path, body, **kw)
+
+    async def replace(self, path: str, body: Obj, **kw: Any) -> Obj:
+        self._check("PUT", path)
+        return await self.api.replace(path, body, **kw)

@@ -1,0 +1,335 @@
+"""Leader election on a fake clock and an in-memory Lease API (client-go's algorithm, ReleaseOnCancel)."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import random
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager, suppress
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from cozygpu.kube.client import resource_path
+from cozygpu.runtime.leader import ElectionConfig, LeaderElector, micro_time
+from cozygpu.runtime.metrics import LeaderMetrics
+from tests.runtime.fakes import FakeClock, FakeLeaseApi, Link, settle
+
+NAMESPACE = "cozy-gpu"
+LEASE = resource_path("coordination.k8s.io", "v1", "leases", namespace=NAMESPACE, name="cozygpu-leader")
+LEASE_DURATION, RENEW_DEADLINE, RETRY_PERIOD = 15.0, 10.0, 2.0
+#: The longest a candidate waits between tries: the period plus client-go's 1.2 jitter.
+MAX_RETRY_WAIT = RETRY_PERIOD * 2.2
+
+
+class Work:
+    """Leader work that records when each term's work ran, on the fake clock."""
+
+    def __init__(self, clock: FakeClock, api: FakeLeaseApi | None = None, *, fail_after: float | None = None) -> None:
+        self.clock = clock
+        self.api = api
+        self.fail_after = fail_after
+        self.starts: list[float] = []
+        self.intervals: list[tuple[float, float]] = []
+        self.running = False
+
+    async def __call__(self) -> None:
+        start = self.clock.now()
+        self.starts.append(start)
+        self.running = True
+        try:
+            if self.fail_after is not None:
+                await self.clock.sleep(self.fail_after)
+                raise RuntimeError("leader work broke")
+            await asyncio.Event().wait()
+        finally:
+            self.running = False
+            self.intervals.append((start, self.clock.now()))
+            if self.api is not None:
+                self.api.calls.append(("WORK-STOPPED", ""))
+
+
+def make_elector(api: FakeLeaseApi | Link, clock: FakeClock, identity: str, *,
+                 registry: CollectorRegistry | None = None) -> LeaderElector:
+    config = ElectionConfig(namespace=NAMESPACE, name="cozygpu-leader", identity=identity,
+                            lease_duration=LEASE_DURATION, renew_deadline=RENEW_DEADLINE, retry_period=RETRY_PERIOD)
+    metrics = LeaderMetrics.on(registry) if registry is not None else None
+    return LeaderElector(api, config, clock=clock, wall=clock.wall, rng=random.Random(identity), metrics=metrics)
+
+
+@asynccontextmanager
+async def campaigning(elector: LeaderElector, work: Work) -> AsyncIterator[asyncio.Task[None]]:
+    task = asyncio.create_task(elector.run(work))
+    try:
+        yield task
+    finally:
+        task.cancel()
+        await settle()
+        # Releasing may retry on the fake clock: keep time moving until the elector is done.
+        while not task.done():
+            await work.clock.advance(0.5)
+        with suppress(asyncio.CancelledError):
+            await task
+
+
+def ghost_lease(holder: str, *, renew_time: str, transitions: int = 3) -> dict[str, object]:
+    return {
+        "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+        "metadata": {"name": "cozygpu-leader", "namespace": NAMESPACE, "resourceVersion": "1"},
+        "spec": {"holderIdentity": holder, "leaseDurationSeconds": 15, "acquireTime": renew_time,
+                 "renewTime": renew_time, "leaseTransitions": transitions},
+    }
+
+
+async def test_a_candidate_creates_the_missing_lease_and_leads() -> None:
+    clock, api = FakeClock(), FakeLeaseApi()
+    work = Work(clock)
+    async with campaigning(make_elector(api, clock, "a"), work):
+        await clock.advance(0.1)
+        assert work.running
+        spec = api.spec(LEASE)
+        assert spec["holderIdentity"] == "a"
+        assert spec["leaseDurationSeconds"] == 15
+        assert spec["leaseTransitions"] == 0
+        assert spec["acquireTime"] == spec["renewTime"] == micro_time(clock.wall() - dt.timedelta(seconds=0.1))
+
+
+async def test_renewals_keep_acquire_time_and_transitions_and_move_renew_time() -> None:
+    clock, api = FakeClock(), FakeLeaseApi()
+    async with campaigning(make_elector(api, clock, "a"), Work(clock)):
+        await clock.advance(0.1)
+        first = dict(api.spec(LEASE))
+        await clock.advance(7)
+        later = api.spec(LEASE)
+        assert later["acquireTime"] == first["acquireTime"]
+        assert later["leaseTransitions"] == first["leaseTransitions"]
+        assert later["renewTime"] > first["renewTime"]
+
+
+async def test_a_second_candidate_never_leads_while_the_leader_renews() -> None:
+    clock, api = FakeClock(), FakeLeaseApi()
+    a_work, b_work = Work(clock), Work(clock)
+    async with campaigning(make_elector(api, clock, "a"), a_work):
+        await clock.advance(0.1)
+        async with campaigning(make_elector(api, clock, "b"), b_work):
+            await clock.advance(10 * LEASE_DURATION)
+            assert a_work.running
+            assert b_work.intervals == []
+            assert not b_work.running
+
+
+async def test_a_lease_that_stops_changing_is_taken_one_lease_duration_after_it_was_first_seen() -> None:
+    clock, api = FakeClock(), FakeLeaseApi()
+    # The remote renewTime is in the future: only the local observation time may count.
+    api.objects[LEASE] = ghost_lease("ghost", renew_time="2030-01-01T00:00:00.000000Z", transitions=3)
+    work = Work(clock)
+    async with campaigning(make_elector(api, clock, "b"), work):
+        await clock.advance(LEASE_DURATION - 0.01)
+        assert not work.running
+        await clock.advance(MAX_RETRY_WAIT + 0.02)
+        assert work.running
+    spec = api.spec(LEASE)
+    assert spec["leaseTransitions"] == 4
+
+
+async def test_a_lease_with_an_old_remote_renew_time_is_still_waited_for() -> None:
+    clock, api = FakeClock(), FakeLeaseApi()
+    api.objects[LEASE] = ghost_lease("ghost", renew_time="2020-01-01T00:00:00.000000Z")
+    work = Work(clock)
+    async with campaigning(make_elector(api, clock, "b"), work):
+        await clock.advance(LEASE_DURATION - 0.01)
+        assert not work.running
+
+
+async def test_a_changing_lease_restarts_the_wait() -> None:
+    clock, api = FakeClock(), FakeLeaseApi()
+    api.objects[LEASE] = ghost_lease("ghost", renew_time="2026-12-02T12:00:00.000000Z")
+    work = Work(clock)
+    async with campaigning(make_elector(api, clock, "b"), work):
+        await clock.advance(10)
+        renewed = ghost_lease("ghost", renew_time="2026-12-02T12:00:10.000000Z")
+        renewed["metadata"]["resourceVersion"] = "2"  # type: ignore[index]
+        api.objects[LEASE] = renewed
+        await clock.advance(LEASE_DURATION - 0.5)
+        assert not work.running
+        await clock.advance(MAX_RETRY_WAIT + RETRY_PERIOD)
+        assert work.running
+
+
+async def test_leader_work_is_cancelled_when_no_renewal_succeeds_within_the_renew_deadline() -> None:
+    clock, api = FakeClock(), FakeLeaseApi()
+    work = Work(clock)
+    async with campaigning(make_elector(api, clock, "a"), work):
+        await clock.advance(0.1)
+        api.fail_before = 1.0
+        await clock.advance(LEASE_DURATION * 2)
+        assert not work.running
+        (start, stop), = work.intervals
+        # Counted from when the last successful write was sent (t=0), not from the first failure.
+        assert stop == pytest.approx(start + RENEW_DEADLINE)
+        assert stop < start + LEASE_DURATION
+
+
+async def test_a_hung_renewal_request_is_cut_off_at_the_renew_deadline() -> None:
+    clock, api = FakeClock(), FakeLeaseApi()
+    work = Work(clock)
+    async with campaigning(make_elector(api, clock, "a"), work):
+        await clock.advance(0.1)
+        api.hang = True
+        await clock.advance(LEASE_DURATION)
+        (start, stop), = work.intervals
+        assert stop == pytest.approx(start + RENEW_DEADLINE)
+
+
+async def test_leader_work_stops_at_once_when_a_renewal_finds_another_holder() -> None:
+    clock, api = FakeClock(), FakeLeaseApi()
+    work = Work(clock)
+    async with campaigning(make_elector(api, clock, "a"), work):
+        await clock.advance(0.1)
+        intruder = ghost_lease("intruder", renew_time=micro_time(clock.wall()))
+        intruder["metadata"]["resourceVersion"] = "9999"  # type: ignore[index]
+        api.objects[LEASE] = intruder
+        await clock.advance(RETRY_PERIOD)
+        assert not work.running
+        (_, stop), = work.intervals
+        assert stop == pytest.approx(RETRY_PERIOD)  # the first renewal after the change, not the deadline
+        # The intruder's lease is not "released" by the process that lost it.
+        assert api.spec(LEASE)["holderIdentity"] == "intruder"
+
+
+async def test_stopping_the_leader_stops_its_work_then_releases_the_lease() -> None:
+    clock, api = FakeClock(), FakeLeaseApi()
+    work = Work(clock, api)
+    async with campaigning(make_elector(api, clock, "a"), work):
+        await clock.advance(5)
+    spec = api.spec(LEASE)
+    assert spec["holderIdentity"] == ""
+    assert spec["leaseDurationSeconds"] == 1
+    assert spec["leaseTransitions"] == 0
+    assert spec["renewTime"] == spec["acquireTime"] == micro_time(clock.wall())
+    last_put = max(i for i, (verb, _) in enumerate(api.calls) if verb == "PUT")
+    assert api.calls.index(("WORK-STOPPED", "")) < last_put
+
+
+async def test_a_candidate_stopped_after_a_write_it_could_not_confirm_releases_the_lease() -> None:
+    clock, api = FakeClock(), FakeLeaseApi()
+    api.fail_after = 1.0  # every write lands, and every caller hears an error
+    work = Work(clock)
+    async with campaigning(make_elector(api, clock, "a"), work):
+        await clock.advance(0.1)
+        assert api.spec(LEASE)["holderIdentity"] == "a"
+        assert not work.running
+        api.fail_after = 0.0
+    assert api.spec(LEASE)["holderIdentity"] == ""
+
+
+async def test_a_candidate_that_never_wrote_does_not_touch_the_lease_when_stopped() -> None:
+    clock, api = FakeClock(), FakeLeaseApi()
+    api.objects[LEASE] = ghost_lease("ghost", renew_time="2026-12-02T12:00:00.000000Z")
+    async with campaigning(make_elector(api, clock, "b"), Work(clock)):
+        await clock.advance(5)
+    assert [verb for verb, _ in api.calls] == ["GET"] * len(api.calls)
+    assert api.spec(LEASE)["holderIdentity"] == "ghost"
+
+
+async def test_a_released_lease_is_taken_by_the_other_candidate_on_its_next_try() -> None:
+    clock, api = FakeClock(), FakeLeaseApi()
+    a_work, b_work = Work(clock), Work(clock)
+    a_task = asyncio.create_task(make_elector(api, clock, "a").run(a_work))
+    await clock.advance(0.1)
+    async with campaigning(make_elector(api, clock, "b"), b_work):
+        await clock.advance(3)
+        assert a_work.running
+        assert not b_work.running
+        a_task.cancel()
+        with suppress(asyncio.CancelledError):
+            await a_task
+        stopped = clock.now()
+        await clock.advance(MAX_RETRY_WAIT + 0.01)
+        assert b_work.running
+        assert b_work.starts[0] - stopped <= MAX_RETRY_WAIT
+    assert api.spec(LEASE)["leaseTransitions"] == 1
+
+
+async def test_each_change_of_holder_counts_one_transition() -> None:
+    clock, api = FakeClock(), FakeLeaseApi()
+    for identity in ("a", "b", "a"):
+        async with campaigning(make_elector(api, clock, identity), Work(clock)):
+            await clock.advance(RETRY_PERIOD * 3)
+    assert api.spec(LEASE)["leaseTransitions"] == 2
+
+
+async def test_lease_times_are_written_in_utc_whatever_the_clock_zone() -> None:
+    eastern = dt.timezone(dt.timedelta(hours=5))
+    clock, api = FakeClock(dt.datetime(2026, 12, 2, 15, 0, 0, tzinfo=eastern)), FakeLeaseApi()
+    async with campaigning(make_elector(api, clock, "a"), Work(clock)):
+        await clock.advance(0.25)
+        assert api.spec(LEASE)["renewTime"] == "2026-12-02T10:00:00.000000Z"
+
+
+def test_a_naive_time_is_refused_rather_than_guessed() -> None:
+    with pytest.raises(ValueError, match="naive"):
+        micro_time(dt.datetime(2026, 12, 2, 12, 0, 0))
+
+
+async def test_leader_work_that_raises_ends_the_term_releases_the_lease_and_propagates() -> None:
+    clock, api = FakeClock(), FakeLeaseApi()
+    task = asyncio.create_task(make_elector(api, clock, "a").run(Work(clock, fail_after=3)))
+    await clock.advance(3.5)
+    assert task.done()
+    with pytest.raises(ExceptionGroup) as caught:
+        task.result()
+    assert caught.group_contains(RuntimeError, match="leader work broke")
+    assert api.spec(LEASE)["holderIdentity"] == ""
+
+
+async def test_a_process_that_lost_the_lease_campaigns_again_once_the_api_answers() -> None:
+    clock, api = FakeClock(), FakeLeaseApi()
+    work = Work(clock)
+    async with campaigning(make_elector(api, clock, "a"), work):
+        await clock.advance(0.1)
+        api.fail_before = 1.0
+        await clock.advance(RENEW_DEADLINE + 1)
+        assert not work.running
+        api.fail_before = 0.0
+        await clock.advance(RENEW_DEADLINE + MAX_RETRY_WAIT)
+        assert work.running
+        assert len(work.starts) == 2
+
+
+async def test_leader_metrics_follow_the_terms() -> None:
+    registry = CollectorRegistry()
+    clock, api = FakeClock(), FakeLeaseApi()
+    async with campaigning(make_elector(api, clock, "a", registry=registry), Work(clock)):
+        await clock.advance(0.1)
+        assert registry.get_sample_value("cozygpu_leader_is_leader") == 1
+        api.fail_before = 1.0
+        await clock.advance(RENEW_DEADLINE)
+        assert registry.get_sample_value("cozygpu_leader_is_leader") == 0
+        assert registry.get_sample_value("cozygpu_leader_lost_total") == 1
+        assert (registry.get_sample_value("cozygpu_leader_attempt_failures_total") or 0) >= 1
+    assert registry.get_sample_value("cozygpu_leader_terms_total") == 1
+
+
+@pytest.mark.parametrize("seed", range(8))
+async def test_two_candidates_on_a_flaky_partitioned_api_never_run_leader_work_at_once(seed: int) -> None:
+    rng = random.Random(seed)
+    clock, api = FakeClock(), FakeLeaseApi(rng=rng)
+    api.fail_before, api.fail_after = 0.2, 0.1
+    a_link, b_link = Link(api), Link(api)
+    a_work, b_work = Work(clock), Work(clock)
+    async with campaigning(make_elector(a_link, clock, "a"), a_work), \
+            campaigning(make_elector(b_link, clock, "b"), b_work):
+        for _ in range(200):
+            # Each candidate's connection breaks and heals at random, for seconds at a time.
+            for link in (a_link, b_link):
+                if rng.random() < 0.15:
+                    link.down = not link.down
+            await clock.advance(3, step=0.25)
+            assert not (a_work.running and b_work.running)
+    assert a_work.intervals, "a never led: the test proved nothing"
+    assert b_work.intervals, "b never led: the test proved nothing"
+    for a_start, a_stop in a_work.intervals:
+        for b_start, b_stop in b_work.intervals:
+            assert a_stop <= b_start or b_stop <= a_start, (a_work.intervals, b_work.intervals)

@@ -1,0 +1,186 @@
+"""The settings ConfigMap publisher against the real API server (R-BIND-10)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager, suppress
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+
+from cozygpu import keys
+from cozygpu.cache.cache import Cache
+from cozygpu.kube import Client, errors, resource_path
+from cozygpu.kube.client import Obj
+from cozygpu.runtime import kinds
+from cozygpu.runtime.settings import SettingsPublisher, settings_data
+from tests.support.crds import FIXTURE_CRDS, install_fixture_crd, uninstall_fixture_crd
+
+CLASSES = resource_path(keys.GROUP, keys.VERSION, keys.GPUCLASS_PLURAL)
+NODES = resource_path(keys.GROUP, keys.VERSION, keys.GPUNODE_PLURAL)
+KUBEVIRT_CRD = "kubevirts.kubevirt.io"
+
+
+def settings_path(namespace: str) -> str:
+    return resource_path("", "v1", "configmaps", namespace=namespace, name=keys.SETTINGS_CONFIGMAP)
+
+
+def gpu_class(name: str, resource_name: str) -> Obj:
+    return {
+        "apiVersion": keys.API_VERSION, "kind": keys.GPUCLASS_KIND, "metadata": {"name": name},
+        "spec": {"vendor": "NVIDIA", "model": "H100", "mode": "Passthrough", "memory": "80Gi",
+                 "resourceName": resource_name, "source": {"devicePlugin": {}}},
+    }
+
+
+def unique_name(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+@asynccontextmanager
+async def publishing(client: Any, admin: Client, namespace: str, *, gpu: bool = True,
+                     hoster: tuple[str, ...] = ("example.com/hoster-gpu",)) -> AsyncIterator[SettingsPublisher]:
+    cache = Cache(admin, registry=CollectorRegistry())
+    for spec in (*kinds.webhook_kinds(enable_gpu=gpu, namespace=namespace), *kinds.lazy_kinds(enable_gpu=gpu)):
+        cache.add(spec)
+    async with cache.running():
+        await cache.wait_synced(*kinds.webhook_kinds(enable_gpu=gpu, namespace=namespace), timeout=30)
+        publisher = SettingsPublisher(client, cache, namespace=namespace, hoster_names=hoster,
+                                      raw_names=keys.RAW_NAMES_FORBID, gpu_enabled=gpu, resync=300)
+        task = asyncio.create_task(publisher.run())
+        try:
+            yield publisher
+        finally:
+            task.cancel()
+            with suppress(asyncio.CancelledError):
+                await task
+
+
+async def settled(admin: Client, namespace: str, accept: Callable[[dict[str, str]], bool],
+                  *, timeout: float = 20) -> dict[str, str]:
+    async with asyncio.timeout(timeout):
+        while True:
+            current = await admin.get_or_none(settings_path(namespace))
+            data = (current or {}).get("data") or {}
+            if accept(data):
+                return dict(data)
+            await asyncio.sleep(0.1)
+
+
+def names(data: dict[str, str]) -> list[str]:
+    value: list[str] = json.loads(data.get(keys.SETTINGS_RESOURCE_NAMES, "[]"))
+    return value
+
+
+async def test_the_leader_publishes_the_hosters_the_classes_and_the_nodes_names_sorted(
+    admin: Client, namespace: str
+) -> None:
+    class_name, resource_name = unique_name("pub"), f"nvidia.com/CLASS_{uuid.uuid4().hex[:6]}"
+    node_name, node_resource = unique_name("node"), f"nvidia.com/NODE_{uuid.uuid4().hex[:6]}"
+    await admin.create(CLASSES, gpu_class(class_name, resource_name))
+    await admin.create(NODES, {"apiVersion": keys.API_VERSION, "kind": keys.GPUNODE_KIND,
+                               "metadata": {"name": node_name}})
+    await admin.merge_patch(f"{NODES}/{node_name}/status", {"status": {"resourceNames": [node_resource]}})
+    async with publishing(admin, admin, namespace):
+        data = await settled(admin, namespace, lambda d: node_resource in names(d))
+    assert {"example.com/hoster-gpu", resource_name, node_resource} <= set(names(data))
+    assert names(data) == sorted(names(data))
+    assert data[keys.SETTINGS_RAW_NAMES] == "forbid"
+    assert data[keys.SETTINGS_GPU_ENABLED] == "true"
+
+
+async def test_a_new_class_reaches_the_configmap_without_a_resync(admin: Client, namespace: str) -> None:
+    async with publishing(admin, admin, namespace):
+        await settled(admin, namespace, lambda d: "example.com/hoster-gpu" in names(d))
+        resource_name = f"nvidia.com/LATE_{uuid.uuid4().hex[:6]}"
+        await admin.create(CLASSES, gpu_class(unique_name("late"), resource_name))
+        await settled(admin, namespace, lambda d: resource_name in names(d), timeout=10)
+
+
+async def test_an_edited_configmap_is_put_back_and_keeps_what_others_added(admin: Client, namespace: str) -> None:
+    async with publishing(admin, admin, namespace):
+        published = await settled(admin, namespace, lambda d: bool(names(d)))
+        current = await admin.get(settings_path(namespace))
+        current["data"][keys.SETTINGS_RESOURCE_NAMES] = "[]"
+        current["data"]["note"] = "kept"
+        current["metadata"].setdefault("labels", {})["team"] = "platform"
+        await admin.replace(settings_path(namespace), current)
+        await settled(admin, namespace, lambda d: names(d) == names(published) and d.get("note") == "kept",
+                      timeout=10)
+    assert (await admin.get(settings_path(namespace)))["metadata"]["labels"]["team"] == "platform"
+
+
+class RacingClient:
+    """Forwards to the admin client, but writes the ConfigMap itself just before the publisher's first replace."""
+
+    def __init__(self, admin: Client) -> None:
+        self.admin = admin
+        self.replaces = 0
+        self.conflicts = 0
+
+    async def get_or_none(self, path: str, **kw: Any) -> Obj | None:
+        return await self.admin.get_or_none(path, **kw)
+
+    async def create(self, path: str, body: Obj, **kw: Any) -> Obj:
+        return await self.admin.create(path, body, **kw)
+
+    async def replace(self, path: str, body: Obj, **kw: Any) -> Obj:
+        self.replaces += 1
+        if self.replaces == 1:
+            await self.admin.merge_patch(path, {"metadata": {"annotations": {"raced": "yes"}}})
+        try:
+            return await self.admin.replace(path, body, **kw)
+        except errors.Conflict:
+            self.conflicts += 1
+            raise
+
+
+async def test_a_write_that_raced_another_is_refused_and_redone_from_a_fresh_read(
+    admin: Client, namespace: str
+) -> None:
+    await admin.create(resource_path("", "v1", "configmaps", namespace=namespace), {
+        "metadata": {"name": keys.SETTINGS_CONFIGMAP, "namespace": namespace}, "data": {"stale": "yes"}})
+    racing = RacingClient(admin)
+    async with publishing(racing, admin, namespace):
+        data = await settled(admin, namespace, lambda d: keys.SETTINGS_RAW_NAMES in d)
+    assert racing.conflicts == 1, "the first replace carried the resourceVersion it read and was refused"
+    assert data["stale"] == "yes"
+    assert (await admin.get(settings_path(namespace)))["metadata"]["annotations"]["raced"] == "yes"
+
+
+async def test_the_gpu_entries_of_kubevirts_permitted_host_devices_are_published(
+    admin: Client, namespace: str
+) -> None:
+    installed_here = await admin.get_or_none(
+        f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{KUBEVIRT_CRD}") is None
+    assert KUBEVIRT_CRD in FIXTURE_CRDS
+    await install_fixture_crd(admin, KUBEVIRT_CRD)
+    try:
+        suffix = uuid.uuid4().hex[:6]
+        await admin.create(resource_path("kubevirt.io", "v1", "kubevirts", namespace=namespace), {
+            "apiVersion": "kubevirt.io/v1", "kind": "KubeVirt", "metadata": {"name": "kubevirt"},
+            "spec": {"configuration": {"permittedHostDevices": {
+                "pciHostDevices": [
+                    {"pciVendorSelector": "10DE:2330", "resourceName": f"nvidia.com/PCI_{suffix}"},
+                    {"pciVendorSelector": "15B3:101E", "resourceName": f"mellanox.com/VF_{suffix}"},
+                ],
+                "mediatedDevices": [
+                    {"mdevNameSelector": "NVIDIA H100-4C", "resourceName": f"nvidia.com/MDEV_{suffix}"},
+                ],
+            }}},
+        })
+        async with publishing(admin, admin, namespace):
+            data = await settled(admin, namespace, lambda d: f"nvidia.com/MDEV_{suffix}" in names(d))
+        assert f"nvidia.com/PCI_{suffix}" in names(data)
+        assert f"mellanox.com/VF_{suffix}" not in names(data), "a ConnectX VF is not a GPU"
+    finally:
+        if installed_here:
+            await uninstall_fixture_crd(admin, KUBEVIRT_CRD)
+
+
+def test_settings_data_is_a_sorted_compact_json_list_and_two_flags() -> None:
+    data = settings_data(resource_names=["b.io/y", "a.io/x", "b.io/y"], raw_names="allow", gpu_enabled=False)
+    assert data == {"resourceNames": '["a.io/x","b.io/y"]', "rawNames": "allow", "gpuEnabled": "false"}

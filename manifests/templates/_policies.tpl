@@ -111,7 +111,7 @@ escapes, so the quoted substring is exact membership.
 - expression: variables.settingsValid
   messageExpression: >-
     'refusing ' + request.operation + ' of ' + request.resource.resource + ' '
-    + request.namespace + '/' + object.metadata.?name.orValue(request.name)
+    + request.namespace + '/' + request.name
     + ': the GPU settings ConfigMap ' + variables.settingsRef
     + ' is malformed (rawNames must be allow or forbid, resourceNames a JSON list),'
     + ' so raw GPU names cannot be told apart; the controller rewrites it'

@@ -16,6 +16,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "cluster": ("cozygpu.devcluster.command", "a local control plane (etcd + kube-apiserver) on loopback"),
     "controller": ("cozygpu.runtime.command", "the controller: caches, webhooks, leader-only binder"),
     "agent": ("cozygpu.agent.command", "the node agent: reports this node's GPUs into its GPUNode"),
+    "catalog": ("cozygpu.commands.catalog", "what a tenant namespace can order now, and why not"),
 }
 
 

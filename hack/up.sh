@@ -1,5 +1,14 @@
 #!/usr/bin/env bash
 # The main job on a fresh machine: build the control plane once (cached), start
-# etcd + kube-apiserver on loopback with the CRDs installed, and say how to use it.
+# etcd + kube-apiserver on loopback with the CRDs, then the demo: two simulated
+# GPU nodes read by the real agent, the controller in the background, tenants
+# with budgets, and the catalog each tenant sees. `cozygpu cluster stop` ends it.
 source "$(dirname "$0")/env.sh"
-exec cozygpu cluster start "$@"
+DIR=${COZYGPU_CLUSTER_DIR:-.cozygpu/cluster}
+if cozygpu cluster status --dir "$DIR" >/dev/null 2>&1; then
+  echo "a control plane is already running in $DIR (cozygpu cluster stop --dir $DIR to start afresh)"
+else
+  cozygpu cluster stop --dir "$DIR" >/dev/null 2>&1 || true   # clear a stale state file
+  cozygpu cluster start --dir "$DIR" "$@"
+fi
+exec cozygpu cluster demo --dir "$DIR"

@@ -16,7 +16,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from cozygpu.devcluster import apply, binaries
+from cozygpu.devcluster import apply, binaries, demo
 from cozygpu.devcluster.plane import ControlPlane, ControlPlaneError
 
 DEFAULT_DIR = Path(".cozygpu/cluster")
@@ -30,7 +30,7 @@ def _parser() -> argparse.ArgumentParser:
                        help="Kubernetes minor (default %(default)s)")
     start.add_argument("--dir", type=Path, default=DEFAULT_DIR, help="state directory (default %(default)s)")
     start.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for readiness")
-    for name in ("stop", "status"):
+    for name in ("stop", "status", "demo"):
         p = sub.add_parser(name)
         p.add_argument("--dir", type=Path, default=DEFAULT_DIR)
     return parser
@@ -45,7 +45,10 @@ def main(argv: Sequence[str]) -> int:
     except (ControlPlaneError, binaries.BuildError) as err:
         print(f"cozygpu cluster: {err}", file=sys.stderr)
         return 1
+    if args.action == "demo":
+        return demo.main(plane.directory)
     if args.action == "stop":
+        demo.stop_controller(plane.directory)
         plane.stop()
         print(f"stopped the control plane in {plane.directory}")
         return 0

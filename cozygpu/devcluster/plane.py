@@ -159,7 +159,7 @@ class ControlPlane:
         except BaseException:
             for proc in (apiserver, etcd):
                 if proc is not None:
-                    _terminate(proc.pid, 10)
+                    terminate(proc.pid, 10)
             raise
 
     @classmethod
@@ -173,8 +173,8 @@ class ControlPlane:
 
     def stop(self, *, timeout: float = 15.0) -> None:
         """Stop the API server, then etcd; SIGKILL whatever outlives ``timeout``."""
-        _terminate(self.apiserver_pid, timeout)
-        _terminate(self.etcd_pid, timeout)
+        terminate(self.apiserver_pid, timeout)
+        terminate(self.etcd_pid, timeout)
         with contextlib.suppress(FileNotFoundError):
             (self.directory / "state.json").unlink()
         if self.owns_directory:
@@ -306,7 +306,7 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _terminate(pid: int, timeout: float) -> None:
+def terminate(pid: int, timeout: float) -> None:
     if not _alive(pid):
         return
     with contextlib.suppress(ProcessLookupError):

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.agent.fake_kubelet import FakeKubelet
-from tests.agent.sysfs_tree import SysfsTree
+from cozygpu.devcluster.fake_kubelet import FakeKubelet
+from cozygpu.devcluster.sysfs_tree import SysfsTree
 
 
 @pytest.fixture

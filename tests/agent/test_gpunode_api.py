@@ -21,9 +21,9 @@ from cozygpu.devcluster import apply, chart
 from cozygpu.devcluster.plane import ControlPlane
 from cozygpu.kube import Client, resource_path
 from cozygpu.kube import errors as kube_errors
-from tests.agent import sysfs_tree as layouts
-from tests.agent.fake_kubelet import Device, FakeKubelet, Pod
-from tests.agent.sysfs_tree import SysfsTree
+from cozygpu.devcluster import sysfs_tree as layouts
+from cozygpu.devcluster.fake_kubelet import Device, FakeKubelet, Pod
+from cozygpu.devcluster.sysfs_tree import SysfsTree
 
 AGENT_NAMESPACE = chart.DEFAULT_NAMESPACE
 BINDER_CONDITION = {"type": "Eligible", "status": "True", "reason": "Schedulable", "message": "set by the binder",

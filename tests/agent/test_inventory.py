@@ -19,8 +19,8 @@ from cozygpu.agent.inventory import (
 )
 from cozygpu.agent.kubelet import DeviceIDs, KubeletView, PodDevices
 from cozygpu.agent.sysfs import read_sysfs
-from tests.agent import sysfs_tree as layouts
-from tests.agent.sysfs_tree import SysfsTree
+from cozygpu.devcluster import sysfs_tree as layouts
+from cozygpu.devcluster.sysfs_tree import SysfsTree
 
 KVM = "devices.kubevirt.io/kvm"
 

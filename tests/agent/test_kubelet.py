@@ -11,7 +11,7 @@ import grpc
 import pytest
 
 from cozygpu.agent.kubelet import DeviceIDs, KubeletUnavailable, PodDevices, held_ids, read_kubelet
-from tests.agent.fake_kubelet import Device, FakeKubelet, Pod
+from cozygpu.devcluster.fake_kubelet import Device, FakeKubelet, Pod
 
 H100 = "nvidia.com/GH100_H100_SXM5_80GB"
 

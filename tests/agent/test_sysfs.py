@@ -7,8 +7,8 @@ import os
 import pytest
 
 from cozygpu.agent.sysfs import SysfsUnavailable, is_vfio_driver, read_sysfs
-from tests.agent import sysfs_tree as layouts
-from tests.agent.sysfs_tree import SysfsTree
+from cozygpu.devcluster import sysfs_tree as layouts
+from cozygpu.devcluster.sysfs_tree import SysfsTree
 
 
 def test_passthrough_h100s_are_gpus_but_their_audio_functions_nvswitch_and_bmc_vga_are_not(tree: SysfsTree) -> None:

@@ -1,0 +1,1 @@
+"""Commands for people (entry-point layer): one-shot reads of a cluster, answered by the shared model."""

@@ -18,7 +18,6 @@ import asyncio
 import json
 import logging
 import os
-import re
 import signal
 import sys
 from collections.abc import Sequence
@@ -30,12 +29,11 @@ from cozygpu.agent.kubelet import DEFAULT_SOCKET
 from cozygpu.agent.pods import ApiPodLookup
 from cozygpu.agent.report import GPUNodeWriter
 from cozygpu.agent.runner import Agent
+from cozygpu.durations import parse_duration
 from cozygpu.kube import Client
 from cozygpu.kube import errors as kube_errors
 
 ENV_PREFIX: Final = "COZYGPU_"
-_DURATION: Final = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
-_UNITS: Final = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
 _TRUE: Final = frozenset({"1", "true", "yes", "on"})
 _FALSE: Final = frozenset({"", "0", "false", "no", "off"})
 
@@ -43,11 +41,11 @@ log = logging.getLogger("cozygpu.agent")
 
 
 def duration(text: str) -> float:
-    """``15s``, ``2m``, ``500ms``, ``1h`` or plain seconds; positive only."""
-    match = _DURATION.match(text)
-    if not match:
-        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (use 15s, 2m, 1h)")
-    seconds = float(match.group(1)) * _UNITS[match.group(2)]
+    """A positive Go-style duration: ``15s``, ``2m``, ``500ms``, ``1m30s``."""
+    try:
+        seconds = parse_duration(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (use 15s, 2m, 1h)") from None
     if seconds <= 0:
         raise argparse.ArgumentTypeError(f"must be positive: {text!r}")
     return seconds

@@ -1,6 +1,6 @@
 """Fakes for the cache's unit tests: a hand-driven clock and a small in-memory API server.
 
-``FakeApi`` implements what the cache needs of ``cozygpu.kube.Client``
+The clock is ``tests.support.clock.FakeClock``. ``FakeApi`` implements what the cache needs of ``cozygpu.kube.Client``
 (``list_objects``, ``watch``, ``get``) over an in-memory store with a global
 resourceVersion, an event history per collection, paging, and levers a test
 pulls: cut every open watch, end them, send bookmarks, expire history (410),
@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import heapq
-import itertools
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 from cozygpu.kube import errors
+from tests.support.clock import FakeClock
+
+__all__ = ["FakeApi", "FakeClock", "until"]
 
 Obj = dict[str, Any]
 
@@ -30,59 +31,6 @@ async def until(predicate: Callable[[], bool], *, turns: int = 2000) -> None:
             return
         await asyncio.sleep(0)
     raise AssertionError("condition not reached")
-
-
-class _Handle:
-    def __init__(self) -> None:
-        self.cancelled = False
-
-    def cancel(self) -> None:
-        self.cancelled = True
-
-
-class FakeClock:
-    """Time that moves only when the test calls ``advance``."""
-
-    def __init__(self) -> None:
-        self._now = 1000.0
-        self._timers: list[tuple[float, int, _Handle, Callable[[], None]]] = []
-        self._seq = itertools.count()
-        self.sleeps: list[float] = []
-
-    def now(self) -> float:
-        return self._now
-
-    def call_later(self, seconds: float, callback: Callable[[], None]) -> _Handle:
-        handle = _Handle()
-        heapq.heappush(self._timers, (self._now + seconds, next(self._seq), handle, callback))
-        return handle
-
-    async def sleep(self, seconds: float) -> None:
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self.sleeps.append(seconds)
-        def wake() -> None:
-            if not future.done():
-                future.set_result(None)
-
-        handle = self.call_later(seconds, wake)
-        try:
-            await future
-        finally:
-            handle.cancel()
-
-    @property
-    def sleeping(self) -> int:
-        """How many sleeps and timers are pending."""
-        return sum(1 for _, _, handle, _ in self._timers if not handle.cancelled)
-
-    def advance(self, seconds: float) -> None:
-        target = self._now + seconds
-        while self._timers and self._timers[0][0] <= target:
-            when, _, handle, callback = heapq.heappop(self._timers)
-            self._now = max(self._now, when)
-            if not handle.cancelled:
-                callback()
-        self._now = target
 
 
 class _Stream:

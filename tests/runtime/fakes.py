@@ -1,4 +1,4 @@
-"""Fake time and a fake Lease API for the leader-election unit tests.
+"""Fake time (``tests.support.clock``) and a fake Lease API for the leader-election unit tests.
 
 ``FakeClock`` moves only when a test calls ``advance``; sleeps and timeouts
 fire in time order as it passes them. ``FakeLeaseApi`` keeps Lease objects in
@@ -11,84 +11,16 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import datetime as dt
-import heapq
 import itertools
 import random
-from collections.abc import Callable
 from typing import Any
 
 from cozygpu.kube import errors
 from cozygpu.kube.client import Obj
+from tests.support.clock import START, FakeClock, settle
 
-START = dt.datetime(2026, 12, 2, 12, 0, 0, tzinfo=dt.UTC)
+__all__ = ["START", "FakeClock", "FakeLeaseApi", "settle"]
 
-
-async def settle(rounds: int = 30) -> None:
-    """Let every task that can run without time passing run."""
-    for _ in range(rounds):
-        await asyncio.sleep(0)
-
-
-class _Handle:
-    def __init__(self, callback: Callable[[], None]) -> None:
-        self.callback: Callable[[], None] | None = callback
-
-    def cancel(self) -> None:
-        self.callback = None
-
-
-class FakeClock:
-    """``cozygpu.cache.timing.Clock`` on hand-moved time, plus the matching wall clock."""
-
-    def __init__(self, start: dt.datetime = START) -> None:
-        self._start = start
-        self._t = 0.0
-        self._timers: list[tuple[float, int, _Handle]] = []
-        self._seq = itertools.count()
-
-    def now(self) -> float:
-        return self._t
-
-    def wall(self) -> dt.datetime:
-        return self._start + dt.timedelta(seconds=self._t)
-
-    def call_later(self, seconds: float, callback: Callable[[], None]) -> _Handle:
-        handle = _Handle(callback)
-        heapq.heappush(self._timers, (self._t + max(0.0, seconds), next(self._seq), handle))
-        return handle
-
-    async def sleep(self, seconds: float) -> None:
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-
-        def wake() -> None:
-            if not future.done():
-                future.set_result(None)
-
-        handle = self.call_later(seconds, wake)
-        try:
-            await future
-        finally:
-            handle.cancel()
-
-    async def advance(self, seconds: float, *, step: float | None = None) -> None:
-        """Move time forward, firing due timers in order and letting tasks run after each."""
-        target = self._t + seconds
-        await settle()
-        while True:
-            nxt = self._timers[0][0] if self._timers else None
-            if step is not None:
-                nxt = min(nxt, self._t + step) if nxt is not None else self._t + step
-            if nxt is None or nxt > target:
-                break
-            self._t = max(self._t, nxt)
-            while self._timers and self._timers[0][0] <= self._t:
-                _, _, handle = heapq.heappop(self._timers)
-                if handle.callback is not None:
-                    handle.callback()
-            await settle()
-        self._t = target
-        await settle()
 
 
 class FakeLeaseApi:

@@ -68,7 +68,7 @@ async def campaigning(elector: LeaderElector, work: Work) -> AsyncIterator[async
         await settle()
         # Releasing may retry on the fake clock: keep time moving until the elector is done.
         while not task.done():
-            await work.clock.advance(0.5)
+            await work.clock.run_for(0.5)
         with suppress(asyncio.CancelledError):
             await task
 
@@ -86,7 +86,7 @@ async def test_a_candidate_creates_the_missing_lease_and_leads() -> None:
     clock, api = FakeClock(), FakeLeaseApi()
     work = Work(clock)
     async with campaigning(make_elector(api, clock, "a"), work):
-        await clock.advance(0.1)
+        await clock.run_for(0.1)
         assert work.running
         spec = api.spec(LEASE)
         assert spec["holderIdentity"] == "a"
@@ -98,9 +98,9 @@ async def test_a_candidate_creates_the_missing_lease_and_leads() -> None:
 async def test_renewals_keep_acquire_time_and_transitions_and_move_renew_time() -> None:
     clock, api = FakeClock(), FakeLeaseApi()
     async with campaigning(make_elector(api, clock, "a"), Work(clock)):
-        await clock.advance(0.1)
+        await clock.run_for(0.1)
         first = dict(api.spec(LEASE))
-        await clock.advance(7)
+        await clock.run_for(7)
         later = api.spec(LEASE)
         assert later["acquireTime"] == first["acquireTime"]
         assert later["leaseTransitions"] == first["leaseTransitions"]
@@ -111,9 +111,9 @@ async def test_a_second_candidate_never_leads_while_the_leader_renews() -> None:
     clock, api = FakeClock(), FakeLeaseApi()
     a_work, b_work = Work(clock), Work(clock)
     async with campaigning(make_elector(api, clock, "a"), a_work):
-        await clock.advance(0.1)
+        await clock.run_for(0.1)
         async with campaigning(make_elector(api, clock, "b"), b_work):
-            await clock.advance(10 * LEASE_DURATION)
+            await clock.run_for(10 * LEASE_DURATION)
             assert a_work.running
             assert b_work.intervals == []
             assert not b_work.running
@@ -125,9 +125,9 @@ async def test_a_lease_that_stops_changing_is_taken_one_lease_duration_after_it_
     api.objects[LEASE] = ghost_lease("ghost", renew_time="2030-01-01T00:00:00.000000Z", transitions=3)
     work = Work(clock)
     async with campaigning(make_elector(api, clock, "b"), work):
-        await clock.advance(LEASE_DURATION - 0.01)
+        await clock.run_for(LEASE_DURATION - 0.01)
         assert not work.running
-        await clock.advance(MAX_RETRY_WAIT + 0.02)
+        await clock.run_for(MAX_RETRY_WAIT + 0.02)
         assert work.running
     spec = api.spec(LEASE)
     assert spec["leaseTransitions"] == 4
@@ -138,7 +138,7 @@ async def test_a_lease_with_an_old_remote_renew_time_is_still_waited_for() -> No
     api.objects[LEASE] = ghost_lease("ghost", renew_time="2020-01-01T00:00:00.000000Z")
     work = Work(clock)
     async with campaigning(make_elector(api, clock, "b"), work):
-        await clock.advance(LEASE_DURATION - 0.01)
+        await clock.run_for(LEASE_DURATION - 0.01)
         assert not work.running
 
 
@@ -147,13 +147,13 @@ async def test_a_changing_lease_restarts_the_wait() -> None:
     api.objects[LEASE] = ghost_lease("ghost", renew_time="2026-12-02T12:00:00.000000Z")
     work = Work(clock)
     async with campaigning(make_elector(api, clock, "b"), work):
-        await clock.advance(10)
+        await clock.run_for(10)
         renewed = ghost_lease("ghost", renew_time="2026-12-02T12:00:10.000000Z")
         renewed["metadata"]["resourceVersion"] = "2"  # type: ignore[index]
         api.objects[LEASE] = renewed
-        await clock.advance(LEASE_DURATION - 0.5)
+        await clock.run_for(LEASE_DURATION - 0.5)
         assert not work.running
-        await clock.advance(MAX_RETRY_WAIT + RETRY_PERIOD)
+        await clock.run_for(MAX_RETRY_WAIT + RETRY_PERIOD)
         assert work.running
 
 
@@ -161,9 +161,9 @@ async def test_leader_work_is_cancelled_when_no_renewal_succeeds_within_the_rene
     clock, api = FakeClock(), FakeLeaseApi()
     work = Work(clock)
     async with campaigning(make_elector(api, clock, "a"), work):
-        await clock.advance(0.1)
+        await clock.run_for(0.1)
         api.fail_before = 1.0
-        await clock.advance(LEASE_DURATION * 2)
+        await clock.run_for(LEASE_DURATION * 2)
         assert not work.running
         (start, stop), = work.intervals
         # Counted from when the last successful write was sent (t=0), not from the first failure.
@@ -175,9 +175,9 @@ async def test_a_hung_renewal_request_is_cut_off_at_the_renew_deadline() -> None
     clock, api = FakeClock(), FakeLeaseApi()
     work = Work(clock)
     async with campaigning(make_elector(api, clock, "a"), work):
-        await clock.advance(0.1)
+        await clock.run_for(0.1)
         api.hang = True
-        await clock.advance(LEASE_DURATION)
+        await clock.run_for(LEASE_DURATION)
         (start, stop), = work.intervals
         assert stop == pytest.approx(start + RENEW_DEADLINE)
 
@@ -186,11 +186,11 @@ async def test_leader_work_stops_at_once_when_a_renewal_finds_another_holder() -
     clock, api = FakeClock(), FakeLeaseApi()
     work = Work(clock)
     async with campaigning(make_elector(api, clock, "a"), work):
-        await clock.advance(0.1)
+        await clock.run_for(0.1)
         intruder = ghost_lease("intruder", renew_time=micro_time(clock.wall()))
         intruder["metadata"]["resourceVersion"] = "9999"  # type: ignore[index]
         api.objects[LEASE] = intruder
-        await clock.advance(RETRY_PERIOD)
+        await clock.run_for(RETRY_PERIOD)
         assert not work.running
         (_, stop), = work.intervals
         assert stop == pytest.approx(RETRY_PERIOD)  # the first renewal after the change, not the deadline
@@ -202,7 +202,7 @@ async def test_stopping_the_leader_stops_its_work_then_releases_the_lease() -> N
     clock, api = FakeClock(), FakeLeaseApi()
     work = Work(clock, api)
     async with campaigning(make_elector(api, clock, "a"), work):
-        await clock.advance(5)
+        await clock.run_for(5)
     spec = api.spec(LEASE)
     assert spec["holderIdentity"] == ""
     assert spec["leaseDurationSeconds"] == 1
@@ -217,7 +217,7 @@ async def test_a_candidate_stopped_after_a_write_it_could_not_confirm_releases_t
     api.fail_after = 1.0  # every write lands, and every caller hears an error
     work = Work(clock)
     async with campaigning(make_elector(api, clock, "a"), work):
-        await clock.advance(0.1)
+        await clock.run_for(0.1)
         assert api.spec(LEASE)["holderIdentity"] == "a"
         assert not work.running
         api.fail_after = 0.0
@@ -228,7 +228,7 @@ async def test_a_candidate_that_never_wrote_does_not_touch_the_lease_when_stoppe
     clock, api = FakeClock(), FakeLeaseApi()
     api.objects[LEASE] = ghost_lease("ghost", renew_time="2026-12-02T12:00:00.000000Z")
     async with campaigning(make_elector(api, clock, "b"), Work(clock)):
-        await clock.advance(5)
+        await clock.run_for(5)
     assert [verb for verb, _ in api.calls] == ["GET"] * len(api.calls)
     assert api.spec(LEASE)["holderIdentity"] == "ghost"
 
@@ -237,16 +237,16 @@ async def test_a_released_lease_is_taken_by_the_other_candidate_on_its_next_try(
     clock, api = FakeClock(), FakeLeaseApi()
     a_work, b_work = Work(clock), Work(clock)
     a_task = asyncio.create_task(make_elector(api, clock, "a").run(a_work))
-    await clock.advance(0.1)
+    await clock.run_for(0.1)
     async with campaigning(make_elector(api, clock, "b"), b_work):
-        await clock.advance(3)
+        await clock.run_for(3)
         assert a_work.running
         assert not b_work.running
         a_task.cancel()
         with suppress(asyncio.CancelledError):
             await a_task
         stopped = clock.now()
-        await clock.advance(MAX_RETRY_WAIT + 0.01)
+        await clock.run_for(MAX_RETRY_WAIT + 0.01)
         assert b_work.running
         assert b_work.starts[0] - stopped <= MAX_RETRY_WAIT
     assert api.spec(LEASE)["leaseTransitions"] == 1
@@ -256,15 +256,15 @@ async def test_each_change_of_holder_counts_one_transition() -> None:
     clock, api = FakeClock(), FakeLeaseApi()
     for identity in ("a", "b", "a"):
         async with campaigning(make_elector(api, clock, identity), Work(clock)):
-            await clock.advance(RETRY_PERIOD * 3)
+            await clock.run_for(RETRY_PERIOD * 3)
     assert api.spec(LEASE)["leaseTransitions"] == 2
 
 
 async def test_lease_times_are_written_in_utc_whatever_the_clock_zone() -> None:
     eastern = dt.timezone(dt.timedelta(hours=5))
-    clock, api = FakeClock(dt.datetime(2026, 12, 2, 15, 0, 0, tzinfo=eastern)), FakeLeaseApi()
+    clock, api = FakeClock(wall_start=dt.datetime(2026, 12, 2, 15, 0, 0, tzinfo=eastern)), FakeLeaseApi()
     async with campaigning(make_elector(api, clock, "a"), Work(clock)):
-        await clock.advance(0.25)
+        await clock.run_for(0.25)
         assert api.spec(LEASE)["renewTime"] == "2026-12-02T10:00:00.000000Z"
 
 
@@ -276,7 +276,7 @@ def test_a_naive_time_is_refused_rather_than_guessed() -> None:
 async def test_leader_work_that_raises_ends_the_term_releases_the_lease_and_propagates() -> None:
     clock, api = FakeClock(), FakeLeaseApi()
     task = asyncio.create_task(make_elector(api, clock, "a").run(Work(clock, fail_after=3)))
-    await clock.advance(3.5)
+    await clock.run_for(3.5)
     assert task.done()
     with pytest.raises(ExceptionGroup) as caught:
         task.result()
@@ -288,12 +288,12 @@ async def test_a_process_that_lost_the_lease_campaigns_again_once_the_api_answer
     clock, api = FakeClock(), FakeLeaseApi()
     work = Work(clock)
     async with campaigning(make_elector(api, clock, "a"), work):
-        await clock.advance(0.1)
+        await clock.run_for(0.1)
         api.fail_before = 1.0
-        await clock.advance(RENEW_DEADLINE + 1)
+        await clock.run_for(RENEW_DEADLINE + 1)
         assert not work.running
         api.fail_before = 0.0
-        await clock.advance(RENEW_DEADLINE + MAX_RETRY_WAIT)
+        await clock.run_for(RENEW_DEADLINE + MAX_RETRY_WAIT)
         assert work.running
         assert len(work.starts) == 2
 
@@ -302,10 +302,10 @@ async def test_leader_metrics_follow_the_terms() -> None:
     registry = CollectorRegistry()
     clock, api = FakeClock(), FakeLeaseApi()
     async with campaigning(make_elector(api, clock, "a", registry=registry), Work(clock)):
-        await clock.advance(0.1)
+        await clock.run_for(0.1)
         assert registry.get_sample_value("cozygpu_leader_is_leader") == 1
         api.fail_before = 1.0
-        await clock.advance(RENEW_DEADLINE)
+        await clock.run_for(RENEW_DEADLINE)
         assert registry.get_sample_value("cozygpu_leader_is_leader") == 0
         assert registry.get_sample_value("cozygpu_leader_lost_total") == 1
         assert (registry.get_sample_value("cozygpu_leader_attempt_failures_total") or 0) >= 1
@@ -326,7 +326,7 @@ async def test_two_candidates_on_a_flaky_partitioned_api_never_run_leader_work_a
             for link in (a_link, b_link):
                 if rng.random() < 0.15:
                     link.down = not link.down
-            await clock.advance(3, step=0.25)
+            await clock.run_for(3, step=0.25)
             assert not (a_work.running and b_work.running)
     assert a_work.intervals, "a never led: the test proved nothing"
     assert b_work.intervals, "b never led: the test proved nothing"

@@ -18,12 +18,12 @@ from cozygpu.agent.pods import ApiPodLookup
 from cozygpu.agent.report import GPUNodeWriter
 from cozygpu.agent.runner import Agent
 from cozygpu.devcluster import apply, chart
-from cozygpu.devcluster.plane import ControlPlane
-from cozygpu.kube import Client, resource_path
-from cozygpu.kube import errors as kube_errors
 from cozygpu.devcluster import sysfs_tree as layouts
 from cozygpu.devcluster.fake_kubelet import Device, FakeKubelet, Pod
+from cozygpu.devcluster.plane import ControlPlane
 from cozygpu.devcluster.sysfs_tree import SysfsTree
+from cozygpu.kube import Client, resource_path
+from cozygpu.kube import errors as kube_errors
 
 AGENT_NAMESPACE = chart.DEFAULT_NAMESPACE
 BINDER_CONDITION = {"type": "Eligible", "status": "True", "reason": "Schedulable", "message": "set by the binder",

@@ -14,10 +14,10 @@ import pytest
 
 from cozygpu.agent.inventory import PodKey, PodState, PodVerdict
 from cozygpu.agent.runner import MAX_PROBLEMS, Agent, cap_problems
-from cozygpu.kube import errors as kube_errors
 from cozygpu.devcluster import sysfs_tree as layouts
 from cozygpu.devcluster.fake_kubelet import Device, FakeKubelet, Pod
 from cozygpu.devcluster.sysfs_tree import SysfsTree
+from cozygpu.kube import errors as kube_errors
 
 T0 = datetime(2026, 12, 2, 9, 30, tzinfo=UTC)
 

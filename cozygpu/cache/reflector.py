@@ -27,7 +27,7 @@ kind's trouble must not stop the other informers. Errors are logged and
 counted (``metrics.py``).
 
 List pages are decoded and frozen with the cyclic garbage collector paused
-(``gc_paused``): decoding 20,000 pods with it running costs several times the
+(``collector.collector_paused``): decoding 20,000 pods with it running costs several times the
 decoding itself, because each page's short-lived objects survive long enough
 to trigger full collections over the whole cache. Nothing is lost: collection
 resumes when no list is in flight.
@@ -36,15 +36,14 @@ resumes when no list is in flight.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import gc
 import logging
 import random
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Mapping
 from typing import Any, Final, Protocol
 
 import attrs
 
+from cozygpu.cache.collector import collector_paused
 from cozygpu.cache.frozen import FrozenDict
 from cozygpu.cache.kinds import KindSpec
 from cozygpu.cache.metrics import CacheMetrics
@@ -111,26 +110,6 @@ class WatchInactive(Exception):
 
 class _ShortWatch(Exception):
     """The server ended a watch at once without an event."""
-
-
-_gc_pauses = 0
-_gc_was_enabled = False
-
-
-@contextlib.contextmanager
-def gc_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector while any list is in flight (reentrant, across tasks)."""
-    global _gc_pauses, _gc_was_enabled
-    if _gc_pauses == 0:
-        _gc_was_enabled = gc.isenabled()
-        gc.disable()
-    _gc_pauses += 1
-    try:
-        yield
-    finally:
-        _gc_pauses -= 1
-        if _gc_pauses == 0 and _gc_was_enabled:
-            gc.enable()
 
 
 class _Watchdog:
@@ -227,7 +206,7 @@ class Reflector:
         params: dict[str, str | int | bool] = {**spec.selector_params(), "limit": settings.page_size}
         resource_version = ""
         while True:
-            with gc_paused():
+            with collector_paused():
                 page = await self._client.list_objects(spec.path, params=params, timeout=settings.list_timeout,
                                                        headers=_LIST_HEADERS)
                 prepare = self._sink.prepare

@@ -18,6 +18,9 @@ Contract:
 - :func:`build_snapshot` is the entry point. A caller that builds often
   (the binder, every pass) passes a :class:`ViewMemo` so unchanged objects
   are not converted again; the per-object converters are public too.
+- A build pauses the cyclic garbage collector while it runs and restores it
+  afterwards (see ``cozygpu.cache.collector``): that is its only effect beyond
+  its result.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from datetime import datetime, timedelta
 from typing import Any, TypeGuard
 
 from cozygpu import keys
+from cozygpu.cache.collector import collector_paused
 from cozygpu.model.assemble import assemble
 from cozygpu.model.capacity import DEFAULT_REPORT_STALE_AFTER, served_units
 from cozygpu.model.pods import InitContainer, PodResources, container_requests, pod_requests, whole_requests
@@ -103,6 +107,8 @@ def _int(value: object) -> int | None:
 
 
 def _tolerations(items: object) -> tuple[Toleration, ...]:
+    if not items:  # the common case: none set
+        return ()
     return tuple(
         Toleration(
             key=_str(t.get("key")),
@@ -163,19 +169,25 @@ def gpu_class_view(obj: Obj) -> GPUClassView:
 
 
 def device_view(obj: Obj) -> DeviceView:
-    # The hottest converter (every GPUDevice, every build): plain lookups only.
-    meta = _map(obj.get("metadata"))
-    spec = _map(obj.get("spec"))
-    status = _map(obj.get("status"))
+    # The hottest converter (every GPUDevice, every build): plain lookups, and
+    # the helpers inlined for what the cache holds (dicts and strs); anything
+    # else still goes through them, so every shape reads as before.
+    meta = obj.get("metadata")
+    if not isinstance(meta, dict):
+        meta = _map(meta)
+    spec = obj.get("spec")
+    if not isinstance(spec, dict):
+        spec = _map(spec)
+    status = obj.get("status")
+    if not isinstance(status, dict):
+        status = _map(status)
     count = spec.get("count")
-    if type(count) is not int:
-        count = None
-    class_name = _str(spec.get("className"))
-    if not class_name or count is None:
+    class_name = spec.get("className")
+    if type(count) is not int or type(class_name) is not str or not class_name:
         raise InvalidObject("a GPUDevice needs spec.className and an integer spec.count")
     attachment = None
     raw_attachment = status.get("attachment")
-    if _is_map(raw_attachment) and raw_attachment.get("vmi"):
+    if raw_attachment is not None and _is_map(raw_attachment) and raw_attachment.get("vmi"):
         attachment = Attachment(
             vmi=_str(raw_attachment.get("vmi")),
             uid=_str(raw_attachment.get("uid")),
@@ -184,13 +196,13 @@ def device_view(obj: Obj) -> DeviceView:
         )
     request = None
     raw_request = status.get("bindRequest")
-    if _is_map(raw_request) and raw_request.get("id"):
+    if raw_request is not None and _is_map(raw_request) and raw_request.get("id"):
         request = BindRequest(
             id=_str(raw_request.get("id")), vmi=_str(raw_request.get("vmi")), time=_time(raw_request.get("time"))
         )
     answer = None
     raw_answer = status.get("bindAnswer")
-    if _is_map(raw_answer) and raw_answer.get("id"):
+    if raw_answer is not None and _is_map(raw_answer) and raw_answer.get("id"):
         answer = BindAnswer(
             id=_str(raw_answer.get("id")),
             result=_str(raw_answer.get("result")),
@@ -199,15 +211,19 @@ def device_view(obj: Obj) -> DeviceView:
             node=_str(raw_answer.get("node")),
             time=_time(raw_answer.get("time")),
         )
+    namespace = meta.get("namespace")
+    name = meta.get("name")
+    uid = meta.get("uid")
+    node_name = status.get("nodeName")
     labels = meta.get("labels")
     return DeviceView(
-        namespace=_str(meta.get("namespace")),
-        name=_str(meta.get("name")),
-        uid=_str(meta.get("uid")),
+        namespace=namespace if type(namespace) is str else "",
+        name=name if type(name) is str else "",
+        uid=uid if type(uid) is str else "",
         class_name=class_name,
         count=count,
         phase=_PHASES.get(status.get("phase"), _PENDING),  # type: ignore[arg-type]
-        node_name=_str(status.get("nodeName")) or None,
+        node_name=node_name if type(node_name) is str and node_name else None,
         attachment=attachment,
         bind_request=request,
         bind_answer=answer,
@@ -223,7 +239,10 @@ def node_inventory(obj: Obj) -> NodeInventory:
     entries: list[tuple[str, int]] = []
     for device in _list(status.get("devices")):
         if _is_map(device):
-            entries.append((_str(device.get("resourceName")), _int(device.get("allocatable")) or 0))
+            name, allocatable = device.get("resourceName"), device.get("allocatable")
+            if type(allocatable) is not int:
+                allocatable = _int(allocatable) or 0
+            entries.append((name if type(name) is str else "", allocatable))
     agent = _map(status.get("agent"))
     return NodeInventory(
         name=_str(meta.get("name")),
@@ -301,11 +320,53 @@ def _asks_extended(spec: Mapping[str, Any]) -> bool:
     return False
 
 
+def _whole(value: object) -> int | None:
+    """A quantity that is a plain whole number (``2``, ``"2"``), else None (left to ``parse_quantity``)."""
+    if type(value) is int:
+        return value
+    if type(value) is str and value.isdigit() and value.isascii():
+        return int(value)
+    return None
+
+
+def _plain_requests(spec: Mapping[str, Any]) -> dict[str, int] | None:
+    """The extended requests of a plain pod without Fractions, or None when it is not plain.
+
+    Plain: no init containers, no overhead, and every extended quantity a
+    whole number. Most GPU pods are (a launcher is one container with
+    ``limits: {nvidia.com/X: "1"}``), and for them the scheduler's arithmetic
+    is just the sum over containers of each one's request, or its limit when
+    it sets no request. Anything else returns None and takes the general path
+    (``pod_resources`` -> ``pod_requests`` -> ``whole_requests``), which gives
+    the same answer on plain pods and reports bad quantities.
+    """
+    if spec.get("initContainers") or spec.get("overhead"):
+        return None
+    total: dict[str, int] = {}
+    for container in _list(spec.get("containers")):
+        if not _is_map(container):
+            continue
+        resources = _map(container.get("resources"))
+        merged: dict[str, int] = {}
+        for section in (_map(resources.get("limits")), _map(resources.get("requests"))):  # a request wins
+            for name, value in section.items():
+                if "/" in name:
+                    amount = _whole(value)
+                    if amount is None:
+                        return None
+                    merged[name] = amount
+        for name, amount in merged.items():
+            total[name] = total.get(name, 0) + amount
+    return {name: amount for name, amount in total.items() if amount > 0}
+
+
 def pod_view(obj: Obj) -> PodView:
     meta = _map(obj.get("metadata"))
     spec = _map(obj.get("spec"))
     status = _map(obj.get("status"))
-    requests = whole_requests(pod_requests(pod_resources(spec, extended_only=True))) if _asks_extended(spec) else {}
+    requests = _plain_requests(spec)
+    if requests is None:
+        requests = whole_requests(pod_requests(pod_resources(spec, extended_only=True))) if _asks_extended(spec) else {}
     return PodView(
         namespace=_str(meta.get("namespace")),
         name=_str(meta.get("name")),
@@ -326,7 +387,7 @@ def vmi_view(obj: Obj) -> VMIView:
         uid=_str(meta.get("uid")),
         phase=_str(status.get("phase")),
         node_name=_str(status.get("nodeName")) or None,
-        active_pods=frozenset(str(uid) for uid in _map(status.get("activePods"))),
+        active_pods=frozenset(map(str, _map(status.get("activePods")))),
         tolerations=_tolerations(spec.get("tolerations")),
         node_selector={str(k): str(v) for k, v in _map(spec.get("nodeSelector")).items()},
     )
@@ -458,31 +519,32 @@ def build_snapshot(
     Pass the same ``memo`` to every build of one caller to reuse the views
     of objects whose resourceVersion did not change.
     """
-    vmi_views: list[VMIView] = _convert("VirtualMachineInstance", vmis, vmi_view, on_invalid, memo)
-    active = {uid for vmi in vmi_views for uid in vmi.active_pods}
+    with collector_paused():  # tens of thousands of acyclic, long-lived views
+        vmi_views: list[VMIView] = _convert("VirtualMachineInstance", vmis, vmi_view, on_invalid, memo)
+        active = {uid for vmi in vmi_views for uid in vmi.active_pods}
 
-    def wanted(pod: Obj) -> bool:
-        return _str(_map(pod.get("metadata")).get("uid")) in active or _asks_extended(_map(pod.get("spec")))
+        def wanted(pod: Obj) -> bool:
+            return _str(_map(pod.get("metadata")).get("uid")) in active or _asks_extended(_map(pod.get("spec")))
 
-    class_views = _convert(keys.GPUCLASS_KIND, classes, gpu_class_view, on_invalid, memo)
-    device_views = _convert(keys.GPUDEVICE_KIND, devices, device_view, on_invalid, memo)
-    node_views = _convert("Node", nodes, node_view, on_invalid, memo)
-    inventory_views = _convert(keys.GPUNODE_KIND, gpunodes, node_inventory, on_invalid, memo)
-    pod_views = _convert("Pod", (p for p in pods if wanted(p)), pod_view, on_invalid, memo)
-    namespace_views = _convert("Namespace", namespaces, namespace_view, on_invalid, memo)
-    if memo is not None:
-        memo.forget_unseen()
-    return assemble(
-        now=now,
-        classes=class_views,
-        devices=device_views,
-        nodes=node_views,
-        inventories=inventory_views,
-        pods=pod_views,
-        vmis=vmi_views,
-        namespaces=namespace_views,
-        quotas=tenant_quotas(quotas),
-        hoster_names=hoster_names,
-        permitted=permitted_host_devices(kubevirts),
-        report_stale_after=report_stale_after,
-    )
+        class_views = _convert(keys.GPUCLASS_KIND, classes, gpu_class_view, on_invalid, memo)
+        device_views = _convert(keys.GPUDEVICE_KIND, devices, device_view, on_invalid, memo)
+        node_views = _convert("Node", nodes, node_view, on_invalid, memo)
+        inventory_views = _convert(keys.GPUNODE_KIND, gpunodes, node_inventory, on_invalid, memo)
+        pod_views = _convert("Pod", (p for p in pods if wanted(p)), pod_view, on_invalid, memo)
+        namespace_views = _convert("Namespace", namespaces, namespace_view, on_invalid, memo)
+        if memo is not None:
+            memo.forget_unseen()
+        return assemble(
+            now=now,
+            classes=class_views,
+            devices=device_views,
+            nodes=node_views,
+            inventories=inventory_views,
+            pods=pod_views,
+            vmis=vmi_views,
+            namespaces=namespace_views,
+            quotas=tenant_quotas(quotas),
+            hoster_names=hoster_names,
+            permitted=permitted_host_devices(kubevirts),
+            report_stale_after=report_stale_after,
+        )

@@ -52,7 +52,7 @@ from cozygpu.model.snapshot import (
     VmiKey,
     VMIView,
 )
-from cozygpu.model.tenants import ancestry, is_tenant_namespace, parent_namespace
+from cozygpu.model.tenants import is_tenant_namespace, parent_namespace
 
 
 def assemble(
@@ -136,12 +136,17 @@ def assemble(
         vmi = vmi_map.get(vmi_key) if vmi_key is not None else None
         if vmi is not None:
             attached = tuple(d for d in (device_map[k] for k in by_vmi.get(vmi.key, ())) if attached_to(d, vmi))
-        for name, n in uncovered(requests, covered_units(budget_covering(attached), class_map)).items():
+        budget_cover = budget_covering(attached)
+        beyond_budget = uncovered(requests, covered_units(budget_cover, class_map))
+        for name, n in beyond_budget.items():
             raw = local_raw[pod.namespace]
             raw[name] = raw.get(name, 0) + n
         if pod.node_name:
             covering = capacity_covering(attached, pod_node=pod.node_name)
-            for name, n in uncovered(requests, covered_units(covering, class_map)).items():
+            beyond = beyond_budget  # usually the same devices cover (all Bound on the pod's node)
+            if covering != budget_cover:
+                beyond = uncovered(requests, covered_units(covering, class_map))
+            for name, n in beyond.items():
                 on_node = raw_on_node[pod.node_name]
                 on_node[name] = on_node.get(name, 0) + n
 
@@ -196,23 +201,39 @@ def assemble(
 def _subtree_usage(
     local_class: Mapping[str, Mapping[str, int]], local_raw: Mapping[str, Mapping[str, int]]
 ) -> dict[str, Usage]:
-    """Add each tenant namespace's own usage to itself and every ancestor."""
-    per_class: defaultdict[str, dict[str, int]] = defaultdict(dict)
-    raw: defaultdict[str, dict[str, int]] = defaultdict(dict)
+    """Add each tenant namespace's own usage to itself and every ancestor.
+
+    Bottom up, one merge per tenant rather than one per (namespace, ancestor):
+    each tenant starts from its own usage (its ancestors from none) and is
+    then added to its parent, children before parents.
+    """
+    per_class: dict[str, dict[str, int]] = {}
+    raw: dict[str, dict[str, int]] = {}
     for namespace in set(local_class) | set(local_raw):
-        chain = ancestry(namespace)
-        own_class = local_class.get(namespace, {})
-        own_raw = local_raw.get(namespace, {})
-        for tenant in chain:
-            target = per_class[tenant]
-            for name, n in own_class.items():
-                target[name] = target.get(name, 0) + n
-            target_raw = raw[tenant]
-            for name, n in own_raw.items():
-                target_raw[name] = target_raw.get(name, 0) + n
+        if is_tenant_namespace(namespace):
+            per_class[namespace] = dict(local_class.get(namespace, {}))
+            raw[namespace] = dict(local_raw.get(namespace, {}))
+    parents: dict[str, str] = {}
+    unvisited = list(per_class)
+    while unvisited:
+        tenant = unvisited.pop()
+        parent = parent_namespace(tenant)
+        if parent is not None:
+            parents[tenant] = parent
+            if parent not in per_class:
+                per_class[parent], raw[parent] = {}, {}
+                unvisited.append(parent)
+    # Longest names first is children first: a child is named after its parent
+    # plus "-<segment>". (Children of tenant-root may be shorter than it, but
+    # tenant-root has no parent to be added to, so it never has to wait.)
+    for tenant in sorted(parents, key=len, reverse=True):
+        parent = parents[tenant]
+        for into, own in ((per_class[parent], per_class[tenant]), (raw[parent], raw[tenant])):
+            for name, n in own.items():
+                into[name] = into.get(name, 0) + n
     return {
-        tenant: Usage(per_class=per_class[tenant], total=sum(per_class[tenant].values()), raw=raw[tenant])
-        for tenant in set(per_class) | set(raw)
+        tenant: Usage(per_class=counts, total=sum(counts.values()), raw=raw[tenant])
+        for tenant, counts in per_class.items()
     }
 
 

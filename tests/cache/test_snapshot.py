@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import gc
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from cozygpu.cache.snapshot import ViewMemo, build_snapshot
+import pytest
+
+from cozygpu.cache.snapshot import ViewMemo, build_snapshot, pod_resources
 from cozygpu.model.catalog import order_refusal
+from cozygpu.model.pods import pod_requests, whole_requests
 from cozygpu.model.snapshot import Attachment, Mode, OnCordon, Phase, PodPhase, Taint, Toleration
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
@@ -290,3 +294,56 @@ def test_a_memo_forgets_deleted_objects_and_reports_an_invalid_one_on_every_buil
     assert len(memo) == 2
     build_snapshot(now=NOW, devices=[], memo=memo)
     assert len(memo) == 0
+
+
+def test_pod_requests_read_the_same_on_the_plain_path_and_the_general_one() -> None:
+    def limits(**values: Any) -> dict[str, Any]:
+        return {"resources": {"limits": {H100 if k == "gpu" else f"example.com/{k}": v for k, v in values.items()}}}
+
+    request_wins = {"resources": {"requests": {H100: "1"}, "limits": {H100: "3"}}}
+    specs: list[dict[str, Any]] = [
+        {"containers": [limits(gpu="1"), limits(gpu=2), request_wins]},
+        {"containers": [limits(gpu="0", x="2"), {"name": "no-resources"}, "not a container"]},
+        {"containers": [limits(gpu="500m")]},  # a fraction rounds up
+        {"containers": [limits(gpu="2")], "overhead": {H100: "1"}},
+        {"containers": [limits(gpu="1")], "initContainers": [{"restartPolicy": "Always", **limits(gpu="1")}]},
+        {"containers": [limits(gpu="1")], "initContainers": [limits(gpu="4")]},
+    ]
+    pods = [
+        {"metadata": {"name": f"p{i}", "namespace": "tenant-a", "uid": f"p{i}"}, "spec": spec}
+        for i, spec in enumerate(specs)
+    ]
+    snap = build_snapshot(now=NOW, pods=pods)
+    read = [snap.pods[f"p{i}"].requests for i in range(len(specs))]
+    assert read == [whole_requests(pod_requests(pod_resources(spec, extended_only=True))) for spec in specs]
+    assert read == [{H100: 4}, {"example.com/x": 2}, {H100: 1}, {H100: 3}, {H100: 2}, {H100: 4}]
+
+
+def test_a_build_pauses_the_garbage_collector_and_leaves_it_as_it_found_it() -> None:
+    seen: list[bool] = []
+
+    def note(kind: str, obj: Any, problem: str) -> None:
+        seen.append(gc.isenabled())
+
+    def fail(kind: str, obj: Any, problem: str) -> None:
+        raise RuntimeError("handler failed")
+
+    broken = [{"metadata": {"name": "d", "namespace": "tenant-a"}, "spec": {}}]
+    was_enabled = gc.isenabled()
+    try:
+        gc.enable()
+        build_snapshot(now=NOW, devices=broken, on_invalid=note)
+        assert seen == [False]
+        assert gc.isenabled()
+        with pytest.raises(RuntimeError):
+            build_snapshot(now=NOW, devices=broken, on_invalid=fail)
+        assert gc.isenabled()
+        gc.disable()
+        build_snapshot(now=NOW, devices=broken, on_invalid=note)
+        assert seen == [False, False]
+        assert not gc.isenabled()
+    finally:
+        if was_enabled:
+            gc.enable()
+        else:
+            gc.disable()

@@ -6,6 +6,7 @@ import asyncio
 from typing import Any
 
 import aiohttp
+import aiohttp.web
 import pytest
 
 from cozygpu.kube import Client, errors, resource_path
@@ -61,3 +62,60 @@ async def test_an_unreachable_server_is_unavailable_not_an_aiohttp_error() -> No
             await client.get("/version", attempts=1)
     assert issubclass(errors.Unavailable, errors.KubeError)
     assert not issubclass(errors.Unavailable, aiohttp.ClientError)
+
+
+class FlakyServer:
+    """A loopback HTTP server that answers each request with the next scripted (status, headers) pair."""
+
+    def __init__(self, script: list[tuple[int, dict[str, str]]]) -> None:
+        self.script = script
+        self.seen: list[str] = []
+
+    async def handle(self, request: aiohttp.web.Request) -> aiohttp.web.Response:
+        self.seen.append(request.method)
+        status, headers = self.script.pop(0) if self.script else (200, {})
+        body = {"kind": "Status", "code": status, "reason": "TooManyRequests" if status == 429 else "InternalError",
+                "message": f"scripted {status}"} if status >= 400 else {"ok": True}
+        return aiohttp.web.json_response(body, status=status, headers=headers)
+
+
+async def serve(script: list[tuple[int, dict[str, str]]]) -> tuple[FlakyServer, aiohttp.web.AppRunner, str]:
+    server = FlakyServer(script)
+    app = aiohttp.web.Application()
+    app.router.add_route("*", "/{tail:.*}", server.handle)
+    runner = aiohttp.web.AppRunner(app)
+    await runner.setup()
+    site = aiohttp.web.SockSite(runner, socket_bound_to_loopback())
+    await site.start()
+    return server, runner, f"http://127.0.0.1:{site._sock.getsockname()[1]}"  # type: ignore[union-attr]
+
+
+def socket_bound_to_loopback() -> Any:
+    import socket
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    return sock
+
+
+async def test_a_read_is_retried_after_429_and_5xx_honouring_retry_after() -> None:
+    server, runner, url = await serve([(429, {"Retry-After": "0"}), (503, {}), (200, {})])
+    try:
+        async with Client(url, ssl_context=None) as client:
+            assert await client.get("/api/v1/namespaces") == {"ok": True}
+    finally:
+        await runner.cleanup()
+    assert server.seen == ["GET", "GET", "GET"]
+
+
+async def test_a_write_is_retried_after_429_but_never_after_a_5xx_that_may_have_taken_effect() -> None:
+    server, runner, url = await serve([(429, {"Retry-After": "0"}), (500, {}), (200, {})])
+    try:
+        async with Client(url, ssl_context=None) as client:
+            with pytest.raises(errors.ServerError) as caught:
+                await client.merge_patch("/api/v1/namespaces/a/configmaps/b", {"data": {}}, resource_version="7")
+    finally:
+        await runner.cleanup()
+    assert server.seen == ["PATCH", "PATCH"]
+    assert caught.value.status == 500
+    assert "scripted 500" in str(caught.value)

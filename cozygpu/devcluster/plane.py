@@ -43,6 +43,18 @@ class ControlPlaneError(RuntimeError):
     pass
 
 
+class PortTaken(ControlPlaneError):
+    """A port picked as free was taken by another process before etcd or the API server bound it."""
+
+
+PORT_ATTEMPTS = 3
+
+
+def _port_taken(logs: Path) -> bool:
+    return any("address already in use" in log.read_text(errors="replace")
+               for log in logs.glob("*.log"))
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
@@ -102,16 +114,40 @@ class ControlPlane:
         root.mkdir(parents=True, exist_ok=True)
         if (root / "state.json").exists():
             raise ControlPlaneError(f"{root} already holds a control plane; stop it first (cozygpu cluster stop)")
+        # New authorities on every start: identities minted by an earlier start are void.
         pki_dir = root / "pki"
-        pki_dir.mkdir(exist_ok=True)
+        subprocess.run(["rm", "-rf", str(pki_dir)], check=False)
+        pki_dir.mkdir()
         serving_ca = pki.make_ca(pki_dir, "serving-ca")
-        serving = pki.issue(serving_ca, pki_dir, "apiserver", common_name="kube-apiserver",
-                            hosts=("127.0.0.1", "localhost"), server=True)
-        client_ca = pki.make_ca(pki_dir, "client-ca")
-        sa_key = pki.make_signing_key(pki_dir, "sa")
-        logs = root / "logs"
-        logs.mkdir(exist_ok=True)
+        pki.issue(serving_ca, pki_dir, "apiserver", common_name="kube-apiserver",
+                  hosts=("127.0.0.1", "localhost"), server=True)
+        pki.make_ca(pki_dir, "client-ca")
+        pki.make_signing_key(pki_dir, "sa")
+        (root / "logs").mkdir(exist_ok=True)
 
+        # Free ports are picked by binding port 0 and closing it, which can race with
+        # another process; a start that lost that race is retried on fresh ports.
+        for attempt in range(1, PORT_ATTEMPTS + 1):
+            try:
+                plane = cls._launch(bins, root, minor=minor, owns=owns, timeout=timeout, fresh=attempt > 1)
+            except PortTaken:
+                if attempt == PORT_ATTEMPTS:
+                    raise
+                continue
+            plane._write_kubeconfig()
+            plane._save_state()
+            return plane
+        raise AssertionError("unreachable")
+
+    @classmethod
+    def _launch(cls, bins: binaries.Binaries, root: Path, *, minor: str, owns: bool, timeout: float,
+                fresh: bool) -> ControlPlane:
+        pki_dir, logs = root / "pki", root / "logs"
+        serving = pki.KeyPair(pki_dir / "apiserver.crt", pki_dir / "apiserver.key")
+        client_ca = pki.KeyPair(pki_dir / "client-ca.crt", pki_dir / "client-ca.key")
+        sa_key = pki.KeyPair(pki_dir / "sa.pub", pki_dir / "sa.key")
+        if fresh:  # what a start that lost the port race left behind
+            subprocess.run(["rm", "-rf", str(root / "etcd")], check=False)
         etcd_port, peer_port = free_port(), free_port()
         etcd = _spawn(
             [
@@ -124,6 +160,7 @@ class ControlPlane:
                 "--unsafe-no-fsync=true", "--log-level=warn",
             ],
             logs / "etcd.log",
+            truncate=True,
         )
         apiserver: subprocess.Popen[bytes] | None = None
         try:
@@ -145,21 +182,22 @@ class ControlPlane:
                     "--profiling=false",
                 ],
                 logs / "kube-apiserver.log",
+                truncate=True,
             )
             plane = cls(
                 directory=root, minor=minor, kubernetes_version=bins.kubernetes_version,
                 apiserver_port=port, etcd_port=etcd_port, etcd_pid=etcd.pid, apiserver_pid=apiserver.pid,
                 owns_directory=owns,
             )
-            context = ssl.create_default_context(cafile=str(serving_ca.cert))
+            context = ssl.create_default_context(cafile=str(pki_dir / "serving-ca.crt"))
             _wait_http(f"{plane.host}/readyz", context, timeout, apiserver, "kube-apiserver")
-            plane._write_kubeconfig()
-            plane._save_state()
             return plane
-        except BaseException:
+        except BaseException as err:
             for proc in (apiserver, etcd):
                 if proc is not None:
                     terminate(proc.pid, 10)
+            if isinstance(err, ControlPlaneError) and _port_taken(logs):
+                raise PortTaken(str(err)) from err
             raise
 
     @classmethod
@@ -265,11 +303,11 @@ class ControlPlane:
         return token
 
 
-def _spawn(argv: list[str], log: Path) -> subprocess.Popen[bytes]:
+def _spawn(argv: list[str], log: Path, *, truncate: bool = False) -> subprocess.Popen[bytes]:
     env = dict(os.environ)
     env["NO_PROXY"] = "127.0.0.1,localhost"
     env["no_proxy"] = env["NO_PROXY"]
-    with log.open("ab") as out:
+    with log.open("wb" if truncate else "ab") as out:
         return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 env=env, start_new_session=True)
 

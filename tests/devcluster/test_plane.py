@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -10,6 +11,8 @@ from typing import Any
 
 import pytest
 
+from cozygpu.devcluster import binaries
+from cozygpu.devcluster import plane as plane_module
 from cozygpu.devcluster.plane import ControlPlane
 from cozygpu.kube import Client, errors, resource_path
 
@@ -105,3 +108,43 @@ async def test_a_write_preconditioned_on_a_stale_resource_version_conflicts(admi
         await admin.get(f"{path}/missing")
     with pytest.raises(errors.AlreadyExists):
         await admin.create(path, {"metadata": {"name": "c"}})
+
+
+def test_a_cluster_restarted_in_its_directory_keeps_its_objects(plane: ControlPlane, tmp_path: Path) -> None:
+    directory = tmp_path / "again"
+    assert cozygpu("cluster", "start", "--dir", str(directory)).returncode == 0
+    kubectl = [str(binaries.cache_dir() / "bin" / f"kubernetes-{binaries.KUBERNETES['1.36']}" / "kubectl"),
+               "--kubeconfig", str(directory / "kubeconfig")]
+    try:
+        made = subprocess.run([*kubectl, "create", "namespace", "kept"], capture_output=True, text=True, check=False)
+        assert made.returncode == 0, made.stderr
+        assert cozygpu("cluster", "stop", "--dir", str(directory)).returncode == 0
+        restarted = cozygpu("cluster", "start", "--dir", str(directory))
+        assert restarted.returncode == 0, restarted.stderr
+        # New authorities were minted; the rewritten kubeconfig works and etcd kept the namespace.
+        got = subprocess.run([*kubectl, "get", "namespace", "kept", "-o", "name"], capture_output=True, text=True,
+                             check=False)
+        assert got.stdout.strip() == "namespace/kept", got.stderr
+    finally:
+        cozygpu("cluster", "stop", "--dir", str(directory))
+
+
+def test_a_start_that_loses_the_race_for_a_free_port_retries_on_fresh_ports(
+    plane: ControlPlane, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    squatter = socket.socket()
+    squatter.bind(("127.0.0.1", 0))
+    squatter.listen()
+    taken = squatter.getsockname()[1]
+    picks = iter([taken])  # the first port handed out is already in use by someone else
+    real_free_port = plane_module.free_port
+    monkeypatch.setattr(plane_module, "free_port", lambda: next(picks, None) or real_free_port())
+    try:
+        started = ControlPlane.start(directory=tmp_path / "race", build=False, timeout=60)
+        try:
+            assert taken not in (started.etcd_port, started.apiserver_port)
+            assert started.alive()
+        finally:
+            started.stop()
+    finally:
+        squatter.close()

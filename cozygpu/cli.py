@@ -8,6 +8,7 @@ can be built without touching this file's neighbours.
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
@@ -37,7 +38,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"cozygpu: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
         return 2
     module = importlib.import_module(COMMANDS[name][0])
-    result: int = module.main(rest)
+    try:
+        result: int = module.main(rest)
+    except BrokenPipeError:
+        # The reader went away (`cozygpu cluster start | head -1`): what was done is done,
+        # and Python must not fail again flushing stdout at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     return result
 
 

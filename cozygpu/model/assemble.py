@@ -95,6 +95,9 @@ def assemble(
     by_vmi: defaultdict[VmiKey, list[DeviceKey]] = defaultdict(list)
     local_class: defaultdict[str, dict[str, int]] = defaultdict(dict)
     local_raw: defaultdict[str, dict[str, int]] = defaultdict(dict)
+    # Orders not yet accepted: they count for the admission check only (R-MOD-4).
+    pending_class: defaultdict[str, dict[str, int]] = defaultdict(dict)
+    pending_raw: defaultdict[str, dict[str, int]] = defaultdict(dict)
     held: defaultdict[str, dict[str, int]] = defaultdict(dict)
     bound, pending = Phase.BOUND, Phase.PENDING
     resource_of = {name: c.resource_name for name, c in class_map.items()}
@@ -115,11 +118,14 @@ def assemble(
                 per_name = held[node_name]
                 per_name[resource] = per_name.get(resource, 0) + count
         if phase is not pending:
-            counts = local_class[namespace]
-            counts[class_name] = counts.get(class_name, 0) + count
-            if resource is not None:
-                raw = local_raw[namespace]
-                raw[resource] = raw.get(resource, 0) + count
+            counts, raws = local_class[namespace], local_raw[namespace]
+        elif not device.deleting:
+            counts, raws = pending_class[namespace], pending_raw[namespace]
+        else:
+            continue
+        counts[class_name] = counts.get(class_name, 0) + count
+        if resource is not None:
+            raws[resource] = raws.get(resource, 0) + count
 
     launchers = launcher_index(vmi_map.values())
     pod_map: dict[str, PodView] = {}
@@ -151,6 +157,7 @@ def assemble(
                 on_node[name] = on_node.get(name, 0) + n
 
     subtree = _subtree_usage(local_class, local_raw)
+    pending_subtree = _subtree_usage(pending_class, pending_raw)
     children: defaultdict[str, list[str]] = defaultdict(list)
     for namespace in set(namespace_map) | set(by_namespace) | set(budgets):
         parent = parent_namespace(namespace)
@@ -192,6 +199,7 @@ def assemble(
         launchers=launchers,
         children={k: tuple(sorted(v)) for k, v in children.items()},
         subtree_usage=subtree,
+        pending_usage=pending_subtree,
         capacity=capacity,
         availability=availability,
         serving=serving_sorted,

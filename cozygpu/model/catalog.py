@@ -9,13 +9,17 @@ Contract:
 - :func:`catalog_entry` answers, for one namespace and class: free units in
   the cluster and on the best single node (over nodes eligible for the
   class), remaining budget (the tightest class, total and raw key up the
-  ancestry; None when no budget applies), maxCount, entitlement, and a
-  ``blocked`` refusal that refuses every order size (unknown or deleting
-  class, class not permitted by KubeVirt, no entitlement, unreadable budget,
-  raw-key block). It costs O(ancestry x keys), never O(devices).
-- :func:`refusal_for` says why an order of N would be refused, checking in
-  this order: blocked, count and maxCount, budget, free units in the
-  cluster, free units on one node. None means it would be accepted now.
+  ancestry; None when no budget applies), maxCount, entitlement, and the
+  refusals that refuse every order size: ``class_refusal`` (deleting class,
+  class not permitted by KubeVirt, no entitlement) and ``budget_refusal``
+  (unreadable budget, raw-key block). It costs O(ancestry x keys), never
+  O(devices). Budgets count the subtree's accepted devices **and** its
+  orders not yet accepted (R-MOD-4: they count for the admission check).
+- :func:`refusal_for` says why an order of N would be refused, in the
+  binder's order (``placement._Planner.order_problem``), so the webhook and
+  the binder tell the same story: the class, count and maxCount, budgets,
+  free units in the cluster, free units on one node. None means it would be
+  accepted now.
 - :func:`order_refusal` is both in one call, for the webhook and the CLI.
 """
 
@@ -45,10 +49,17 @@ class CatalogEntry:
     #: None: no budget applies to this class here.
     remaining_budget: int | None
     limiting_budget: BudgetLimit | None
-    #: A refusal that applies to every order size.
-    blocked: Refusal | None
+    #: Why no order of this class can be accepted here, whatever its size: the class itself.
+    class_refusal: Refusal | None
+    #: ... or a budget that refuses every order (unreadable, raw-key block).
+    budget_refusal: Refusal | None
     #: Orderable now: the largest N that :func:`refusal_for` accepts (0 when none).
     orderable: int
+
+    @property
+    def blocked(self) -> Refusal | None:
+        """A refusal that applies to every order size."""
+        return self.class_refusal or self.budget_refusal
 
 
 def class_problem(snapshot: Snapshot, namespace: str, gpu_class: GPUClassView) -> Refusal | None:
@@ -63,8 +74,9 @@ def class_problem(snapshot: Snapshot, namespace: str, gpu_class: GPUClassView) -
 
 def catalog_entry(snapshot: Snapshot, namespace: str, gpu_class: GPUClassView) -> CatalogEntry:
     available = snapshot.availability.get(gpu_class.name)
-    budget = class_budget(snapshot, namespace, gpu_class)
-    blocked = class_problem(snapshot, namespace, gpu_class) or budget.refusal
+    budget = class_budget(snapshot, namespace, gpu_class, extra=snapshot.pending_usage)
+    class_refusal = class_problem(snapshot, namespace, gpu_class)
+    blocked = class_refusal or budget.refusal
     limit = max_count(gpu_class)
     free_cluster = available.free_in_cluster if available else 0
     free_node = available.free_on_best_node if available else 0
@@ -88,7 +100,8 @@ def catalog_entry(snapshot: Snapshot, namespace: str, gpu_class: GPUClassView) -
         best_node=available.best_node if available else None,
         remaining_budget=budget.remaining,
         limiting_budget=budget.limiting,
-        blocked=blocked,
+        class_refusal=class_refusal,
+        budget_refusal=budget.refusal,
         orderable=orderable,
     )
 
@@ -100,11 +113,13 @@ def catalog(snapshot: Snapshot, namespace: str) -> tuple[CatalogEntry, ...]:
 
 def refusal_for(entry: CatalogEntry, count: int, *, gpu_class: GPUClassView) -> Refusal | None:
     """Why an order of ``count`` GPUs would be refused, from a catalog entry; None when it fits."""
-    if entry.blocked is not None:
-        return entry.blocked
+    if entry.class_refusal is not None:
+        return entry.class_refusal
     problem = count_problem(gpu_class, count)
     if problem is not None:
         return problem
+    if entry.budget_refusal is not None:
+        return entry.budget_refusal
     limiting = entry.limiting_budget
     if limiting is not None and entry.remaining_budget is not None and count > entry.remaining_budget:
         return refusals.budget_exceeded(

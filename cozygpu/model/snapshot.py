@@ -366,6 +366,9 @@ class Snapshot:
     children: Mapping[str, tuple[str, ...]] = attrs.field(factory=dict)
     #: Tenant namespace -> usage of its whole subtree (R-MOD-2, R-MOD-4).
     subtree_usage: Mapping[str, Usage] = attrs.field(factory=dict)
+    #: Tenant namespace -> orders of its subtree not accepted yet (Pending, not deleting). They count
+    #: for the admission check and the catalog (R-MOD-4), never for the binder, which accepts them.
+    pending_usage: Mapping[str, Usage] = attrs.field(factory=dict)
     #: Node -> resource name -> capacity (R-MOD-7).
     capacity: Mapping[str, Mapping[str, NodeCapacity]] = attrs.field(factory=dict)
     #: Class -> availability over its eligible nodes (R-MOD-12).

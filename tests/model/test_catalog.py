@@ -1,6 +1,9 @@
 from __future__ import annotations
 
+import attrs
+
 from cozygpu.model.catalog import catalog, catalog_entry, order_refusal
+from cozygpu.model.placement import Bind, KeepPending, plan_pass
 from cozygpu.model.refusals import Reason
 from cozygpu.model.snapshot import MediatedDevice, Mode, PermittedHostDevices, Phase
 from tests.model.factories import A10_Q, H100, device, gpu_class, gpu_nodes, namespaces, snapshot
@@ -121,3 +124,44 @@ def test_the_catalog_lists_every_class_by_name() -> None:
     assert [e.class_name for e in entries] == ["a10", "h100"]
     assert entries[0].free_in_cluster == 0
     assert entries[0].best_node is None
+
+
+def test_orders_not_yet_accepted_count_for_the_admission_check_but_not_for_the_binder() -> None:
+    # R-MOD-4: a tenant with a budget of 2 and a Pending order of 2 in its subtree cannot
+    # have a second order admitted; the binder still accepts the first one.
+    snap = snapshot(
+        devices=[device("first", namespace="tenant-a-b", count=2)],
+        quotas={"tenant-a": {"requests.gpu.cozystack.io/h100": "2"}},
+    )
+    refusal = order_refusal(snap, "tenant-a", "h100", 1)
+    assert refusal is not None
+    assert refusal.reason is Reason.BUDGET_EXCEEDED
+    assert refusal.message == (
+        "budget gpu.cozystack.io/h100 of tenant-a: 2 allowed, 2 in use, order of 1 exceeds it by 1"
+    )
+    assert catalog_entry(snap, "tenant-a", snap.classes["h100"]).orderable == 0
+    assert [bind.device for bind in plan_pass(snap).of(Bind)] == [("tenant-a-b", "first")]
+
+
+def test_a_pending_order_being_deleted_no_longer_holds_budget_at_admission() -> None:
+    gone = attrs.evolve(device("gone", count=2), deleting=True)
+    snap = snapshot(devices=[gone], quotas={"tenant-a": {"requests.gpu.cozystack.io/h100": "2"}})
+    assert order_refusal(snap, "tenant-a", "h100", 2) is None
+
+
+def test_the_webhook_and_the_binder_give_the_same_first_reason_for_the_same_order() -> None:
+    # maxCount 2, an order of 3, and an unreadable budget: both name the count first.
+    snap = snapshot(
+        classes=[gpu_class("h100", max_count=2)],
+        devices=[device("big", count=3)],
+        quotas={"tenant-a": {"requests.gpu.cozystack.io/h100": "lots"}},
+    )
+    webhook = order_refusal(snap, "tenant-a", "h100", 3)
+    (kept,) = plan_pass(snap).of(KeepPending)
+    assert webhook is not None
+    assert webhook.reason is kept.refusal.reason is Reason.MAX_COUNT_EXCEEDED
+    assert webhook.message == kept.refusal.message
+    # Within maxCount, the unreadable budget refuses both.
+    small = order_refusal(snap, "tenant-a", "h100", 1)
+    assert small is not None
+    assert small.reason is Reason.BUDGET_UNREADABLE

@@ -11,7 +11,7 @@ The GPUNode is created (empty; status cannot be set on create) the first time
 a patch finds it missing. The writer only ever names its own node; the agent
 policy (R-POL-2) holds every agent to that on the server side.
 
-RBAC it needs: ``gpunodes`` get and create, ``gpunodes/status`` patch.
+RBAC it needs: ``gpunodes`` create (never a read: a patch of a missing object answers 404), ``gpunodes/status`` patch.
 """
 
 from __future__ import annotations

@@ -76,7 +76,10 @@ class Cache:
         """The informer of ``spec``, registered (and started, when running and served) if new."""
         informer = self._informers.get(spec.key)
         if informer is not None:
-            if informer.spec != spec or informer.spec.transform is not spec.transform:
+            # Transforms and indexers are functions, compared by identity: a spec with
+            # other indexes under the same key would hand its reader an informer without them.
+            if (informer.spec != spec or informer.spec.transform is not spec.transform
+                    or dict(informer.spec.indexers) != dict(spec.indexers)):
                 raise ValueError(f"{spec.key}: another spec is already registered under this key")
             return informer
         if spec.key == CRDS.key:

@@ -11,7 +11,7 @@ counters are bound per kind once, so an event costs one ``inc()``.
 
     cozygpu_cache_events_total{kind,type}            ADDED / MODIFIED / DELETED / BOOKMARK
     cozygpu_cache_watch_restarts_total{kind,reason}  closed / inactive / error / expired
-    cozygpu_cache_relists_total{kind,reason}         initial / expired / error
+    cozygpu_cache_relists_total{kind,reason}         initial / expired
     cozygpu_cache_list_seconds{kind}                 histogram of a whole (paged) list
     cozygpu_cache_objects{kind}                      objects in the store
     cozygpu_cache_synced{kind}                       1 once the first list is stored

@@ -186,14 +186,14 @@ class Client:
         self, method: str, path: str, query: list[tuple[str, str]], data: str | None,
         content_type: str, timeout: float | None, extra_headers: Mapping[str, str] | None = None,
     ) -> Obj:
-        headers = [*self._headers, *await self._auth_headers()]
-        if extra_headers:
-            overridden = {key.lower() for key in extra_headers}
-            headers = [(k, v) for k, v in headers if k.lower() not in overridden] + list(extra_headers.items())
-        if data is not None:
-            headers.append(("Content-Type", content_type))
         budget = aiohttp.ClientTimeout(total=timeout if timeout is not None else self.default_timeout)
         try:
+            headers = [*self._headers, *await self._auth_headers()]
+            if extra_headers:
+                overridden = {key.lower() for key in extra_headers}
+                headers = [(k, v) for k, v in headers if k.lower() not in overridden] + list(extra_headers.items())
+            if data is not None:
+                headers.append(("Content-Type", content_type))
             async with self._get_session().request(
                 method, self.host + path, params=query, data=data, headers=headers, timeout=budget
             ) as resp:
@@ -201,7 +201,9 @@ class Client:
                 if resp.status >= 400:
                     raise _api_error(resp, text, method, path)
                 return json.loads(text) if text else {}
-        except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, TimeoutError, OSError) as err:
+        except errors.KubeError:
+            raise
+        except _TRANSPORT_ERRORS as err:
             raise errors.Unavailable(f"{method} {path}: {type(err).__name__}: {err}") from err
 
     # -- verbs ----------------------------------------------------------------------------
@@ -274,9 +276,9 @@ class Client:
         event carrying a Status with code 410, which is raised as ``Gone`` too.
         """
         query = _query({**(params or {}), "watch": "1"})
-        headers = [*self._headers, *await self._auth_headers()]
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout, sock_read=read_timeout)
         try:
+            headers = [*self._headers, *await self._auth_headers()]
             async with self._get_session().get(
                 self.host + path, params=query, headers=headers, timeout=timeout
             ) as resp:
@@ -288,9 +290,17 @@ class Client:
                         status = event.get("object") or {}
                         raise errors.error_for(int(status.get("code") or 500), status, method="WATCH", path=path)
                     yield event
-        except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, TimeoutError, OSError) as err:
+        except errors.KubeError:
+            raise
+        except _TRANSPORT_ERRORS as err:
             raise errors.Unavailable(f"WATCH {path}: {type(err).__name__}: {err}") from err
 
+
+#: What the transport can raise: aiohttp's errors (connection, payload, a malformed
+#: response), timeouts, OS errors, an answer that is not JSON (ValueError), and
+#: whatever the credential refresh raises (kubernetes-asyncio's ConfigException
+#: is an Exception). All become ``Unavailable``: the call did not get an answer.
+_TRANSPORT_ERRORS: Final = (aiohttp.ClientError, TimeoutError, OSError, ValueError)
 
 #: The longest watch event line accepted. etcd stores objects up to about 1.5 MiB and
 #: JSON framing adds little; anything longer is a broken stream, not an object.

@@ -35,6 +35,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Final, Protocol
 
 from cozygpu import keys
+from cozygpu.cache import specs
 from cozygpu.cache.cache import Cache
 from cozygpu.cache.errors import CacheError, KindNotServed
 from cozygpu.cache.snapshot import InvalidObject, gpu_class_view, node_inventory, permitted_host_devices
@@ -42,7 +43,6 @@ from cozygpu.kube import errors
 from cozygpu.kube.client import Obj, resource_path
 from cozygpu.model.resource_names import effective_names
 from cozygpu.model.snapshot import GPUClassView, NodeInventory
-from cozygpu.runtime import kinds
 from cozygpu.runtime.logging import get_logger
 from cozygpu.runtime.metrics import SettingsMetrics
 
@@ -98,9 +98,9 @@ class SettingsPublisher:
         self._max_backoff = max_backoff
         self._path = resource_path("", "v1", "configmaps", namespace=namespace, name=keys.SETTINGS_CONFIGMAP)
         self._collection = resource_path("", "v1", "configmaps", namespace=namespace)
-        watched = [kinds.GPU_CLASSES]
+        watched = [specs.GPU_CLASSES]
         if gpu_enabled:
-            watched += [kinds.GPU_NODES, kinds.KUBEVIRTS, kinds.settings_configmap(namespace)]
+            watched += [specs.GPU_NODES, specs.KUBEVIRTS, specs.settings_configmap(namespace)]
         self._watched = tuple(watched)
         self._trigger = cache.trigger(*watched, name=self.name)
 
@@ -110,7 +110,7 @@ class SettingsPublisher:
         """The data the ConfigMap should hold now; raises ``CacheError`` while a kind is not synced."""
         classes: list[GPUClassView] = []
         loose_names: list[str] = []
-        for obj in self._cache.store(kinds.GPU_CLASSES).list():
+        for obj in self._cache.store(specs.GPU_CLASSES).list():
             try:
                 classes.append(gpu_class_view(obj))
             except (InvalidObject, ValueError) as err:
@@ -122,9 +122,9 @@ class SettingsPublisher:
         inventories: list[NodeInventory] = []
         kubevirts: list[Mapping[str, Any]] = []
         if self._gpu:
-            inventories = [node_inventory(obj) for obj in self._cache.store(kinds.GPU_NODES).list()]
+            inventories = [node_inventory(obj) for obj in self._cache.store(specs.GPU_NODES).list()]
             try:
-                kubevirts = list(self._cache.store(kinds.KUBEVIRTS).list())
+                kubevirts = list(self._cache.store(specs.KUBEVIRTS).list())
             except KindNotServed:
                 kubevirts = []
         names = effective_names(hoster=(*self._hoster, *loose_names), classes=classes, inventories=inventories,
@@ -179,6 +179,12 @@ class SettingsPublisher:
                 waiting = isinstance(err, CacheError)
                 log = _log.info if waiting else _log.warning
                 log("settings not published yet" if waiting else "publishing the settings failed", error=str(err))
+                wait, backoff = backoff, min(backoff * 2, self._max_backoff)
+            except Exception as err:  # a bug on some object's path: both replicas would crash-loop on it
+                if self._metrics is not None:
+                    self._metrics.failures.inc()
+                _log.error("publishing the settings failed unexpectedly", error=f"{type(err).__name__}: {err}",
+                           exc_info=True)
                 wait, backoff = backoff, min(backoff * 2, self._max_backoff)
             try:
                 async with asyncio.timeout(wait):

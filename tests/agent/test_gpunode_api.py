@@ -202,10 +202,14 @@ async def test_with_the_agent_policy_installed_writing_another_nodes_gpunode_is_
 ) -> None:
     mine, other = node_name(), node_name()
     client = await agent_identity(mine)
+    # Wait until the API server enforces the policy with a write that leaves no trace (a dry run).
+    probe = {"apiVersion": keys.API_VERSION, "kind": keys.GPUNODE_KIND, "metadata": {"name": node_name()}}
+    await refused_within(lambda: client.create(gpunode_path(), probe, dry_run=True))
 
-    refusal = await refused_within(lambda: GPUNodeWriter(client, other).write({"resourceNames": ["x/y"]}))
+    with pytest.raises(kube_errors.Forbidden) as refused:
+        await GPUNodeWriter(client, other).write({"resourceNames": ["x/y"]})
 
-    assert "may write only GPUNode " + mine in refusal.message
+    assert "may write only GPUNode " + mine in refused.value.message
     assert await admin.get_or_none(gpunode_path(other)) is None
     await GPUNodeWriter(client, mine).write({"resourceNames": []})  # its own node's is fine
     await admin.create(gpunode_path(), {"apiVersion": keys.API_VERSION, "kind": keys.GPUNODE_KIND,

@@ -11,6 +11,7 @@ from prometheus_client import CollectorRegistry
 
 from cozygpu.cache import Cache, KindNotServed, KindSpec, NotSynced, UnknownKind
 from cozygpu.cache.kinds import CRDS, crd_serves
+from cozygpu.cache.specs import GPU_DEVICES
 from cozygpu.kube import errors
 from tests.cache.fakes import FakeApi, FakeClock, until
 
@@ -167,6 +168,17 @@ def test_kinds_are_found_by_spec_or_key_and_an_unknown_key_is_refused(core_api: 
     assert cache.informer("pods.v1") is cache.informer(PODS)
     with pytest.raises(ValueError, match="another spec"):
         cache.add(KindSpec("", "v1", "pods", "Pod", True, transform=lambda o: o))
+
+
+def test_a_spec_with_other_indexes_under_a_registered_key_is_refused(core_api: FakeApi,
+                                                                    registry: CollectorRegistry) -> None:
+    # A reader asking for devices by node must never get an informer that has no such index.
+    cache = Cache(core_api, registry=registry)
+    bare = KindSpec(GPU_DEVICES.group, GPU_DEVICES.version, GPU_DEVICES.plural, GPU_DEVICES.kind, True)
+    cache.add(bare)
+    with pytest.raises(ValueError, match="another spec"):
+        cache.add(GPU_DEVICES)
+    assert cache.add(bare).spec is bare
 
 
 async def test_stopping_the_cache_stops_every_informer_and_closes_every_watch(

@@ -119,3 +119,29 @@ async def test_a_write_is_retried_after_429_but_never_after_a_5xx_that_may_have_
     assert server.seen == ["PATCH", "PATCH"]
     assert caught.value.status == 500
     assert "scripted 500" in str(caught.value)
+
+
+async def plain_text_server(body: bytes) -> tuple[aiohttp.web.AppRunner, str]:
+    async def handle(request: aiohttp.web.Request) -> aiohttp.web.Response:
+        return aiohttp.web.Response(body=body, content_type="application/json")
+
+    app = aiohttp.web.Application()
+    app.router.add_route("*", "/{tail:.*}", handle)
+    runner = aiohttp.web.AppRunner(app)
+    await runner.setup()
+    site = aiohttp.web.SockSite(runner, socket_bound_to_loopback())
+    await site.start()
+    return runner, f"http://127.0.0.1:{site._sock.getsockname()[1]}"  # type: ignore[union-attr]
+
+
+async def test_an_answer_that_is_not_json_is_unavailable_not_a_decode_error() -> None:
+    runner, url = await plain_text_server(b"<html>a proxy's error page</html>")
+    try:
+        async with Client(url, ssl_context=None) as client:
+            with pytest.raises(errors.Unavailable, match="JSONDecodeError"):
+                await client.get("/version", attempts=1)
+            with pytest.raises(errors.Unavailable, match="JSONDecodeError"):
+                async for _ in client.watch("/api/v1/pods"):
+                    pass
+    finally:
+        await runner.cleanup()

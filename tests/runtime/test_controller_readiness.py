@@ -19,10 +19,11 @@ from typing import Any
 import aiohttp
 
 from cozygpu import keys
+from cozygpu.cache import specs
 from cozygpu.devcluster import pki
 from cozygpu.devcluster.plane import ControlPlane
 from cozygpu.kube import Client, resource_path
-from cozygpu.runtime import flags, kinds
+from cozygpu.runtime import flags
 from cozygpu.runtime.controller import Controller
 
 RBAC = "rbac.authorization.k8s.io"
@@ -100,13 +101,13 @@ async def test_readiness_stays_false_until_the_webhook_caches_have_synced(
         controller = Controller(options(namespace), client)
         async with running(controller) as base:
             async def classes_synced() -> bool:
-                return controller.cache.has_synced(kinds.GPU_CLASSES)
+                return controller.cache.has_synced(specs.GPU_CLASSES)
 
             await eventually(classes_synced, timeout=30)
             for _ in range(15):  # three seconds of asking: never ready while GPUDevices cannot be listed
                 status, body = await get(f"{base}/readyz")
                 assert status == 503
-                assert f"[-]caches failed: not synced: {kinds.GPU_DEVICES.key}\n" in body
+                assert f"[-]caches failed: not synced: {specs.GPU_DEVICES.key}\n" in body
                 await asyncio.sleep(0.2)
             assert (await get(f"{base}/healthz"))[0] == 200
             assert not controller.elector.leading, "leader election starts only after the caches"
@@ -139,8 +140,8 @@ async def test_with_gpu_enabled_readiness_never_waits_for_kubevirt_and_the_webho
 
             await eventually(ready, timeout=60)
             # The controller cannot read VMIs or KubeVirt CRs at all, installed or not: still ready.
-            assert not controller.cache.has_synced(kinds.VMIS)
-            assert not controller.cache.has_synced(kinds.KUBEVIRTS)
+            assert not controller.cache.has_synced(specs.VMIS)
+            assert not controller.cache.has_synced(specs.KUBEVIRTS)
             status, body = await get(f"{base}/readyz")
             assert "[+]webhooks ok" in body
             webhook = controller.bound["webhooks"]

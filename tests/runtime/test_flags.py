@@ -139,3 +139,20 @@ async def test_the_real_process_refuses_bad_flags_before_it_touches_the_cluster(
     assert code == 2
     assert "--raw-gpu-names=sometimes: must be one of allow, forbid" in err
     assert "Traceback" not in err
+
+
+def test_the_controller_caches_the_shared_specs_with_their_indexes() -> None:
+    # The binder and the webhooks will ask the cache for cozygpu.cache.specs objects; the controller
+    # must register exactly those (a bare spec under the same key would lack their indexes).
+    from cozygpu.cache import specs
+    from cozygpu.runtime import kinds
+
+    gpu = kinds.webhook_kinds(enable_gpu=True, namespace="cozy-gpu")
+    assert specs.GPU_DEVICES in gpu
+    assert specs.PODS in gpu
+    assert specs.TENANT_QUOTAS in gpu
+    assert all(spec.key != "resourcequotas.v1" for spec in gpu), "only tenant-quota objects are cached"
+    by_key = {spec.key: spec for spec in gpu}
+    assert by_key[specs.GPU_DEVICES.key].indexers is specs.GPU_DEVICES.indexers
+    assert set(kinds.lazy_kinds(enable_gpu=True)) == {specs.VMIS, specs.KUBEVIRTS}
+    assert kinds.lazy_kinds(enable_gpu=False) == ()

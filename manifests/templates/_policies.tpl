@@ -63,6 +63,16 @@ true
 {{- end -}}
 {{- end -}}
 
+{{/*
+"true" when the agent's node-restriction policy (R-POL-2) renders. The agent's
+RBAC binding renders only then too: an agent must never hold write access to
+GPUNodes that no policy narrows to its own node (on a first install with
+policies.kinds.gpu=auto, both appear with the upgrade after the CRDs).
+*/}}
+{{- define "cozygpu.agentPolicy.renders" -}}
+{{- if and .Values.gpu.enabled (include "cozygpu.policies.supported" .) (include "cozygpu.policies.served" (dict "ctx" . "switch" "gpu" "kinds" (list "gpu.cozystack.io/v1alpha1/GPUNode"))) -}}true{{- end -}}
+{{- end -}}
+
 {{/* The binding's matchResources for policies that act in tenant namespaces only. */}}
 {{- define "cozygpu.tenantMatchResources" -}}
 matchResources:

@@ -95,6 +95,20 @@ def test_policies_on_gpu_kinds_wait_for_the_gpu_crds_to_be_served() -> None:
     assert policy_names(render(asserted, api_versions=first_install)) == EVERY_POLICY
 
 
+def test_the_agent_is_bound_to_its_role_only_where_its_node_restriction_renders() -> None:
+    """R-POL-2: no agent ever holds GPUNode write access that no policy narrows to its own node."""
+    first_install = [chart.VALIDATING_ADMISSION_POLICY, chart.VMI]
+    objects = render(GPU_ON, api_versions=first_install)
+    assert "cozygpu-agent" in named(objects, "ClusterRole")
+    assert "cozygpu-agent" not in named(objects, "ClusterRoleBinding")
+    assert "cozygpu-agent-own-node" not in policy_names(objects)
+    upgraded = render(GPU_ON)
+    assert "cozygpu-agent" in named(upgraded, "ClusterRoleBinding")
+    assert "cozygpu-agent-own-node" in policy_names(upgraded)
+    no_policies = render(GPU_ON, api_versions=[f"{keys.API_VERSION}/{keys.GPUNODE_KIND}"])
+    assert "cozygpu-agent" not in named(no_policies, "ClusterRoleBinding")
+
+
 def test_a_policy_renders_only_when_every_kind_it_matches_is_served() -> None:
     """The deleting-class policy matches GPUDevice and reads GPUClass: both must be served."""
     only_devices = [chart.VALIDATING_ADMISSION_POLICY, f"{keys.API_VERSION}/{keys.GPUDEVICE_KIND}"]

@@ -7,13 +7,16 @@ label carries no VMI name (label values are too short), so the name is the
 only link a person sees.
 
 Contract:
-- ``<vmi>-<template>`` when that is a valid DNS label (lower-case
-  alphanumerics and '-', at most 63 characters);
-- otherwise a readable prefix of it, cut and cleaned to a valid label, then
-  '-' and 10 hex digits of a SHA-256 over the exact (vmi, template) pair.
+- ``<vmi>-<template>-<hash>``: a readable prefix (the two names joined by
+  '-', lower-cased, cut and cleaned to a valid label), then '-' and 10 hex
+  digits of a SHA-256 over the exact (vmi, template) pair.
+- The hash is always there: the plain join alone is ambiguous across VMIs
+  (``a-b`` + ``c`` and ``a`` + ``b-c`` both read ``a-b-c``), and since the
+  template-device label carries no VMI name, two VMIs of one namespace would
+  then want the same GPUDevice.
 The result is always a valid DNS subdomain and also a valid label value
 (63 characters at most, so usage records may carry it), stable across
-releases, and distinct for distinct templates of one VMI.
+releases, and distinct for distinct (vmi, template) pairs.
 """
 
 from __future__ import annotations
@@ -23,7 +26,6 @@ import re
 
 MAX_NAME = 63
 HASH_CHARS = 10
-_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 _INVALID = re.compile(r"[^a-z0-9-]+")
 
 
@@ -34,8 +36,6 @@ def _digest(vmi_name: str, template_name: str) -> str:
 
 def template_device_name(vmi_name: str, template_name: str) -> str:
     plain = f"{vmi_name}-{template_name}"
-    if len(plain) <= MAX_NAME and _LABEL.fullmatch(plain):
-        return plain
     cleaned = _INVALID.sub("-", plain.lower())
     prefix = cleaned[: MAX_NAME - HASH_CHARS - 1].strip("-")
     suffix = _digest(vmi_name, template_name)

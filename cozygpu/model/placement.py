@@ -152,7 +152,13 @@ def device_sets(snapshot: Snapshot) -> tuple[DeviceSet, ...]:
     """Every set in the snapshot, sorted by key: one per attached VMI, one per unattached device."""
     sets: list[DeviceSet] = []
     for vmi_key, members in snapshot.devices_by_vmi.items():
-        sets.append(DeviceSet(vmi=vmi_key, members=tuple(sorted(members))))
+        vmi = snapshot.vmis.get(vmi_key)
+        # A member attached to an earlier VMI of the same name (another UID) is not this
+        # VMI's: it stands alone, like an unattached device, rather than drop out of every set.
+        current = [k for k in members if vmi is None or attached_to(snapshot.devices[k], vmi)]
+        if current:
+            sets.append(DeviceSet(vmi=vmi_key, members=tuple(sorted(current))))
+        sets.extend(DeviceSet(vmi=None, members=(k,)) for k in sorted(set(members) - set(current)))
     for key, device in snapshot.devices.items():
         if device.attachment is None:
             sets.append(DeviceSet(vmi=None, members=(key,)))
@@ -459,9 +465,6 @@ class _Planner:
 def _work(snapshot: Snapshot, device_set: DeviceSet) -> _Work:
     members = [snapshot.devices[k] for k in device_set.members]
     vmi = snapshot.vmis.get(device_set.vmi) if device_set.vmi is not None else None
-    if vmi is not None:
-        # A member attached to an earlier VMI of the same name is not this VMI's.
-        members = [d for d in members if attached_to(d, vmi)] or members
     return _Work(label=device_set.label, vmi=vmi, members=members)
 
 

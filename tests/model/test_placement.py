@@ -291,3 +291,14 @@ def test_sets_group_the_devices_attached_to_one_vmi() -> None:
 def test_resulting_states_apply_binds_and_losses() -> None:
     snap = snapshot(devices=[device("new", count=1)])
     assert resulting_states(snap, plan_pass(snap))[("tenant-a", "new")] == (Phase.BOUND, "n1")
+
+
+def test_a_device_left_attached_to_an_earlier_vmi_of_the_same_name_is_still_moved_off_a_gone_node() -> None:
+    # vm1 was deleted and created again (a new UID); a device still attached to the old one
+    # belongs to no set of the new VMI, but it is still planned, as a set of its own.
+    nodes, inventories = gpu_nodes(("n1", 8))
+    stale = device("old", phase=Phase.BOUND, node="gone", vmi="vm1", vmi_uid="uid-old")
+    snap = snapshot(nodes=nodes, inventories=inventories, devices=[stale], vmis=[vmi("vm1", uid="uid-new")])
+    assert binds(plan_pass(snap)) == {("tenant-a", "old"): "n1"}
+    (alone,) = [s for s in device_sets(snap) if ("tenant-a", "old") in s.members]
+    assert alone.vmi is None

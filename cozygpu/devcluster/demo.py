@@ -191,7 +191,7 @@ async def run(plane: ControlPlane) -> int:
 def stop_controller(directory: Path) -> None:
     pid_file = directory / "controller.pid"
     if pid_file.exists():
-        terminate(int(pid_file.read_text()), 30)
+        terminate(int(pid_file.read_text()), 30, expect="cozygpu")
         pid_file.unlink()
 
 

@@ -211,15 +211,15 @@ class ControlPlane:
 
     def stop(self, *, timeout: float = 15.0) -> None:
         """Stop the API server, then etcd; SIGKILL whatever outlives ``timeout``."""
-        terminate(self.apiserver_pid, timeout)
-        terminate(self.etcd_pid, timeout)
+        terminate(self.apiserver_pid, timeout, expect="kube-apiserver")
+        terminate(self.etcd_pid, timeout, expect="etcd")
         with contextlib.suppress(FileNotFoundError):
             (self.directory / "state.json").unlink()
         if self.owns_directory:
             subprocess.run(["rm", "-rf", str(self.directory)], check=False)
 
     def alive(self) -> bool:
-        return _alive(self.apiserver_pid) and _alive(self.etcd_pid)
+        return _alive(self.apiserver_pid, "kube-apiserver") and _alive(self.etcd_pid, "etcd")
 
     def _save_state(self) -> None:
         state = attrs.asdict(self)
@@ -329,23 +329,28 @@ def _wait_http(url: str, context: ssl.SSLContext | None, timeout: float,
     raise ControlPlaneError(f"{what} was not ready within {timeout:.0f} s ({url}: {last})")
 
 
-def _alive(pid: int) -> bool:
+def _alive(pid: int, expect: str | None = None) -> bool:
+    """Whether ``pid`` runs (a zombie does not), and, with ``expect``, is still that program.
+
+    ``expect`` guards pids read back from a state file: after a reboot or once
+    the pid is reused, it names somebody else's process, which must not be signalled.
+    """
+    proc = Path(f"/proc/{pid}")
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        stat = (proc / "stat").read_text()
+        command = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except (FileNotFoundError, ProcessLookupError):
         return False
-    except PermissionError:
-        return True
-    # A zombie child still answers kill(0); reap it if it is ours.
-    with contextlib.suppress(ChildProcessError):
-        done, _ = os.waitpid(pid, os.WNOHANG)
-        if done == pid:
-            return False
-    return True
+    if stat.rsplit(")", 1)[-1].split()[0] == "Z":
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)  # reap it if it is our child
+        return False
+    return expect is None or expect in command
 
 
-def terminate(pid: int, timeout: float) -> None:
-    if not _alive(pid):
+def terminate(pid: int, timeout: float, *, expect: str | None = None) -> None:
+    """SIGTERM, then SIGKILL after ``timeout``; nothing when ``pid`` is gone or (``expect``) not that program."""
+    if not _alive(pid, expect):
         return
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGTERM)

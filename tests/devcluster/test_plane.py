@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import os
+import json
 import socket
 import subprocess
 import sys
@@ -15,6 +15,7 @@ from cozygpu.devcluster import binaries
 from cozygpu.devcluster import plane as plane_module
 from cozygpu.devcluster.plane import ControlPlane
 from cozygpu.kube import Client, errors, resource_path
+from tests.support.processes import gone
 
 REVIEW = "/apis/authentication.k8s.io/v1/selfsubjectreviews"
 
@@ -55,8 +56,7 @@ def test_two_clusters_start_side_by_side_and_stop_leaves_no_process(
             assert stopped.returncode == 0, stopped.stderr
     for p in planes:
         for pid in (p.apiserver_pid, p.etcd_pid):
-            with pytest.raises(ProcessLookupError):
-                os.kill(pid, 0)
+            assert gone(pid), f"process {pid} outlived cozygpu cluster stop"
     assert not (first / "state.json").exists()
 
 
@@ -148,3 +148,20 @@ def test_a_start_that_loses_the_race_for_a_free_port_retries_on_fresh_ports(
             started.stop()
     finally:
         squatter.close()
+
+
+def test_stop_never_signals_a_process_that_took_over_a_recorded_pid(tmp_path: Path) -> None:
+    # After a reboot or pid reuse, state.json names somebody else's process.
+    bystander = subprocess.Popen(["sleep", "60"])
+    try:
+        state = {"minor": "1.36", "kubernetes_version": "v1.36.5", "apiserver_port": 1, "etcd_port": 2,
+                 "etcd_pid": bystander.pid, "apiserver_pid": bystander.pid, "owns_directory": False}
+        (tmp_path / "state.json").write_text(json.dumps(state))
+        (tmp_path / "controller.pid").write_text(str(bystander.pid))
+        stopped = cozygpu("cluster", "stop", "--dir", str(tmp_path))
+        assert stopped.returncode == 0, stopped.stderr
+        assert bystander.poll() is None, "cozygpu cluster stop killed an unrelated process"
+        assert not (tmp_path / "state.json").exists()
+    finally:
+        bystander.kill()
+        bystander.wait()

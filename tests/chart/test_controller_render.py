@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import base64
+import subprocess
 from typing import Any
 
+import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
-from cozygpu.devcluster import chart
+from cozygpu.devcluster import apply, binaries, chart
 
 GPU_ON = {"gpu": {"enabled": True}}
 
@@ -37,3 +39,10 @@ def test_with_gpu_on_the_chart_generates_the_serving_certificate_the_deployment_
 def test_a_platform_issued_certificate_or_gpu_off_renders_no_secret() -> None:
     assert secrets({"gpu": {"enabled": True}, "controller": {"generateWebhookCert": False}}) == {}
     assert secrets({}) == {}
+
+
+@pytest.mark.parametrize("gpu", ["false", "true"])
+def test_helm_lint_finds_no_error_in_the_chart(gpu: str) -> None:
+    proc = subprocess.run([str(binaries.ensure_helm()), "lint", str(apply.chart_dir()), "--strict",
+                           "--set", f"gpu.enabled={gpu}"], capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -122,14 +122,3 @@ def slim_crd(crd: Obj) -> Obj:
         },
         "status": {"conditions": _dict(crd.get("status")).get("conditions") or []},
     }
-
-
-def chain(*transforms: Transform) -> Transform:
-    """One transform that applies ``transforms`` in order."""
-
-    def chained(obj: Obj) -> Obj:
-        for transform in transforms:
-            obj = transform(obj)
-        return obj
-
-    return chained

@@ -71,7 +71,6 @@ class Client:
         ssl_context: ssl.SSLContext | None,
         token: str | None = None,
         configuration: Configuration | None = None,
-        impersonate: Mapping[str, Sequence[str] | str] | None = None,
         user_agent: str = "cozygpu",
         default_timeout: float = 30.0,
     ) -> None:
@@ -80,10 +79,6 @@ class Client:
         self._token = token
         self._configuration = configuration
         self._headers: list[tuple[str, str]] = [("User-Agent", user_agent), ("Accept", JSON)]
-        for key, value in (impersonate or {}).items():
-            values = [value] if isinstance(value, str) else list(value)
-            for v in values:
-                self._headers.append((key, v))
         self.default_timeout = default_timeout
         self._session: aiohttp.ClientSession | None = None
 
@@ -117,11 +112,6 @@ class Client:
             context.check_hostname = False
             context.verify_mode = ssl.CERT_NONE
         return cls(str(cfg.host), ssl_context=context, configuration=cfg, **kw)
-
-    def with_identity(self, *, impersonate: Mapping[str, Sequence[str] | str]) -> Client:
-        """A client for the same server acting as another identity (needs impersonate RBAC)."""
-        return Client(self.host, ssl_context=self._ssl, token=self._token, configuration=self._configuration,
-                      impersonate=impersonate, default_timeout=self.default_timeout)
 
     # -- plumbing -------------------------------------------------------------------------
 

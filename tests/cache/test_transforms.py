@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from cozygpu import keys
-from cozygpu.cache.transforms import LAST_APPLIED, chain, slim_crd, slim_node, slim_pod, strip_metadata
+from cozygpu.cache.transforms import LAST_APPLIED, slim_crd, slim_node, slim_pod, strip_metadata
 from tests.cache import shapes
 
 
@@ -88,22 +88,6 @@ def test_a_slim_crd_keeps_only_what_served_kind_discovery_reads() -> None:
                  "versions": [{"name": "v1", "served": True}]},
         "status": {"conditions": [{"type": "Established", "status": "True"}]},
     }
-
-
-def test_chained_transforms_run_in_order() -> None:
-    seen: list[str] = []
-
-    def first(obj: dict[str, object]) -> dict[str, object]:
-        seen.append("first")
-        return {**obj, "a": 1}
-
-    def second(obj: dict[str, object]) -> dict[str, object]:
-        seen.append("second")
-        return {**obj, "b": obj["a"]}
-
-    assert chain(first, second)({}) == {"a": 1, "b": 1}
-    assert seen == ["first", "second"]
-
 
 def test_a_slim_pod_keeps_only_cozygpu_annotations() -> None:
     pod = shapes.launcher_pod("tenant-a", "vm1", node="node-1")

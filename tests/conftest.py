@@ -21,7 +21,6 @@ the control plane skips locally with the command to run, and **fails** under
 from __future__ import annotations
 
 import asyncio
-import os
 import uuid
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -32,6 +31,7 @@ import pytest
 from cozygpu.devcluster import apply, binaries
 from cozygpu.devcluster.plane import ControlPlane, ControlPlaneError
 from cozygpu.kube import Client, resource_path
+from tests.support.planes import unavailable
 
 MINORS = ("1.36", "1.33")
 
@@ -50,13 +50,13 @@ class _Planes:
 
     def get(self, minor: str) -> ControlPlane:
         if minor in self.failed:
-            _unavailable(self.failed[minor])
+            unavailable(self.failed[minor])
         if minor not in self.running:
             try:
                 plane = ControlPlane.start(minor=minor, build=False)
             except ControlPlaneError as err:
                 self.failed[minor] = str(err)
-                _unavailable(str(err))
+                unavailable(str(err))
             self.running[minor] = plane
             _run(_install_crds(plane))
         return self.running[minor]
@@ -64,12 +64,6 @@ class _Planes:
     def stop_all(self) -> None:
         for plane in self.running.values():
             plane.stop()
-
-
-def _unavailable(reason: str) -> None:
-    if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(f"the control plane is required under CI=true: {reason}", pytrace=False)
-    pytest.skip(f"control plane unavailable ({reason}); build it with `python -m cozygpu.devcluster.binaries`")
 
 
 def _run(coro: Coroutine[Any, Any, None]) -> None:

@@ -10,16 +10,16 @@ apply on 1.33 is the check that the policies use nothing newer.
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
 from cozygpu.devcluster import apply, chart
-from cozygpu.devcluster.plane import ControlPlane, ControlPlaneError
+from cozygpu.devcluster.plane import ControlPlane
 from cozygpu.kube import Client
 from tests.support.crds import install_fixture_crd
+from tests.support.planes import start_plane
 
 MINORS = ("1.36", "1.33")
 VAPS = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies"
@@ -30,12 +30,7 @@ GPU_KIND_POLICIES = {"cozygpu-agent-own-node", "cozygpu-device-protection", "coz
 
 @pytest.fixture(params=MINORS, ids=[f"k8s{m}" for m in MINORS])
 async def empty_plane(request: pytest.FixtureRequest) -> AsyncIterator[ControlPlane]:
-    try:
-        plane = await asyncio.to_thread(ControlPlane.start, minor=request.param, build=False)
-    except ControlPlaneError as err:
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(f"the control plane is required under CI=true: {err}", pytrace=False)
-        pytest.skip(f"control plane unavailable ({err}); build it with `python -m cozygpu.devcluster.binaries`")
+    plane = await asyncio.to_thread(start_plane, request.param)
     yield plane
     await asyncio.to_thread(plane.stop)
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import os
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -24,23 +23,19 @@ import pytest
 from cozygpu import keys
 from cozygpu.cache import specs
 from cozygpu.devcluster import apply, chart
-from cozygpu.devcluster.plane import ControlPlane, ControlPlaneError
+from cozygpu.devcluster.plane import ControlPlane
 from cozygpu.kube import resource_path
 from cozygpu.runtime import flags
 from cozygpu.runtime.controller import Controller
 from tests.support.crds import install_fixture_crd
+from tests.support.planes import start_plane
 
 NAMESPACE = chart.DEFAULT_NAMESPACE
 
 
 @pytest.fixture
 async def empty_plane() -> AsyncIterator[ControlPlane]:
-    try:
-        plane = await asyncio.to_thread(ControlPlane.start, build=False)
-    except ControlPlaneError as err:
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(f"the control plane is required under CI=true: {err}", pytrace=False)
-        pytest.skip(f"control plane unavailable ({err}); build it with `python -m cozygpu.devcluster.binaries`")
+    plane = await asyncio.to_thread(start_plane)
     yield plane
     await asyncio.to_thread(plane.stop)
 

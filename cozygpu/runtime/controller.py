@@ -47,6 +47,36 @@ _log = get_logger("cozygpu.controller")
 SHUTDOWN_GRACE: Final = 25.0
 
 
+async def stop_leader_work(tasks: list[asyncio.Task[None]], *, limit: float,
+                           on_overrun: Callable[[list[str]], None]) -> None:
+    """Cancel ``tasks`` and wait for them; call ``on_overrun`` once if any outlives ``limit`` seconds.
+
+    The tasks are always awaited to the end, even if this wait is cancelled
+    again (then the cancellation is re-raised afterwards): no task outlives its
+    owner. The overrun callback is how the owner learns it must stop the whole
+    process. An error a task raises while stopping is logged, not lost.
+    """
+    for task in tasks:
+        task.cancel()
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + limit
+    overran = cancelled_again = False
+    while pending := [task for task in tasks if not task.done()]:
+        try:
+            await asyncio.wait(pending, timeout=None if overran else max(0.0, deadline - loop.time()))
+        except asyncio.CancelledError:
+            cancelled_again = True
+            continue
+        if not overran and loop.time() >= deadline and any(not task.done() for task in tasks):
+            overran = True
+            on_overrun(sorted(task.get_name() for task in tasks if not task.done()))
+    for task in tasks:
+        if not task.cancelled() and task.exception() is not None:
+            _log.error("leader work failed while stopping", runnable=task.get_name(), exc_info=task.exception())
+    if cancelled_again:
+        raise asyncio.CancelledError
+
+
 @attrs.frozen
 class LeaderRunnable:
     """Leader-only work: ``run()`` starts with each term and is cancelled when it ends."""
@@ -155,16 +185,31 @@ class Controller:
         The two log lines bracket the leader work exactly (the second is written
         after every runnable has finished), with the host's monotonic clock, so
         a test can prove that two replicas never ran leader work at once.
+
+        When the term ends (the elector cancels this task) the runnables are
+        cancelled and have ``lease_duration - renew_deadline`` to unwind: the
+        time before another replica may take the lease. Work that is still
+        running then is a hazard (leader election does not fence), so the
+        process stops rather than let it act beside the next leader.
         """
         identity = self.options.identity
         _log.info("leader-work-started", event="leader-work-started", identity=identity, monotonic=time.monotonic())
+        tasks = [asyncio.create_task(r.run(), name=f"leader {r.name}") for r in self.leader_runnables]
         try:
-            async with asyncio.TaskGroup() as group:
-                for runnable in self.leader_runnables:
-                    group.create_task(runnable.run(), name=f"leader {runnable.name}")
+            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                task.result()  # a runnable that failed ends the term with its error
+            raise RuntimeError(f"leader work {next(iter(done)).get_name()!r} ended on its own")
         finally:
+            limit = self.options.lease_duration - self.options.renew_deadline
+            await stop_leader_work(tasks, limit=limit, on_overrun=self._leader_work_overran)
             _log.info("leader-work-stopped", event="leader-work-stopped", identity=identity,
                       monotonic=time.monotonic())
+
+    def _leader_work_overran(self, names: list[str]) -> None:
+        _log.error("leader work did not stop before another replica may lead; stopping the process",
+                   runnables=names)
+        self.stop("leader work overran its term")
 
     # -- running --------------------------------------------------------------------------
 

@@ -346,6 +346,14 @@ class _Planner:
             self.actions.append(bind)
         return moves
 
+    def move_off(self, work: _Work, node: str, *, cause: Refusal) -> None:
+        """Move a set off ``node`` to the fullest other node with room, or send it to Lost."""
+        target, _ = self.choose(work, exclude=(node,))
+        if target is None:
+            self.send_to_lost(work, cause)
+        else:
+            self.apply(work, target, cause=cause)
+
     def send_to_lost(self, work: _Work, cause: Refusal) -> None:
         for device in work.members:
             phase, current = self.where(device)
@@ -540,11 +548,7 @@ def _move_off(planner: _Planner, works: Sequence[_Work]) -> None:
             else:
                 planner.apply(whole, target, cause=problem)
             continue
-        target, _ = planner.choose(whole, exclude=(node,))
-        if target is None:
-            planner.send_to_lost(whole, problem)
-        else:
-            planner.apply(whole, target, cause=problem)
+        planner.move_off(whole, node, cause=problem)
     _relieve_capacity(planner, on_node)
 
 
@@ -568,11 +572,7 @@ def _relieve_capacity(planner: _Planner, on_node: Mapping[str, list[_Work]]) -> 
             for work, units in holding:
                 if deficit <= 0:
                     break
-                target, _ = planner.choose(work, exclude=(node,))
-                if target is None:
-                    planner.send_to_lost(work, cause)
-                else:
-                    planner.apply(work, target, cause=cause)
+                planner.move_off(work, node, cause=cause)
                 deficit -= units
 
 

@@ -10,7 +10,11 @@ project builds pinned releases with the machine's Go toolchain:
   read from the published go.mod, never hard-coded.
 - etcd from its own wrapper (so minimal version selection cannot pull the
   apiserver's dependencies forward).
-- helm with ``go install`` (its go.mod has no replace lines).
+- helm and kwok with ``go install`` (their go.mod files have no replace
+  lines). kwok is the Kubernetes project's node simulator: it keeps the
+  simulated GPU nodes Ready and runs the pods bound to them.
+- kube-scheduler and kube-controller-manager from the same wrapper module as
+  kube-apiserver, for the full local plane.
 
 Binaries land in ``$COZYGPU_CACHE`` (default ``~/.cache/cozygpu``) under
 ``bin/<name>-<version>/``; a binary that exists there is reused, so only the
@@ -39,6 +43,10 @@ DEFAULT_MINOR = "1.36"
 #: etcd recommended for these releases (kubeadm pairs them with 3.6.x).
 ETCD_VERSION = "v3.6.16"
 HELM_VERSION = "v4.3.2"
+KWOK_VERSION = "v0.8.0"
+#: What the fast plane runs; the full plane adds FULL_PLANE.
+API_SERVER = "kube-apiserver"
+FULL_PLANE = ("kube-scheduler", "kube-controller-manager")
 
 
 def cache_dir() -> Path:
@@ -54,6 +62,14 @@ class Binaries:
     etcd: Path
     kubectl: Path | None
     kubernetes_version: str
+    #: Set when the full plane's binaries are cached too.
+    kube_scheduler: Path | None = None
+    kube_controller_manager: Path | None = None
+    kwok: Path | None = None
+
+    @property
+    def full(self) -> bool:
+        return None not in (self.kube_scheduler, self.kube_controller_manager, self.kwok)
 
 
 class BuildError(RuntimeError):
@@ -159,13 +175,17 @@ def _build_etcd(version: str, out: Path) -> None:
         _log(f"etcd {version}: built in {time.monotonic() - started:.0f} s")
 
 
-def _build_helm(version: str, out: Path) -> None:
+def _go_install(package: str, version: str, out: Path) -> None:
+    """``go install package@version`` for a module without replace lines."""
     env = _go_env()
-    with tempfile.TemporaryDirectory(prefix=f"helm-{version}-", dir=_work_root()) as tmp:
+    name = package.rsplit("/", 1)[-1]
+    with tempfile.TemporaryDirectory(prefix=f"{name}-{version}-", dir=_work_root()) as tmp:
         env["GOBIN"] = tmp
-        _log(f"helm {version}: compiling")
-        _go(["install", "-trimpath", "-ldflags=-s -w", f"helm.sh/helm/v4/cmd/helm@{version}"], cwd=Path(tmp), env=env)
-        _install(Path(tmp) / "helm", out / "helm")
+        _log(f"{name} {version}: compiling")
+        started = time.monotonic()
+        _go(["install", "-trimpath", "-ldflags=-s -w", f"{package}@{version}"], cwd=Path(tmp), env=env)
+        _install(Path(tmp) / name, out / name)
+        _log(f"{name} {version}: built in {time.monotonic() - started:.0f} s")
 
 
 def _work_root() -> Path:
@@ -190,40 +210,65 @@ def kubernetes_version(minor: str) -> str:
         raise BuildError(f"unsupported Kubernetes minor {minor!r}; pinned: {', '.join(sorted(KUBERNETES))}") from None
 
 
-def ensure(minor: str = DEFAULT_MINOR, *, with_kubectl: bool = False) -> Binaries:
-    """Return the binaries for ``minor``, building whatever is missing."""
+def _kube_dir(version: str) -> Path:
+    return cache_dir() / "bin" / f"kubernetes-{version}"
+
+
+def _etcd_path() -> Path:
+    return cache_dir() / "bin" / f"etcd-{ETCD_VERSION}" / "etcd"
+
+
+def _kwok_path() -> Path:
+    return cache_dir() / "bin" / f"kwok-{KWOK_VERSION}" / "kwok"
+
+
+def ensure(minor: str = DEFAULT_MINOR, *, with_kubectl: bool = False, full: bool = False) -> Binaries:
+    """Return the binaries for ``minor``, building whatever is missing.
+
+    ``full`` adds kube-scheduler, kube-controller-manager and kwok.
+    """
     version = kubernetes_version(minor)
-    kube_dir = cache_dir() / "bin" / f"kubernetes-{version}"
-    wanted = ["kube-apiserver"] + (["kubectl"] if with_kubectl else [])
+    kube_dir = _kube_dir(version)
+    wanted = [API_SERVER, *(["kubectl"] if with_kubectl else []), *(FULL_PLANE if full else ())]
     missing = [c for c in wanted if not _installed(kube_dir / c)]
     if missing:
         _build_kubernetes(version, missing, kube_dir)
-    etcd_dir = cache_dir() / "bin" / f"etcd-{ETCD_VERSION}"
-    if not _installed(etcd_dir / "etcd"):
-        _build_etcd(ETCD_VERSION, etcd_dir)
-    return Binaries(
-        kube_apiserver=kube_dir / "kube-apiserver",
-        etcd=etcd_dir / "etcd",
-        kubectl=kube_dir / "kubectl" if with_kubectl else None,
-        kubernetes_version=version,
-    )
+    if not _installed(_etcd_path()):
+        _build_etcd(ETCD_VERSION, _etcd_path().parent)
+    if full and not _installed(_kwok_path()):
+        _go_install("sigs.k8s.io/kwok/cmd/kwok", KWOK_VERSION, _kwok_path().parent)
+    found = find(minor)
+    if found is None or (full and not found.full):
+        raise BuildError(f"the binaries for Kubernetes {minor} were built but are not in {cache_dir()}")
+    return found
 
 
 def find(minor: str = DEFAULT_MINOR) -> Binaries | None:
-    """The cached binaries for ``minor``, or None when any is missing (builds nothing)."""
+    """The cached binaries for ``minor``, or None when the API server or etcd is missing.
+
+    Builds nothing; the full plane's binaries are set only where cached.
+    """
     version = kubernetes_version(minor)
-    kube = cache_dir() / "bin" / f"kubernetes-{version}" / "kube-apiserver"
-    etcd = cache_dir() / "bin" / f"etcd-{ETCD_VERSION}" / "etcd"
-    kubectl = kube.with_name("kubectl")
+    kube_dir = _kube_dir(version)
+    kube, etcd = kube_dir / API_SERVER, _etcd_path()
     if not (_installed(kube) and _installed(etcd)):
         return None
-    return Binaries(kube, etcd, kubectl if _installed(kubectl) else None, version)
+
+    def cached(path: Path) -> Path | None:
+        return path if _installed(path) else None
+
+    return Binaries(
+        kube, etcd, cached(kube_dir / "kubectl"), version,
+        kube_scheduler=cached(kube_dir / "kube-scheduler"),
+        kube_controller_manager=cached(kube_dir / "kube-controller-manager"),
+        kwok=cached(_kwok_path()),
+    )
 
 
 def ensure_helm() -> Path:
     target = cache_dir() / "bin" / f"helm-{HELM_VERSION}" / "helm"
     if not _installed(target):
-        _build_helm(HELM_VERSION, target.parent)
+        _go_install("helm.sh/helm/v4/cmd/helm", HELM_VERSION, target.parent)
     return target
 
 
@@ -233,7 +278,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.monotonic()
     try:
         for minor in minors:
-            b = ensure(minor, with_kubectl=minor == DEFAULT_MINOR)
+            b = ensure(minor, with_kubectl=minor == DEFAULT_MINOR, full=minor == DEFAULT_MINOR)
             _log(f"{minor}: {b.kube_apiserver} ({b.kube_apiserver.stat().st_size / 1e6:.0f} MB)")
         helm = ensure_helm()
         _log(f"helm: {helm}")

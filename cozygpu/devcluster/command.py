@@ -1,9 +1,13 @@
-"""``cozygpu cluster start|stop|status``: a local control plane for people.
+"""``cozygpu cluster start|stop|status|nodes|demo``: a local control plane for people.
 
 ``start`` builds the pinned binaries when they are not cached yet (once per
-machine), starts etcd and kube-apiserver on loopback in ``--dir``, installs
-the chart's CRDs, writes ``DIR/kubeconfig`` for an admin and returns, leaving
-both processes running. ``stop`` ends them and leaves no process behind.
+machine), starts the whole plane on loopback in ``--dir`` (etcd,
+kube-apiserver, kube-controller-manager, kube-scheduler and kwok; with
+``--api-only`` just the first two), installs the chart's CRDs, writes
+``DIR/kubeconfig`` for an admin and returns, leaving the processes running.
+``status`` lists each process with its pid and health; ``stop`` ends them all
+and leaves no process behind. ``nodes add|remove`` manages simulated GPU
+nodes (kwok keeps them Ready).
 """
 
 from __future__ import annotations
@@ -16,8 +20,10 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from cozygpu.devcluster import apply, binaries, demo
+from cozygpu.devcluster import apply, binaries, demo, nodes
+from cozygpu.devcluster import plane as plane_module
 from cozygpu.devcluster.plane import ControlPlane, ControlPlaneError
+from cozygpu.kube import errors
 
 DEFAULT_DIR = Path(".cozygpu/cluster")
 
@@ -30,8 +36,25 @@ def _parser() -> argparse.ArgumentParser:
                        help="Kubernetes minor (default %(default)s)")
     start.add_argument("--dir", type=Path, default=DEFAULT_DIR, help="state directory (default %(default)s)")
     start.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for readiness")
+    start.add_argument("--node-lease-seconds", type=int, default=plane_module.NODE_LEASE_SECONDS,
+                       help="simulated nodes' Lease duration, also the NotReady grace (default %(default)s)")
+    start.add_argument("--api-only", action="store_true",
+                       help="only etcd + kube-apiserver (no scheduler, controller-manager or kwok)")
     for name in ("stop", "status", "demo"):
         p = sub.add_parser(name)
+        p.add_argument("--dir", type=Path, default=DEFAULT_DIR)
+    node_cmd = sub.add_parser("nodes", help="add or remove simulated GPU nodes (kwok keeps them Ready)")
+    node_sub = node_cmd.add_subparsers(dest="nodes_action", required=True)
+    add = node_sub.add_parser("add", help="create simulated nodes")
+    add.add_argument("names", nargs="+", metavar="NAME")
+    add.add_argument("--gpus", action="append", default=[], metavar="RESOURCE=COUNT",
+                     help="GPU units per node, e.g. nvidia.com/GH100_H100_SXM5_80GB=8 (repeatable)")
+    add.add_argument("--label", action="append", default=[], metavar="KEY=VALUE")
+    add.add_argument("--taint", action="append", default=[], metavar="KEY[=VALUE]:EFFECT")
+    add.add_argument("--no-wait", action="store_true", help="return without waiting for the nodes to be Ready")
+    remove = node_sub.add_parser("remove", help="delete simulated nodes")
+    remove.add_argument("names", nargs="+", metavar="NAME")
+    for p in (add, remove):
         p.add_argument("--dir", type=Path, default=DEFAULT_DIR)
     return parser
 
@@ -40,10 +63,13 @@ def main(argv: Sequence[str]) -> int:
     args = _parser().parse_args(argv)
     try:
         if args.action == "start":
-            return _start(args.kubernetes, args.dir.resolve(), args.timeout)
+            return _start(args.kubernetes, args.dir.resolve(), args.timeout, full=not args.api_only,
+                          node_lease_seconds=args.node_lease_seconds)
         plane = ControlPlane.attach(args.dir.resolve())
-    except (ControlPlaneError, binaries.BuildError) as err:
-        print(f"cozygpu cluster: {err}", file=sys.stderr)
+        if args.action == "nodes":
+            return asyncio.run(_nodes(plane, args))
+    except (ControlPlaneError, binaries.BuildError, nodes.NodeSpecError, errors.KubeError, TimeoutError) as err:
+        print(f"cozygpu cluster: {err or type(err).__name__}", file=sys.stderr)
         return 1
     if args.action == "demo":
         return demo.main(plane.directory)
@@ -52,15 +78,47 @@ def main(argv: Sequence[str]) -> int:
         plane.stop()
         print(f"stopped the control plane in {plane.directory}")
         return 0
-    state = "running" if plane.alive() else "not running (stale state; run stop)"
-    print(f"Kubernetes {plane.kubernetes_version} at {plane.host}: {state}\nkubeconfig: {plane.kubeconfig}")
-    return 0 if plane.alive() else 1
+    return _status(plane)
 
 
-def _start(minor: str, directory: Path, timeout: float) -> int:
-    bins = binaries.ensure(minor, with_kubectl=True)
+def _status(plane: ControlPlane) -> int:
+    rows = plane.health()
+    print(f"Kubernetes {plane.kubernetes_version} at {plane.host} ({'full' if plane.full else 'API only'})\n"
+          f"kubeconfig: {plane.kubeconfig}")
+    width = max(len(name) for name, _, _ in rows)
+    print(f"{'PROCESS'.ljust(width)}   PID       STATE")
+    for name, pid, state in rows:
+        print(f"{name.ljust(width)}   {pid:<8}  {state}")
+    dead = plane.dead()
+    for name, tail in dead.items():
+        print(f"\n{name} is not running; the end of {plane.directory / 'logs' / (name + '.log')}:\n{tail}")
+    return 0 if all(state == "ok" for _, _, state in rows) else 1
+
+
+async def _nodes(plane: ControlPlane, args: argparse.Namespace) -> int:
+    async with plane.client() as admin:
+        if args.nodes_action == "remove":
+            await nodes.remove_nodes(admin, args.names)
+            print(f"removed {', '.join(args.names)}")
+            return 0
+        gpus, labels = nodes.parse_gpus(args.gpus), nodes.parse_labels(args.label)
+        taints = [nodes.parse_taint(t) for t in args.taint]
+        await nodes.add_nodes(admin, [nodes.SimNode(name, gpus, labels, taints) for name in args.names])
+        if not plane.full:
+            print(f"added {', '.join(args.names)} (API-only plane: no kwok keeps them Ready)")
+            return 0
+        waited = 0.0 if args.no_wait else await nodes.wait_ready(admin, args.names)
+        print(f"added {', '.join(args.names)}" + ("" if args.no_wait else f", Ready after {waited:.1f} s"))
+    return 0
+
+
+def _start(minor: str, directory: Path, timeout: float, *, full: bool, node_lease_seconds: int) -> int:
+    if node_lease_seconds < 4:
+        raise ControlPlaneError(f"--node-lease-seconds {node_lease_seconds}: at least 4 (kwok renews every quarter)")
+    bins = binaries.ensure(minor, with_kubectl=True, full=full)
     started = time.monotonic()
-    plane = ControlPlane.start(minor=minor, directory=directory, timeout=timeout)
+    plane = ControlPlane.start(minor=minor, directory=directory, timeout=timeout, full=full,
+                               node_lease_seconds=node_lease_seconds)
     ready = time.monotonic() - started
     try:
         asyncio.run(_install(plane))
@@ -68,8 +126,10 @@ def _start(minor: str, directory: Path, timeout: float) -> int:
         plane.stop()
         raise
     kubectl_dir = bins.kubectl.parent if bins.kubectl else None
-    print(f"Kubernetes {plane.kubernetes_version} ready at {plane.host} in {ready:.1f} s "
-          f"(CRDs installed after {time.monotonic() - started:.1f} s)")
+    what = "etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok" if full else \
+        "etcd and kube-apiserver"
+    print(f"Kubernetes {plane.kubernetes_version} ready at {plane.host} in {ready:.1f} s ({what}; "
+          f"CRDs installed after {time.monotonic() - started:.1f} s)")
     print(f"  export KUBECONFIG={plane.kubeconfig}")
     if kubectl_dir is not None and shutil.which("kubectl") != str(bins.kubectl):
         print(f"  export PATH={kubectl_dir}:$PATH   # kubectl {plane.kubernetes_version}")

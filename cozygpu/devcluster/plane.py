@@ -1,4 +1,11 @@
-"""Start and stop etcd + kube-apiserver on loopback (the project's envtest).
+"""Start and stop a local control plane on loopback (the project's envtest).
+
+Two shapes: the *fast* plane is etcd + kube-apiserver (what the CRD, policy
+and cache tests need); the *full* plane adds kube-controller-manager,
+kube-scheduler and kwok, which keeps the simulated GPU nodes (Nodes carrying
+the annotation ``SIMULATED_NODE``) Ready with lease heartbeats and runs the
+pods bound to them. Scheduling, namespace deletion, garbage collection and
+node lifecycle are then the real thing.
 
 ``ControlPlane.start`` is blocking on purpose: it runs from the CLI and from
 pytest's session set-up, never on an event loop. The processes run in their
@@ -8,8 +15,19 @@ own session so ``cozygpu cluster start`` can return and leave them running;
 The API server runs with RBAC, admission webhooks and
 ValidatingAdmissionPolicy (both default plugins), service-account token
 signing, and a client CA from which ``identity()`` mints users. The
-ServiceAccount admission plugin is off, as in envtest: no controller-manager
-creates default service accounts here.
+ServiceAccount admission plugin is off, as in envtest, on both shapes: pods
+need no ``default`` service account, so a test may create one right after its
+namespace (kwok runs no containers, so nothing mounts a token).
+
+The controller-manager and the scheduler act as their own users
+(``system:kube-controller-manager`` with per-controller service-account
+credentials, ``system:kube-scheduler``) under the bootstrap RBAC roles, as in
+a kubeadm cluster. The node-lifecycle controller runs with short grace
+periods so a node whose heartbeats stop goes NotReady, and is tainted
+unreachable, within seconds: kwok renews each node's Lease every quarter of
+``node_lease_seconds`` and the controller waits as long as one Lease lasts.
+The cost is one Lease write per node per renewal (1,000 nodes at the default
+20 s: 200 writes/s); a benchmark that needs the CPU passes a longer lease.
 """
 
 from __future__ import annotations
@@ -32,11 +50,24 @@ from typing import Any
 import attrs
 import yaml
 
-from cozygpu.devcluster import binaries, pki
+from cozygpu.devcluster import binaries, kwok_stages, pki
 from cozygpu.kube import Client, resource_path
 
 ADMIN_USER = "cozygpu-admin"
 ADMIN_GROUPS = ("system:masters",)
+
+#: The annotation kwok selects the nodes it manages by; nothing else is touched.
+SIMULATED_NODE = "devcluster.gpu.cozystack.io/simulated"
+#: kube-controller-manager's controllers on the full plane (the rest stay off to save CPU).
+CONTROLLERS = (
+    "namespace-controller", "garbage-collector-controller", "node-lifecycle-controller",
+    "taint-eviction-controller", "serviceaccount-controller", "serviceaccount-token-controller",
+    "pod-garbage-collector-controller", "resourcequota-controller", "root-ca-certificate-publisher-controller",
+    "clusterrole-aggregation-controller",
+)
+#: Node heartbeats: kwok renews each node's Lease every quarter of this; the node-lifecycle
+#: controller calls a node NotReady after as long without a renewal.
+NODE_LEASE_SECONDS = 20
 
 
 class ControlPlaneError(RuntimeError):
@@ -72,6 +103,8 @@ class ControlPlane:
     etcd_pid: int
     apiserver_pid: int
     owns_directory: bool = False
+    #: The full plane's components, in start order: name -> (pid, health URL).
+    components: dict[str, tuple[int, str]] = attrs.field(factory=dict)
 
     # -- paths ----------------------------------------------------------------------------
 
@@ -101,12 +134,16 @@ class ControlPlane:
         minor: str = binaries.DEFAULT_MINOR,
         directory: Path | None = None,
         build: bool = True,
+        full: bool = False,
+        node_lease_seconds: int = NODE_LEASE_SECONDS,
         timeout: float = 60.0,
     ) -> ControlPlane:
-        bins = binaries.ensure(minor) if build else binaries.find(minor)
-        if bins is None:
+        """Start the fast plane, or with ``full`` the whole plane; returns once every part is healthy."""
+        bins = binaries.ensure(minor, full=full) if build else binaries.find(minor)
+        if bins is None or (full and not bins.full):
+            what = "full control plane" if full else "control plane"
             raise ControlPlaneError(
-                f"control-plane binaries for Kubernetes {minor} are not built; "
+                f"{what} binaries for Kubernetes {minor} are not built; "
                 "run `python -m cozygpu.devcluster.binaries` (or `cozygpu cluster start`) first"
             )
         owns = directory is None
@@ -136,8 +173,112 @@ class ControlPlane:
                 continue
             plane._write_kubeconfig()
             plane._save_state()
+            if full:
+                try:
+                    plane._start_components(bins, timeout=timeout, node_lease_seconds=node_lease_seconds)
+                except BaseException:
+                    plane.stop()
+                    raise
+                plane._save_state()
             return plane
         raise AssertionError("unreachable")
+
+    def _start_components(self, bins: binaries.Binaries, *, timeout: float, node_lease_seconds: int) -> None:
+        """kube-controller-manager, kube-scheduler and kwok, each as its own user, started together."""
+        if bins.kube_controller_manager is None or bins.kube_scheduler is None or bins.kwok is None:
+            raise ControlPlaneError("the full plane needs kube-controller-manager, kube-scheduler and kwok built")
+        logs, pki_dir = self.directory / "logs", self.pki_dir
+        kcm_port, scheduler_port, kwok_port = free_port(), free_port(), free_port()
+        kcm = self._component_kubeconfig("kube-controller-manager", "system:kube-controller-manager")
+        scheduler = self._component_kubeconfig("kube-scheduler", "system:kube-scheduler")
+        kwok = self._component_kubeconfig("kwok", ADMIN_USER, ADMIN_GROUPS)
+        stages = self.directory / "kwok.yaml"
+        stages.write_text(kwok_stages.CONFIG)
+        allow = "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics"
+        specs: list[tuple[str, list[str], str]] = [
+            ("kube-controller-manager", [
+                str(bins.kube_controller_manager), f"--kubeconfig={kcm}",
+                f"--authentication-kubeconfig={kcm}", f"--authorization-kubeconfig={kcm}", allow,
+                "--bind-address=127.0.0.1", f"--secure-port={kcm_port}", f"--cert-dir={self.directory / 'kcm'}",
+                "--leader-elect=false", "--use-service-account-credentials=true",
+                f"--service-account-private-key-file={pki_dir / 'sa.key'}", f"--root-ca-file={self.ca_file}",
+                f"--controllers={','.join(CONTROLLERS)}",
+                f"--node-monitor-grace-period={node_lease_seconds}s", "--node-monitor-period=1s",
+                "--node-startup-grace-period=20s", "--concurrent-gc-syncs=5",
+                "--kube-api-qps=200", "--kube-api-burst=400", "--profiling=false",
+            ], f"https://127.0.0.1:{kcm_port}/healthz"),
+            ("kube-scheduler", [
+                str(bins.kube_scheduler), f"--kubeconfig={scheduler}",
+                f"--authentication-kubeconfig={scheduler}", f"--authorization-kubeconfig={scheduler}", allow,
+                "--bind-address=127.0.0.1", f"--secure-port={scheduler_port}",
+                f"--cert-dir={self.directory / 'scheduler'}", "--leader-elect=false", "--profiling=false",
+            ], f"https://127.0.0.1:{scheduler_port}/healthz"),
+            ("kwok", [
+                str(bins.kwok), f"--kubeconfig={kwok}", f"--config={stages}", "--manage-all-nodes=false",
+                f"--manage-nodes-with-annotation-selector={SIMULATED_NODE}=true",
+                f"--node-lease-duration-seconds={node_lease_seconds}",
+                f"--server-address=127.0.0.1:{kwok_port}", "--cidr=10.244.0.1/16", "--node-ip=127.0.0.1", "--v=WARN",
+            ], f"http://127.0.0.1:{kwok_port}/healthz"),
+        ]
+        procs = []
+        for name, argv, health in specs:
+            proc = _spawn(argv, logs / f"{name}.log", truncate=True)
+            self.components[name] = (proc.pid, health)
+            procs.append((name, proc, health))
+        self._save_state()
+        insecure = ssl.create_default_context()
+        insecure.check_hostname = False
+        insecure.verify_mode = ssl.CERT_NONE  # their serving certificates are self-signed, made at start
+        for name, proc, health in procs:
+            try:
+                _wait_http(health, insecure if health.startswith("https") else None, timeout, proc, name)
+            except ControlPlaneError as err:
+                raise ControlPlaneError(f"{err}\n{_tail(logs / f'{name}.log')}") from None
+
+    def _component_kubeconfig(self, name: str, user: str, groups: Sequence[str] = ()) -> Path:
+        path = self.directory / f"{name}.kubeconfig"
+        path.write_text(yaml.safe_dump(self.kubeconfig_for(self.identity(user, groups), name=name)))
+        path.chmod(0o600)
+        return path
+
+    @property
+    def full(self) -> bool:
+        return bool(self.components)
+
+    def dead(self) -> dict[str, str]:
+        """Each process of this plane that is not running, with the tail of its log."""
+        names = {"etcd": self.etcd_pid, "kube-apiserver": self.apiserver_pid}
+        names.update({name: pid for name, (pid, _) in self.components.items()})
+        return {name: _tail(self.directory / "logs" / f"{name}.log")
+                for name, pid in names.items() if not _alive(pid, name)}
+
+    def check(self) -> None:
+        """Raise with the tails of their logs when any process of this plane has died."""
+        if dead := self.dead():
+            raise ControlPlaneError("control-plane processes died: " + "; ".join(
+                f"{name} (log tail:\n{tail})" for name, tail in dead.items()))
+
+    def health(self) -> list[tuple[str, int, str]]:
+        """(name, pid, state) of every process: ``ok``, ``unhealthy: ...`` or ``not running``."""
+        rows: list[tuple[str, int, str]] = []
+        context = self.ssl_context(self.identity(ADMIN_USER, ADMIN_GROUPS))
+        insecure = ssl.create_default_context()
+        insecure.check_hostname = False
+        insecure.verify_mode = ssl.CERT_NONE
+        probes = [("etcd", self.etcd_pid, f"http://127.0.0.1:{self.etcd_port}/health", None),
+                  ("kube-apiserver", self.apiserver_pid, f"{self.host}/readyz", context)]
+        probes += [(name, pid, url, insecure if url.startswith("https") else None)
+                   for name, (pid, url) in self.components.items()]
+        for name, pid, url, ctx in probes:
+            if not _alive(pid, name):
+                rows.append((name, pid, "not running"))
+                continue
+            try:
+                with urllib.request.urlopen(url, context=ctx, timeout=2) as resp:
+                    rows.append((name, pid, "ok" if resp.status == 200 else f"unhealthy: HTTP {resp.status}"))
+            except (urllib.error.URLError, OSError) as err:
+                rows.append((name, pid, f"unhealthy: {err}"))
+        return rows
 
     @classmethod
     def _launch(cls, bins: binaries.Binaries, root: Path, *, minor: str, owns: bool, timeout: float,
@@ -207,10 +348,13 @@ class ControlPlane:
             state = json.loads((directory / "state.json").read_text())
         except FileNotFoundError:
             raise ControlPlaneError(f"no control plane recorded in {directory}") from None
+        state["components"] = {name: (pid, url) for name, (pid, url) in state.get("components", {}).items()}
         return cls(directory=directory, **state)
 
     def stop(self, *, timeout: float = 15.0) -> None:
-        """Stop the API server, then etcd; SIGKILL whatever outlives ``timeout``."""
+        """Stop the components in reverse order, the API server, then etcd; SIGKILL what outlives ``timeout``."""
+        for name, (pid, _) in reversed(list(self.components.items())):
+            terminate(pid, timeout, expect=name)
         terminate(self.apiserver_pid, timeout, expect="kube-apiserver")
         terminate(self.etcd_pid, timeout, expect="etcd")
         with contextlib.suppress(FileNotFoundError):
@@ -219,7 +363,7 @@ class ControlPlane:
             subprocess.run(["rm", "-rf", str(self.directory)], check=False)
 
     def alive(self) -> bool:
-        return _alive(self.apiserver_pid, "kube-apiserver") and _alive(self.etcd_pid, "etcd")
+        return not self.dead()
 
     def _save_state(self) -> None:
         state = attrs.asdict(self)
@@ -310,6 +454,13 @@ def _spawn(argv: list[str], log: Path, *, truncate: bool = False) -> subprocess.
     with log.open("wb" if truncate else "ab") as out:
         return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 env=env, start_new_session=True)
+
+
+def _tail(log: Path, lines: int = 15) -> str:
+    try:
+        return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
+    except FileNotFoundError:
+        return f"(no log at {log})"
 
 
 def _wait_http(url: str, context: ssl.SSLContext | None, timeout: float,

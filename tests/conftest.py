@@ -4,6 +4,15 @@
   one per Kubernetes minor per test session, started on first use. Tests
   marked ``both_minors`` run once per supported minor (1.36, 1.33); the rest
   use the current minor.
+- ``full_plane``: the whole local plane (kube-controller-manager,
+  kube-scheduler and kwok besides etcd and kube-apiserver) on the current
+  minor, one per session, started on first use: only tests that need real
+  scheduling, namespace deletion, garbage collection or node lifecycle ask for
+  it. A component that dies fails the test that was running, with the tail of
+  its log. ``full_admin`` is its admin client.
+- ``fleet(*nodes)``: creates simulated GPU nodes (``cozygpu.devcluster.nodes.SimNode``)
+  on the full plane in bulk, waits until kwok holds them Ready, and removes them
+  after the test.
 - ``admin``: a ``cozygpu.kube.Client`` in ``system:masters``.
 - ``namespace``: a fresh namespace per test (never deleted: without
   kube-controller-manager a namespace deletion never finishes).
@@ -28,10 +37,10 @@ from typing import Any
 
 import pytest
 
-from cozygpu.devcluster import apply, binaries
+from cozygpu.devcluster import apply, binaries, nodes
 from cozygpu.devcluster.plane import ControlPlane, ControlPlaneError
 from cozygpu.kube import Client, resource_path
-from tests.support.planes import unavailable
+from tests.support.planes import Fleet, unavailable
 
 MINORS = ("1.36", "1.33")
 
@@ -45,21 +54,22 @@ class _Planes:
     """Control planes by minor, started on first use, stopped at session end."""
 
     def __init__(self) -> None:
-        self.running: dict[str, ControlPlane] = {}
-        self.failed: dict[str, str] = {}
+        self.running: dict[tuple[str, bool], ControlPlane] = {}
+        self.failed: dict[tuple[str, bool], str] = {}
 
-    def get(self, minor: str) -> ControlPlane:
-        if minor in self.failed:
-            unavailable(self.failed[minor])
-        if minor not in self.running:
+    def get(self, minor: str, *, full: bool = False) -> ControlPlane:
+        key = (minor, full)
+        if key in self.failed:
+            unavailable(self.failed[key])
+        if key not in self.running:
             try:
-                plane = ControlPlane.start(minor=minor, build=False)
+                plane = ControlPlane.start(minor=minor, build=False, full=full)
             except ControlPlaneError as err:
-                self.failed[minor] = str(err)
+                self.failed[key] = str(err)
                 unavailable(str(err))
-            self.running[minor] = plane
+            self.running[key] = plane
             _run(_install_crds(plane))
-        return self.running[minor]
+        return self.running[key]
 
     def stop_all(self) -> None:
         for plane in self.running.values():
@@ -88,6 +98,35 @@ def _planes() -> Iterator[_Planes]:
 def plane(request: pytest.FixtureRequest, _planes: _Planes) -> ControlPlane:
     minor: str = getattr(request, "param", binaries.DEFAULT_MINOR)
     return _planes.get(minor)
+
+
+@pytest.fixture
+def full_plane(_planes: _Planes) -> Iterator[ControlPlane]:
+    plane = _planes.get(binaries.DEFAULT_MINOR, full=True)
+    plane.check()
+    yield plane
+    plane.check()
+
+
+@pytest.fixture
+async def full_admin(full_plane: ControlPlane) -> AsyncIterator[Client]:
+    async with full_plane.client() as client:
+        yield client
+
+
+@pytest.fixture
+async def fleet(full_admin: Client) -> AsyncIterator[Fleet]:
+    made: list[str] = []
+
+    async def make(*simulated: nodes.SimNode, timeout: float = 120.0) -> list[str]:
+        names = [node.name for node in simulated]
+        made.extend(names)
+        await nodes.add_nodes(full_admin, simulated)
+        await nodes.wait_ready(full_admin, names, timeout=timeout)
+        return names
+
+    yield make
+    await nodes.remove_nodes(full_admin, made)
 
 
 @pytest.fixture

@@ -31,13 +31,29 @@ def cozygpu(*args: str) -> subprocess.CompletedProcess[str]:
                           check=False, timeout=120)
 
 
-def test_two_clusters_start_side_by_side_and_stop_leaves_no_process(
-    plane: ControlPlane, tmp_path: Path
+FULL = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
+
+
+def status_rows(output: str) -> dict[str, tuple[int, str]]:
+    """``cozygpu cluster status``'s table: process -> (pid, state)."""
+    lines = output.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("PROCESS"))
+    rows = {}
+    for line in lines[start + 1:]:
+        if not line.strip():
+            break
+        name, pid, state = line.split(maxsplit=2)
+        rows[name] = (int(pid), state)
+    return rows
+
+
+def test_a_full_and_a_fast_cluster_start_side_by_side_and_stop_leaves_no_process(
+    full_plane: ControlPlane, tmp_path: Path
 ) -> None:
-    # `plane` proves the binaries exist (or fails under CI); this test starts two more through the CLI.
+    # `full_plane` proves the binaries exist (or fails under CI); this test starts two more through the CLI.
     first, second = tmp_path / "one", tmp_path / "two"
-    for directory in (first, second):
-        started = cozygpu("cluster", "start", "--dir", str(directory))
+    for directory, extra in ((first, ()), (second, ("--api-only",))):
+        started = cozygpu("cluster", "start", "--dir", str(directory), *extra)
         assert started.returncode == 0, started.stderr
         assert f"export KUBECONFIG={directory / 'kubeconfig'}" in started.stdout
     planes = [ControlPlane.attach(d) for d in (first, second)]
@@ -47,17 +63,41 @@ def test_two_clusters_start_side_by_side_and_stop_leaves_no_process(
         again = cozygpu("cluster", "start", "--dir", str(first))
         assert again.returncode != 0
         assert "already holds a control plane" in again.stderr
-        status = cozygpu("cluster", "status", "--dir", str(second))
-        assert status.returncode == 0
-        assert "running" in status.stdout
+        full_status = cozygpu("cluster", "status", "--dir", str(first))
+        assert full_status.returncode == 0, full_status.stdout
+        rows = status_rows(full_status.stdout)
+        assert sorted(rows) == sorted(FULL)
+        assert {state for _, state in rows.values()} == {"ok"}
+        fast_status = cozygpu("cluster", "status", "--dir", str(second))
+        assert fast_status.returncode == 0
+        assert sorted(status_rows(fast_status.stdout)) == ["etcd", "kube-apiserver"]
     finally:
         for directory in (first, second):
             stopped = cozygpu("cluster", "stop", "--dir", str(directory))
             assert stopped.returncode == 0, stopped.stderr
-    for p in planes:
-        for pid in (p.apiserver_pid, p.etcd_pid):
-            assert gone(pid), f"process {pid} outlived cozygpu cluster stop"
+    for pid, _ in rows.values():
+        assert gone(pid), f"process {pid} outlived cozygpu cluster stop"
+    assert gone(planes[1].apiserver_pid)
+    assert gone(planes[1].etcd_pid)
     assert not (first / "state.json").exists()
+
+
+def test_status_reports_a_dead_component_with_the_tail_of_its_log(full_plane: ControlPlane, tmp_path: Path) -> None:
+    directory = tmp_path / "dies"
+    assert cozygpu("cluster", "start", "--dir", str(directory)).returncode == 0
+    try:
+        started = ControlPlane.attach(directory)
+        scheduler_pid, _ = started.components["kube-scheduler"]
+        plane_module.terminate(scheduler_pid, 10)
+        status = cozygpu("cluster", "status", "--dir", str(directory))
+        assert status.returncode == 1
+        assert status_rows(status.stdout)["kube-scheduler"] == (scheduler_pid, "not running")
+        assert "kube-scheduler is not running; the end of" in status.stdout
+        assert "kube-scheduler.log" in status.stdout
+        with pytest.raises(plane_module.ControlPlaneError, match="kube-scheduler"):
+            started.check()
+    finally:
+        cozygpu("cluster", "stop", "--dir", str(directory))
 
 
 async def test_the_written_kubeconfig_reaches_the_server_as_an_admin(plane: ControlPlane) -> None:
@@ -112,14 +152,14 @@ async def test_a_write_preconditioned_on_a_stale_resource_version_conflicts(admi
 
 def test_a_cluster_restarted_in_its_directory_keeps_its_objects(plane: ControlPlane, tmp_path: Path) -> None:
     directory = tmp_path / "again"
-    assert cozygpu("cluster", "start", "--dir", str(directory)).returncode == 0
+    assert cozygpu("cluster", "start", "--dir", str(directory), "--api-only").returncode == 0
     kubectl = [str(binaries.cache_dir() / "bin" / f"kubernetes-{binaries.KUBERNETES['1.36']}" / "kubectl"),
                "--kubeconfig", str(directory / "kubeconfig")]
     try:
         made = subprocess.run([*kubectl, "create", "namespace", "kept"], capture_output=True, text=True, check=False)
         assert made.returncode == 0, made.stderr
         assert cozygpu("cluster", "stop", "--dir", str(directory)).returncode == 0
-        restarted = cozygpu("cluster", "start", "--dir", str(directory))
+        restarted = cozygpu("cluster", "start", "--dir", str(directory), "--api-only")
         assert restarted.returncode == 0, restarted.stderr
         # New authorities were minted; the rewritten kubeconfig works and etcd kept the namespace.
         got = subprocess.run([*kubectl, "get", "namespace", "kept", "-o", "name"], capture_output=True, text=True,

@@ -7,20 +7,26 @@ skipping); elsewhere it skips with the command that builds the binaries.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 import pytest
 
 from cozygpu.devcluster import binaries
 from cozygpu.devcluster.plane import ControlPlane, ControlPlaneError
 
+#: The ``fleet`` fixture: ``await fleet(*SimNode)`` -> the names, Ready; removed after the test.
+Fleet = Callable[..., Coroutine[Any, Any, list[str]]]
 
-def start_plane(minor: str = binaries.DEFAULT_MINOR) -> ControlPlane:
+
+def start_plane(minor: str = binaries.DEFAULT_MINOR, *, full: bool = False) -> ControlPlane:
     """A control plane of the caller's own (which stops it), built binaries required.
 
-    Under ``CI=true`` a plane that cannot start fails the test; elsewhere it skips.
+    ``full`` adds kube-controller-manager, kube-scheduler and kwok. Under
+    ``CI=true`` a plane that cannot start fails the test; elsewhere it skips.
     """
     try:
-        return ControlPlane.start(minor=minor, build=False)
+        return ControlPlane.start(minor=minor, build=False, full=full)
     except ControlPlaneError as err:
         unavailable(str(err))
         raise

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The main job on a fresh machine: build the control plane once (cached), start
-# etcd + kube-apiserver on loopback with the CRDs, then the demo: two simulated
-# GPU nodes read by the real agent, the controller in the background, tenants
-# with budgets, and the catalog each tenant sees. `cozygpu cluster stop` ends it.
+# the full local plane on loopback (etcd, kube-apiserver, kube-controller-manager,
+# kube-scheduler, kwok) with the CRDs, then the demo: two simulated GPU nodes
+# (kwok keeps them Ready) read by the real agent, the controller in the
+# background, tenants with budgets, and the catalog each tenant sees.
+# `cozygpu cluster stop` ends it.
 source "$(dirname "$0")/env.sh"
 DIR=${COZYGPU_CLUSTER_DIR:-.cozygpu/cluster}
 if cozygpu cluster status --dir "$DIR" >/dev/null 2>&1; then

@@ -7,7 +7,8 @@ What it sets up, all through the real code paths where they can run here:
   sysfs tree and a kubelet pod-resources socket (the two boundaries that
   cannot run on this machine), read by the **real agent**, which writes the
   real GPUNode objects;
-- Node objects for them (Ready), two GPU offers (GPUClass), and Cozystack
+- kwok-managed Nodes for them (``cozygpu.devcluster.nodes``: Ready, their
+  allocatable what the device plugins report), two GPU offers (GPUClass), and Cozystack
   tenant namespaces with GPU budgets and the vGPU entitlement;
 - the **controller** with GPU enabled as a background process (its pid in ``DIR/controller.pid``,
   its log in ``DIR/logs/controller.log``; ``cozygpu cluster stop`` ends it):
@@ -36,7 +37,7 @@ from cozygpu.agent.pods import ApiPodLookup
 from cozygpu.agent.report import GPUNodeWriter
 from cozygpu.agent.runner import Agent
 from cozygpu.commands.catalog import catalog_row, read_snapshot, render_table
-from cozygpu.devcluster import pki, sysfs_tree
+from cozygpu.devcluster import nodes, pki, sysfs_tree
 from cozygpu.devcluster.fake_kubelet import Device, FakeKubelet
 from cozygpu.devcluster.plane import ControlPlane, free_port, terminate
 from cozygpu.kube import Client, errors, resource_path
@@ -81,17 +82,12 @@ async def _tenants(admin: Client) -> None:
                           {"metadata": {"name": keys.TENANT_QUOTA_NAME}, "spec": {"hard": budgets}})
 
 
-async def _node(admin: Client, name: str) -> None:
-    nodes = resource_path("", "v1", "nodes")
-    await _ensure(admin, nodes, {"metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}}})
-    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    await admin.merge_patch(f"{nodes}/{name}/status", {"status": {"conditions": [
-        {"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "simulated by cozygpu demo",
-         "lastHeartbeatTime": now, "lastTransitionTime": now}]}})
-
-
 async def _simulated_node(admin: Client, name: str, work: Path, build: str) -> dict[str, Any]:
-    """Lay out a node's sysfs and kubelet, and run the real agent once against them."""
+    """Lay out a node's sysfs and kubelet, create its kwok Node, and run the real agent once against them.
+
+    The Node's allocatable carries what the simulated kubelet's device plugins
+    report, so the Node and the GPUNode the agent writes agree.
+    """
     tree = sysfs_tree.SysfsTree(work / name / "sys")
     kubelet = FakeKubelet(str(work / name / "kubelet.sock"))
     if build == "hgx":
@@ -103,6 +99,11 @@ async def _simulated_node(admin: Client, name: str, work: Path, build: str) -> d
         t4 = sysfs_tree.mdev_parent(tree)
         kubelet.allocatable = [Device(t4.small_resource, uuid, (0,)) for uuid in t4.small]
         kubelet.allocatable += [Device(t4.big_resource, uuid, (0,)) for uuid in t4.big]
+    gpus: dict[str, int] = {}
+    for device in kubelet.allocatable:
+        gpus[device.resource] = gpus.get(device.resource, 0) + 1
+    await nodes.add_nodes(admin, [nodes.SimNode(name, gpus)])
+    await nodes.wait_ready(admin, [name])
     await kubelet.start()
     try:
         agent = Agent(sysfs_root=tree.root, socket_path=kubelet.socket_path, writer=GPUNodeWriter(admin, name),
@@ -163,7 +164,6 @@ async def run(plane: ControlPlane) -> int:
         print("simulated nodes, read by the real agent:")
         with tempfile.TemporaryDirectory(prefix="cozygpu-demo-") as tmp:
             for name, build in (("gpu-1", "hgx"), ("gpu-2", "t4")):
-                await _node(admin, name)
                 status = await _simulated_node(admin, name, Path(tmp), build)
                 print(f"  {name}: {status['deviceCount']} GPU functions, {status['allocatable']} allocatable, "
                       f"resource names {', '.join(status['resourceNames'])}")
@@ -197,6 +197,10 @@ def stop_controller(directory: Path) -> None:
 
 def main(directory: Path) -> int:
     plane = ControlPlane.attach(directory)
+    if not plane.full:
+        print(f"cozygpu cluster demo: the control plane in {directory} runs only etcd and kube-apiserver; "
+              "the demo needs the full plane (`cozygpu cluster start` without --api-only)", file=sys.stderr)
+        return 1
     if (directory / "controller.pid").exists():
         stop_controller(directory)
     os.environ.setdefault("NO_PROXY", "127.0.0.1,localhost")

@@ -18,9 +18,9 @@ def cozygpu(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_the_demo_runs_the_agent_and_the_controller_and_the_catalog_explains_refusals(
-    plane: ControlPlane, tmp_path: Path
+    full_plane: ControlPlane, tmp_path: Path
 ) -> None:
-    # `plane` proves the binaries exist (or fails under CI); the demo gets a control plane of its own.
+    # `full_plane` proves the binaries exist (or fails under CI); the demo gets a full plane of its own.
     directory = tmp_path / "cluster"
     assert cozygpu("cluster", "start", "--dir", str(directory)).returncode == 0
     try:
@@ -34,6 +34,8 @@ def test_the_demo_runs_the_agent_and_the_controller_and_the_catalog_explains_ref
             "nvidia.com/GH100_H100_SXM5_80GB", "nvidia.com/GRID_T4-1Q", "nvidia.com/GRID_T4-2Q"]
         controller_pid = int((directory / "controller.pid").read_text())
         os.kill(controller_pid, 0)  # still running after the demo returned
+        demo_plane = ControlPlane.attach(directory)
+        assert sorted(demo_plane.components) == ["kube-controller-manager", "kube-scheduler", "kwok"]
 
         answer = cozygpu("catalog", "-n", "tenant-acme-ml", "--count", "2", "-o", "json",
                          "--kubeconfig", str(directory / "kubeconfig"))
@@ -52,3 +54,17 @@ def test_the_demo_runs_the_agent_and_the_controller_and_the_catalog_explains_ref
         stopped = cozygpu("cluster", "stop", "--dir", str(directory))
     assert stopped.returncode == 0, stopped.stderr
     assert gone(controller_pid), "cozygpu cluster stop left the controller running"
+    for name, (pid, _) in demo_plane.components.items():
+        assert gone(pid), f"cozygpu cluster stop left {name} running"
+
+
+def test_the_demo_refuses_an_api_only_plane_with_a_clear_line(plane: ControlPlane, tmp_path: Path) -> None:
+    directory = tmp_path / "fast"
+    assert cozygpu("cluster", "start", "--api-only", "--dir", str(directory)).returncode == 0
+    try:
+        demo = cozygpu("cluster", "demo", "--dir", str(directory))
+        assert demo.returncode == 1
+        assert "the demo needs the full plane" in demo.stderr
+        assert "Traceback" not in demo.stderr
+    finally:
+        cozygpu("cluster", "stop", "--dir", str(directory))

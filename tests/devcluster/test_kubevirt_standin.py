@@ -106,13 +106,25 @@ class StandIn:
                                        params={"fieldSelector": f"metadata.name={name}"})
         return result
 
-    async def launchers(self, vmi_uid: str, check: Callable[[list[Obj]], bool], *, what: str) -> list[Obj]:
-        def found(items: list[Obj]) -> list[Obj] | None:
-            return items if check(items) else None
+    async def phases(self, name: str, *, since: str) -> list[str]:
+        """Every phase the VMI passes through after resourceVersion ``since``, until Running."""
+        seen: list[str] = []
+        params = {"fieldSelector": f"metadata.name={name}", "resourceVersion": since}
+        async for event in self.client.watch(vmis_of(self.namespace), params=params, read_timeout=TIMEOUT):
+            phase = (event["object"].get("status") or {}).get("phase")
+            if phase and (not seen or seen[-1] != phase):
+                seen.append(phase)
+            if phase == "Running":
+                break
+        return seen
 
-        result: list[Obj] = await self.until(pods_of(self.namespace), found, what=what,
-                                             params={"labelSelector": f"kubevirt.io/created-by={vmi_uid}"})
-        return result
+    async def launchers(self, vmi_uid: str, check: Callable[[list[Obj]], bool], *, what: str) -> list[Obj]:
+        def found(items: list[Obj]) -> tuple[list[Obj]] | None:
+            return (items,) if check(items) else None  # truthy even when no pod is what was awaited
+
+        result: tuple[list[Obj]] = await self.until(pods_of(self.namespace), found, what=what,
+                                                    params={"labelSelector": f"kubevirt.io/created-by={vmi_uid}"})
+        return result[0]
 
 
 @contextlib.asynccontextmanager
@@ -194,3 +206,133 @@ async def test_a_vmi_gets_one_launcher_pod_with_its_labels_owner_devices_and_pla
     assert pod["spec"]["affinity"] == PLACEMENT["affinity"]
     # The API server's DefaultTolerationSeconds adds its own beside the VMI's.
     assert PLACEMENT["tolerations"][0] in pod["spec"]["tolerations"]
+
+
+async def test_a_vmi_resources_key_for_a_gpu_name_replaces_its_count_instead_of_adding(standin: StandIn) -> None:
+    spec = vmi_spec(gpus=[GPU_A, GPU_A])
+    spec["domain"]["resources"] = {"requests": {GPU_A: "1"}, "limits": {GPU_A: "1"}}
+    vmi = await create_vmi(standin, "vm-both", spec)
+
+    [pod] = await standin.launchers(vmi["metadata"]["uid"], one, what="the launcher pod")
+
+    resources = pod["spec"]["containers"][0]["resources"]
+    # KubeVirt >= 0.56: the VMI's own value wins, so two gpus entries give 1, not 2 or 3.
+    assert resources["limits"] == {GPU_A: "1"}
+    assert resources["requests"][GPU_A] == "1"
+
+
+async def test_a_launcher_pod_the_api_server_refuses_is_reported_on_the_vmi_which_stays_pending(
+    standin: StandIn,
+) -> None:
+    spec = vmi_spec(gpus=[GPU_A, GPU_A])
+    spec["domain"]["resources"] = {"requests": {GPU_A: "1"}}  # limits stay 2: requests != limits
+    await create_vmi(standin, "vm-refused", spec)
+
+    def refused(vmi: Obj) -> bool:
+        conditions = (vmi.get("status") or {}).get("conditions") or []
+        return any(c["type"] == "Synchronized" and c["status"] == "False" for c in conditions)
+
+    vmi = await standin.vmi_where("vm-refused", refused, what="reporting the refused pod")
+
+    [condition] = vmi["status"]["conditions"]
+    assert condition["reason"] == "FailedCreate"
+    assert f"must be equal to {GPU_A} limit" in condition["message"]
+    assert vmi["status"]["phase"] == "Pending"
+    assert vmi["status"]["activePods"] == {}
+    listed = await standin.client.list_objects(pods_of(standin.namespace))
+    assert listed["items"] == []
+
+
+async def test_a_launcher_bound_and_running_is_named_in_active_pods_and_the_vmi_climbs_to_running(
+    standin: StandIn,
+) -> None:
+    client, namespace = standin.client, standin.namespace
+    vmi = await create_vmi(standin, "vm-climb", vmi_spec(gpus=[GPU_A]))
+    phases = asyncio.ensure_future(standin.phases("vm-climb", since=vmi["metadata"]["resourceVersion"]))
+    [pod] = await standin.launchers(vmi["metadata"]["uid"], one, what="the launcher pod")
+    uid, pod_path = pod["metadata"]["uid"], f"{pods_of(namespace)}/{pod['metadata']['name']}"
+
+    scheduling = await standin.vmi_where("vm-climb", lambda o: o.get("status", {}).get("activePods") == {uid: ""},
+                                         what="listing its unscheduled pod")
+    assert scheduling["status"]["phase"] == "Scheduling"
+    assert "nodeName" not in scheduling["status"]
+
+    # kube-scheduler's part: bind the pod.
+    binding = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": pod["metadata"]["name"]},
+               "target": {"apiVersion": "v1", "kind": "Node", "name": "node-7"}}
+    await client.create(f"{pod_path}/binding", binding)
+    bound = await standin.vmi_where("vm-climb", lambda o: o.get("status", {}).get("activePods") == {uid: "node-7"},
+                                    what="naming the node of its pod")
+    assert bound["status"]["phase"] == "Scheduling"
+
+    # kwok's part: run it.
+    await client.merge_patch(f"{pod_path}/status", {"status": {"phase": "Running"}})
+    running = await standin.vmi_where("vm-climb", phase_is("Running"), what="Running")
+
+    assert running["status"]["nodeName"] == "node-7"
+    assert running["status"]["activePods"] == {uid: "node-7"}
+    assert await phases == ["Pending", "Scheduling", "Scheduled", "Running"]
+
+
+async def test_a_vm_started_gets_a_vmi_from_its_template_and_stopped_loses_it_and_its_pod(standin: StandIn) -> None:
+    client, vms = standin.client, vms_of(standin.namespace)
+    labels = {keys.DEVICE_REFS_LABEL: "true"}
+    template = {"metadata": {"labels": labels, "annotations": {"note": "x"}}, "spec": vmi_spec(gpus=[GPU_B])}
+    vm = await client.create(vms, {"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine",
+                                   "metadata": {"name": "vm-life"}, "spec": {"running": True, "template": template}})
+
+    vmi = await standin.vmi_where("vm-life", phase_is("Scheduling"), what="made from its VM")
+    assert vmi["metadata"]["ownerReferences"] == [{
+        "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine", "name": "vm-life", "uid": vm["metadata"]["uid"],
+        "controller": True, "blockOwnerDeletion": True}]
+    assert vmi["metadata"]["labels"] == labels
+    assert vmi["metadata"]["annotations"] == {"note": "x"}
+    assert vmi["spec"]["domain"]["devices"]["gpus"] == template["spec"]["domain"]["devices"]["gpus"]
+    [pod] = await standin.launchers(vmi["metadata"]["uid"], one, what="the launcher pod")
+    expect_launcher_shape(pod, vmi, vm_name="vm-life", labels=labels)
+
+    await client.merge_patch(f"{vms}/vm-life", {"spec": {"running": False}})
+
+    await standin.until(vmis_of(standin.namespace), lambda items: items == [], what="the VMI deleted")
+    await standin.launchers(vmi["metadata"]["uid"], lambda pods: not pods, what="the launcher pod deleted")
+
+
+async def test_a_vmi_whose_vm_is_deleted_is_deleted_with_its_pod(standin: StandIn) -> None:
+    client, vms = standin.client, vms_of(standin.namespace)
+    await client.create(vms, {"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine", "metadata": {"name": "vm-gone"},
+                              "spec": {"runStrategy": "Always", "template": {"spec": vmi_spec(gpus=[GPU_A])}}})
+    vmi = await standin.vmi_where("vm-gone", phase_is("Scheduling"), what="made from its VM")
+
+    await client.delete(f"{vms}/vm-gone")
+
+    await standin.until(vmis_of(standin.namespace), lambda items: items == [], what="the VMI deleted")
+    await standin.launchers(vmi["metadata"]["uid"], lambda pods: not pods, what="the launcher pod deleted")
+
+
+async def test_on_the_full_plane_a_started_vm_runs_its_launcher_on_a_kwok_gpu_node_and_stopping_removes_both(
+    full_standin: StandIn, fleet: Fleet,
+) -> None:
+    client, vms, tag = full_standin.client, vms_of(full_standin.namespace), uuid.uuid4().hex[:6]
+    resource = f"nvidia.com/TEST_{tag}"
+    gpu_node, plain_node = f"kv-gpu-{tag}", f"kv-cpu-{tag}"
+    await fleet(nodes.SimNode(gpu_node, {resource: 2}), nodes.SimNode(plain_node))
+    labels = {keys.DEVICE_REFS_LABEL: "true"}
+    template = {"metadata": {"labels": labels}, "spec": vmi_spec(gpus=[resource, resource])}
+    await client.create(vms, {"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine",
+                              "metadata": {"name": "vm-real"}, "spec": {"running": True, "template": template}})
+
+    vmi = await full_standin.vmi_where("vm-real", phase_is("Running"), what="Running")
+
+    [pod] = await full_standin.launchers(vmi["metadata"]["uid"], one, what="the launcher pod")
+    expect_launcher_shape(pod, vmi, vm_name="vm-real", labels=labels)
+    assert pod["spec"]["containers"][0]["resources"]["limits"] == {resource: "2"}
+    # Placed by kube-scheduler on the one node with that resource, run there by kwok.
+    assert pod["spec"]["nodeName"] == gpu_node
+    assert pod["status"]["phase"] == "Running"
+    assert vmi["status"]["activePods"] == {pod["metadata"]["uid"]: gpu_node}
+    assert vmi["status"]["nodeName"] == gpu_node
+
+    await client.merge_patch(f"{vms}/vm-real", {"spec": {"running": False}})
+
+    await full_standin.until(vmis_of(full_standin.namespace), lambda items: items == [], what="the VMI deleted")
+    await full_standin.launchers(vmi["metadata"]["uid"], lambda pods: not pods, what="the launcher pod deleted")

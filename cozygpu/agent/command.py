@@ -29,7 +29,7 @@ from cozygpu.agent.kubelet import DEFAULT_SOCKET
 from cozygpu.agent.pods import ApiPodLookup
 from cozygpu.agent.report import GPUNodeWriter
 from cozygpu.agent.runner import Agent
-from cozygpu.durations import parse_duration
+from cozygpu.base.durations import parse_duration
 from cozygpu.kube import Client
 from cozygpu.kube import errors as kube_errors
 

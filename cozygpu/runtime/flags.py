@@ -27,7 +27,7 @@ from typing import Final, NoReturn
 import attrs
 
 from cozygpu import keys
-from cozygpu.durations import format_duration, parse_duration
+from cozygpu.base.durations import format_duration, parse_duration
 
 ENV_PREFIX: Final = "COZYGPU_"
 #: Where a pod finds its own namespace when POD_NAMESPACE is not set.

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from cozygpu.durations import parse_duration
+from cozygpu.base.durations import parse_duration
 from cozygpu.runtime import command, flags
 from cozygpu.runtime.flags import Address, FlagError, parse
 from tests.runtime.processes import spawn

@@ -1,7 +1,7 @@
 """Go-style durations (``1m30s``, ``500ms``, ``2h``), as every cozygpu flag takes them.
 
-One parser for the controller's and the agent's flags, so ``--bind-wait 10s``
-and ``--interval 15s`` mean the same thing everywhere. Imports nothing of ours.
+One parser for the controller's and the agent's flags (see ``cozygpu.base.flags``),
+so ``--bind-wait 10s`` and ``--interval 15s`` mean the same thing everywhere.
 """
 
 from __future__ import annotations

@@ -1,0 +1,1 @@
+"""The admission layer (see the import-linter layers in pyproject.toml)."""

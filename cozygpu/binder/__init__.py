@@ -1,0 +1,1 @@
+"""The binder layer (see the import-linter layers in pyproject.toml)."""

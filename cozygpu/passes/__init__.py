@@ -1,0 +1,1 @@
+"""The passes layer (see the import-linter layers in pyproject.toml)."""

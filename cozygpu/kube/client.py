@@ -27,6 +27,7 @@ from typing import Any, Final
 from urllib.parse import quote
 
 import aiohttp
+import orjson
 from kubernetes_asyncio import config as k8s_config
 from kubernetes_asyncio.client import Configuration
 
@@ -187,10 +188,10 @@ class Client:
             async with self._get_session().request(
                 method, self.host + path, params=query, data=data, headers=headers, timeout=budget
             ) as resp:
-                text = await resp.text()
+                raw = await resp.read()
                 if resp.status >= 400:
-                    raise _api_error(resp, text, method, path)
-                return json.loads(text) if text else {}
+                    raise _api_error(resp, raw.decode("utf-8", "replace"), method, path)
+                return orjson.loads(raw) if raw else {}
         except errors.KubeError:
             raise
         except _TRANSPORT_ERRORS as err:
@@ -275,7 +276,7 @@ class Client:
                 if resp.status >= 400:
                     raise _api_error(resp, await resp.text(), "WATCH", path)
                 async for line in _lines(resp.content, path):
-                    event: Obj = json.loads(line)
+                    event: Obj = orjson.loads(line)
                     if event.get("type") == "ERROR":
                         status = event.get("object") or {}
                         raise errors.error_for(int(status.get("code") or 500), status, method="WATCH", path=path)

@@ -112,21 +112,22 @@ def freeze(value: Any) -> Any:
 
 
 def _freeze_dict(value: Mapping[str, Any]) -> FrozenDict:
-    out = FrozenDict()
-    put = dict.__setitem__
+    # Built as a plain dict and copied into the FrozenDict by dict's C-level init:
+    # cheaper than one unbound ``dict.__setitem__`` call per key.
+    out: dict[str, Any] = {}
     for key, item in value.items():
         t = type(item)
-        if t is dict:
+        if t is str:
+            if len(item) <= INTERN_MAX:
+                item = _intern(item)
+        elif t is dict:
             item = _freeze_dict(item)
         elif t is list:
             item = _freeze_list(item)
-        elif t is str:
-            if len(item) <= INTERN_MAX:
-                item = _intern(item)
         elif t is not int and t is not bool and t is not float and item is not None:
             item = freeze(item)
-        put(out, _intern(key), item)
-    return out
+        out[_intern(key)] = item
+    return FrozenDict(out)
 
 
 def _freeze_list(value: Iterable[Any]) -> FrozenList:

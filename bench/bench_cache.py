@@ -9,7 +9,14 @@ fields and a Running status written through the status subresource) and
 so that only the cache is measured, runs the controller's informers over
 those kinds on uvloop and reports:
 
-- time to ready: from ``Cache.run`` to ``has_synced`` over every kind;
+- time to ready: from ``Cache.run`` to ``has_synced`` over every kind,
+  beside its floor measured in the same process just before and just after: a
+  raw paged LIST of the same kinds (same page size, run concurrently as the
+  cache runs them), decoded to JSON and nothing more, so the figure can be read
+  on a noisy machine as "the cache costs this much over the wire and the API
+  server";
+- where the rest goes: one page of each kind decoded (stdlib json and orjson),
+  transformed, frozen and indexed, scaled to the cached count;
 - RSS once ready (after a collection) and the peak RSS while listing;
 - events absorbed per second, twice: live, while this process writes a burst
   (bounded by how fast the API server takes writes, printed beside it), and
@@ -136,6 +143,74 @@ async def burst(admin: Client, scale: float) -> tuple[int, float, dict[str, str]
 # -- measuring the cache (child process) ---------------------------------------------------
 
 
+async def floor(client: Client, specs: list[Any]) -> float:
+    """Seconds to LIST ``specs`` in pages, concurrently, as the reflectors do, decoding JSON and nothing more."""
+    from cozygpu.cache.reflector import _LIST_HEADERS, ReflectorSettings
+
+    settings = ReflectorSettings()
+
+    async def one(spec: Any) -> None:
+        params: dict[str, Any] = {**spec.selector_params(), "limit": settings.page_size}
+        while True:
+            page = await client.list_objects(spec.path, params=params, timeout=settings.list_timeout,
+                                             headers=_LIST_HEADERS)
+            token = (page.get("metadata") or {}).get("continue")
+            del page
+            if not token:
+                return
+            params["continue"] = token
+
+    gc.disable()
+    try:
+        started = time.perf_counter()
+        await asyncio.gather(*(one(spec) for spec in specs))
+        return time.perf_counter() - started
+    finally:
+        gc.enable()
+
+
+async def breakdown(client: Client, specs: list[Any], counts: dict[str, int]) -> dict[str, dict[str, float]]:
+    """Per kind, seconds of each in-process step over one page, scaled to the kind's cached count."""
+    import orjson
+
+    from cozygpu.cache.frozen import freeze
+    from cozygpu.cache.store import Store
+    from cozygpu.cache.transforms import strip_metadata
+
+    out: dict[str, dict[str, float]] = {}
+    for spec in specs:
+        page = await client.list_objects(spec.path, params={**spec.selector_params(), "limit": 500})
+        items = page.get("items") or []
+        if not items:
+            continue
+        raw = orjson.dumps(items)
+        scale = counts[spec.key] / len(items)
+        steps: dict[str, float] = {}
+        gc.disable()
+        try:
+            started = time.perf_counter()
+            json.loads(raw.decode())
+            steps["decode_json"] = time.perf_counter() - started
+            started = time.perf_counter()
+            decoded = orjson.loads(raw)
+            steps["decode_orjson"] = time.perf_counter() - started
+            started = time.perf_counter()
+            slim = [strip_metadata(obj) for obj in decoded]
+            if spec.transform is not None:
+                slim = [spec.transform(obj) for obj in slim]
+            steps["transform"] = time.perf_counter() - started
+            started = time.perf_counter()
+            frozen = [freeze(obj) for obj in slim]
+            steps["freeze"] = time.perf_counter() - started
+            started = time.perf_counter()
+            Store(spec.key, spec.all_indexers()).replace(frozen, "1")
+            steps["index"] = time.perf_counter() - started
+        finally:
+            gc.enable()
+        out[spec.key] = {step: seconds * scale for step, seconds in steps.items()}
+    return out
+
+
 async def replay(client: Client, spec: Any, *, since: str, until: str) -> tuple[float, int, bool]:
     """Watch ``spec`` from ``since`` with a fresh informer until it has seen ``until``.
 
@@ -188,6 +263,8 @@ async def measure(kubeconfig: str) -> None:
     kinds = [known.NODES, known.PODS, known.GPU_DEVICES, known.GPU_CLASSES, known.GPU_NODES, known.NAMESPACES,
              known.TENANT_QUOTAS, known.settings_configmap("cozy-gpu")]
     async with await Client.from_kubeconfig(kubeconfig) as client:
+        listed = [known.NODES, known.PODS, known.GPU_DEVICES, known.NAMESPACES]
+        floor_before = await floor(client, listed)
         cache = Cache(client, registry=CollectorRegistry())
         for spec in kinds:
             cache.add(spec)
@@ -198,7 +275,10 @@ async def measure(kubeconfig: str) -> None:
             gc.collect()
             rss, peak = rss_mb()
             sizes = {spec.key: len(cache.store(spec)) for spec in kinds}
+            floor_after = await floor(client, listed)
+            steps = await breakdown(client, listed, sizes)
             emit(stage="ready", ready_s=ready, rss_mb=rss, peak_mb=peak, baseline_mb=baseline, sizes=sizes,
+                 floor_s=[floor_before, floor_after], steps=steps,
                  pods_rv=cache.informer(known.PODS).resource_version,
                  devices_rv=cache.informer(known.GPU_DEVICES).resource_version)
 
@@ -269,6 +349,12 @@ async def drive(args: argparse.Namespace) -> None:
     print()
     print(f"objects: {populated}; cached: {ready['sizes']}")
     print(f"time to ready:   {ready['ready_s']:.2f} s   {ratio(ready['ready_s'], READY_TARGET_S)}")
+    low = min(ready["floor_s"])
+    print(f"floor (raw paged LIST, JSON only, same kinds, concurrent): {ready['floor_s'][0]:.2f} s before,"
+          f" {ready['floor_s'][1]:.2f} s after; ready is {ready['ready_s'] / low:.2f}x the floor"
+          f" (+{ready['ready_s'] - low:.2f} s)")
+    for key, steps in ready["steps"].items():
+        print(f"  in-process, {key}: " + ", ".join(f"{step} {seconds:.2f} s" for step, seconds in steps.items()))
     print(f"RSS when ready:  {ready['rss_mb']:.0f} MB   {ratio(ready['rss_mb'], RSS_TARGET_MB)}"
           f"   (interpreter and imports before the cache: {ready['baseline_mb']:.0f} MB)")
     print(f"peak RSS:        {ready['peak_mb']:.0f} MB while listing; {replayed['peak_mb']:.0f} MB by the end"

@@ -219,10 +219,10 @@ async def replay(client: Client, spec: Any, *, since: str, until: str) -> tuple[
     """
     from prometheus_client import CollectorRegistry
 
+    from cozygpu.base.clock import LoopClock
     from cozygpu.cache import Event, Informer
     from cozygpu.cache.metrics import CacheMetrics
     from cozygpu.cache.reflector import Reflector
-    from cozygpu.cache.timing import LoopClock
 
     informer = Informer(spec)
     feed = informer.begin_cycle()

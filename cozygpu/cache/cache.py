@@ -28,6 +28,8 @@ from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry
 
+from cozygpu.base.backoff import Backoff
+from cozygpu.base.clock import Clock, LoopClock
 from cozygpu.cache.errors import UnknownKind
 from cozygpu.cache.frozen import FrozenDict
 from cozygpu.cache.informer import Informer
@@ -35,7 +37,6 @@ from cozygpu.cache.kinds import CRDS, DiscoveryClient, KindSpec, SpecOrKey, crd_
 from cozygpu.cache.metrics import CacheMetrics, StateRow, default_metrics
 from cozygpu.cache.reflector import ListWatchClient, Reflector, ReflectorSettings, Sink
 from cozygpu.cache.store import Event, EventType, Store
-from cozygpu.cache.timing import Backoff, Clock, LoopClock
 from cozygpu.cache.triggers import Trigger
 from cozygpu.kube import errors
 

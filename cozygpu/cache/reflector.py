@@ -51,12 +51,13 @@ from typing import Any, Final, Protocol
 
 import attrs
 
+from cozygpu.base.backoff import Backoff
+from cozygpu.base.clock import Cancellable, Clock
 from cozygpu.cache.collector import collector_paused
 from cozygpu.cache.frozen import FrozenDict
 from cozygpu.cache.kinds import KindSpec
 from cozygpu.cache.metrics import CacheMetrics
 from cozygpu.cache.store import EventType, resource_version_of
-from cozygpu.cache.timing import Backoff, Cancellable, Clock
 from cozygpu.kube import errors
 
 log = logging.getLogger(__name__)

@@ -18,8 +18,8 @@ Contract:
 
 from __future__ import annotations
 
-import asyncio
 import json
+import math
 import random
 import ssl
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -31,6 +31,8 @@ import orjson
 from kubernetes_asyncio import config as k8s_config
 from kubernetes_asyncio.client import Configuration
 
+from cozygpu.base.backoff import Backoff
+from cozygpu.base.clock import Clock, LoopClock
 from cozygpu.kube import errors
 
 JSON: Final = "application/json"
@@ -74,8 +76,11 @@ class Client:
         configuration: Configuration | None = None,
         user_agent: str = "cozygpu",
         default_timeout: float = 30.0,
+        clock: Clock | None = None,
     ) -> None:
         self.host = host.rstrip("/")
+        #: What retries sleep on (the loop's clock unless a test hands in a fake).
+        self._clock: Clock = clock if clock is not None else LoopClock()
         self._ssl = ssl_context
         self._token = token
         self._configuration = configuration
@@ -158,19 +163,21 @@ class Client:
         data = None if body is None else json.dumps(body, separators=(",", ":"))
         query = _query(params)
         is_read = method == "GET"
-        delay = 0.2
+        # The schedule (0.2 s doubling to 5 s) is base's Backoff without jitter; a 5xx spreads it
+        # over 0.5-1.5x, a 429 without Retry-After waits it as is.
+        backoff = Backoff(self._clock, initial=0.2, cap=5.0, jitter=0.0, reset_after=math.inf)
         for attempt in range(1, attempts + 1):
             try:
                 return await self._once(method, path, query, data, content_type, timeout, headers)
             except errors.TooManyRequests as err:
                 if attempt == attempts:
                     raise
-                await asyncio.sleep(err.retry_after if err.retry_after is not None else delay)
+                delay = backoff.next_delay()
+                await self._clock.sleep(err.retry_after if err.retry_after is not None else delay)
             except (errors.ServerError, errors.Unavailable):
                 if not is_read or attempt == attempts:
                     raise
-                await asyncio.sleep(delay * (0.5 + random.random()))
-            delay = min(delay * 2, 5.0)
+                await self._clock.sleep(backoff.next_delay() * (0.5 + random.random()))
         raise AssertionError("unreachable")
 
     async def _once(

@@ -1,6 +1,6 @@
 """Cache bench: time to ready, resident memory and events absorbed per second at production scale.
 
-    python bench/bench_cache.py [--scale 1.0] [--keep] [--attach DIR]
+    python bench/bench_cache.py [--scale 1.0] [--keep] [--attach DIR] [--ready-only]
 
 Starts its own control plane (the project's envtest), installs the CRDs and
 creates 1,000 Nodes, 20,000 Pods shaped like virt-launcher pods (with managed
@@ -307,6 +307,20 @@ def ratio(value: float, target: float) -> str:
     return f"{value / target:.2f}x of target ({'ok' if value <= target else 'OVER'})"
 
 
+def report_ready(ready: dict[str, Any], populated: dict[str, int]) -> None:
+    print()
+    print(f"objects: {populated}; cached: {ready['sizes']}")
+    print(f"time to ready:   {ready['ready_s']:.2f} s   {ratio(ready['ready_s'], READY_TARGET_S)}")
+    low = min(ready["floor_s"])
+    print(f"floor (raw paged LIST, JSON only, same kinds, concurrent): {ready['floor_s'][0]:.2f} s before,"
+          f" {ready['floor_s'][1]:.2f} s after; ready is {ready['ready_s'] / low:.2f}x the floor"
+          f" (+{ready['ready_s'] - low:.2f} s)")
+    for key, steps in ready["steps"].items():
+        print(f"  in-process, {key}: " + ", ".join(f"{step} {seconds:.2f} s" for step, seconds in steps.items()))
+    print(f"RSS when ready:  {ready['rss_mb']:.0f} MB   {ratio(ready['rss_mb'], RSS_TARGET_MB)}"
+          f"   (interpreter and imports before the cache: {ready['baseline_mb']:.0f} MB)")
+
+
 async def drive(args: argparse.Namespace) -> None:
     from cozygpu.devcluster import apply, binaries
     from cozygpu.devcluster.plane import ControlPlane
@@ -335,6 +349,11 @@ async def drive(args: argparse.Namespace) -> None:
             assert child.stdin is not None
             assert child.stdout is not None
             ready = json.loads(await child.stdout.readline())
+            report_ready(ready, populated)
+            if args.ready_only:
+                child.kill()
+                await child.wait()
+                return
             writes, took, last = await burst(admin, args.scale)
             since = {"pods": ready["pods_rv"], "devices": ready["devices_rv"]}
             child.stdin.write((json.dumps({"last": last, "since": since}) + "\n").encode())
@@ -346,17 +365,6 @@ async def drive(args: argparse.Namespace) -> None:
         if not args.keep:
             plane.stop()
 
-    print()
-    print(f"objects: {populated}; cached: {ready['sizes']}")
-    print(f"time to ready:   {ready['ready_s']:.2f} s   {ratio(ready['ready_s'], READY_TARGET_S)}")
-    low = min(ready["floor_s"])
-    print(f"floor (raw paged LIST, JSON only, same kinds, concurrent): {ready['floor_s'][0]:.2f} s before,"
-          f" {ready['floor_s'][1]:.2f} s after; ready is {ready['ready_s'] / low:.2f}x the floor"
-          f" (+{ready['ready_s'] - low:.2f} s)")
-    for key, steps in ready["steps"].items():
-        print(f"  in-process, {key}: " + ", ".join(f"{step} {seconds:.2f} s" for step, seconds in steps.items()))
-    print(f"RSS when ready:  {ready['rss_mb']:.0f} MB   {ratio(ready['rss_mb'], RSS_TARGET_MB)}"
-          f"   (interpreter and imports before the cache: {ready['baseline_mb']:.0f} MB)")
     print(f"peak RSS:        {ready['peak_mb']:.0f} MB while listing; {replayed['peak_mb']:.0f} MB by the end"
           f" (RSS {replayed['rss_mb']:.0f} MB after the burst)")
     live_rate = writes / (took + max(live["seen_s"], 0.0))
@@ -375,6 +383,7 @@ def main() -> None:
     parser.add_argument("--scale", type=float, default=1.0, help="fraction of the production object counts")
     parser.add_argument("--keep", action="store_true", help="leave the control plane running")
     parser.add_argument("--attach", help="reuse a populated control plane left by --keep")
+    parser.add_argument("--ready-only", action="store_true", help="stop after time to ready, its floor and breakdown")
     parser.add_argument("--measure", metavar="KUBECONFIG", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.measure:

@@ -31,14 +31,6 @@ List pages are decoded and frozen with the cyclic garbage collector paused
 decoding itself, because each page's short-lived objects survive long enough
 to trigger full collections over the whole cache. Nothing is lost: collection
 resumes when no list is in flight.
-
-A list overlaps its two halves: the request for page N+1 goes out as soon as
-page N's continue token is known, before page N's objects are transformed and
-frozen, so the API server reads and encodes one page while this process
-prepares the previous one; and preparing yields to the loop every
-``_PREPARE_SLICE`` objects, so the other kinds' lists (and the next page)
-keep streaming in meanwhile. At most one page request is in flight per kind;
-the sink still gets the whole result at once.
 """
 
 from __future__ import annotations
@@ -68,9 +60,6 @@ log = logging.getLogger(__name__)
 _LIST_HEADERS: Final = {"Accept-Encoding": "identity"}
 
 Obj = dict[str, Any]
-
-#: Objects prepared between two yields to the loop while a list page is turned into frozen objects.
-_PREPARE_SLICE: Final = 100
 
 
 class ListWatchClient(Protocol):
@@ -217,33 +206,19 @@ class Reflector:
         objects: list[FrozenDict] = []
         params: dict[str, str | int | bool] = {**spec.selector_params(), "limit": settings.page_size}
         resource_version = ""
-        prepare = self._sink.prepare
-        fetch: asyncio.Future[Obj] | None = None
-        try:
+        while True:
             with collector_paused():
-                page: Obj | None = await self._page(dict(params))
-                while page is not None:
-                    meta = page.get("metadata") or {}
-                    resource_version = str(meta.get("resourceVersion") or resource_version)
-                    token = meta.get("continue")
-                    if token:
-                        # Ask for the next page before preparing this one: the API server
-                        # reads and encodes it while this process decodes and freezes.
-                        params["continue"] = token
-                        fetch = asyncio.ensure_future(self._page(dict(params)))
-                    items = page.get("items") or []
-                    page = None
-                    for start in range(0, len(items), _PREPARE_SLICE):
-                        if fetch is not None:
-                            await asyncio.sleep(0)  # let the next page's request go out and other kinds read
-                        objects.extend(prepare(raw) for raw in items[start:start + _PREPARE_SLICE])
-                    del items
-                    if fetch is not None:
-                        page, fetch = await fetch, None
-        finally:
-            if fetch is not None and not fetch.done():
-                fetch.cancel()
-                await asyncio.gather(fetch, return_exceptions=True)
+                page = await self._client.list_objects(spec.path, params=params, timeout=settings.list_timeout,
+                                                       headers=_LIST_HEADERS)
+                prepare = self._sink.prepare
+                objects.extend(prepare(raw) for raw in page.get("items") or ())
+                meta = page.get("metadata") or {}
+                del page
+            resource_version = str(meta.get("resourceVersion") or resource_version)
+            token = meta.get("continue")
+            if not token:
+                break
+            params["continue"] = token
         if not resource_version:
             raise errors.KubeError(f"LIST {spec.path}: the answer carries no resourceVersion")
         self._sink.replace(objects, resource_version)
@@ -251,10 +226,6 @@ class Reflector:
         self._relists.labels(self._kind, reason).inc()
         self._list_seconds.observe(self._clock.now() - started)
         log.debug("%s: listed %d objects at resourceVersion %s", self._kind, len(objects), resource_version)
-
-    async def _page(self, params: Mapping[str, str | int | bool]) -> Obj:
-        return await self._client.list_objects(self._spec.path, params=params,
-                                               timeout=self._settings.list_timeout, headers=_LIST_HEADERS)
 
     async def _watch(self) -> None:
         spec, settings = self._spec, self._settings

@@ -1,0 +1,260 @@
+"""What a plan writes into GPUDevice status, set by set (R-BIND-4..6): pure, no I/O.
+
+Why: the model decides (``plan_pass``) and says nothing of JSON; this module
+turns its actions into the status each device must carry and the Events a
+person reads, so ``writes.py`` only sends them.
+
+Contract:
+- One :class:`DeviceWrite` per device whose status changes: a merge patch of
+  ``status`` (``phase``, ``nodeName``, ``bindAnswer``, the ``Bound``
+  condition, ``observedGeneration``) carrying the resourceVersion of the
+  object the decision was made on. A device whose status would not change
+  gets no write, so a pass that repeats a decision (an order still waiting,
+  a set staying on a cordoned node) writes nothing and raises no Event.
+- Writes are grouped in :class:`SetWrite`s, one per set of ``device_sets``,
+  in the plan's order (restores, moves, rebinds, answers, new orders).
+- The conditions list is rewritten whole: it is a list-map, which a merge
+  patch replaces, and the precondition guarantees it is the list we read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from typing import Any, Final
+
+import attrs
+
+from cozygpu.model.placement import SUCCEEDED, Action, Answer, Bind, KeepPending, MarkLost, PassPlan, Stay, device_sets
+from cozygpu.model.refusals import Refusal
+from cozygpu.model.snapshot import DeviceKey, Phase, Snapshot
+
+Obj = Mapping[str, Any]
+
+BOUND_CONDITION: Final = "Bound"
+#: Reasons of the Bound condition and of the Events (CamelCase, like Kubernetes reasons).
+REASON_BOUND: Final = "Bound"
+REASON_REBOUND: Final = "Rebound"
+REASON_MOVED: Final = "Moved"
+REASON_GATHERED: Final = "Gathered"
+REASON_LOST: Final = "Lost"
+REASON_NOT_ACCEPTED: Final = "NotAccepted"
+REASON_STAYS: Final = "StaysOnCordonedNode"
+
+NORMAL: Final = "Normal"
+WARNING: Final = "Warning"
+
+
+@attrs.frozen(kw_only=True)
+class EventNote:
+    """A core/v1 Event to raise on the device once its write succeeded."""
+
+    type: str
+    reason: str
+    message: str
+
+
+@attrs.frozen(kw_only=True)
+class DeviceWrite:
+    key: DeviceKey
+    uid: str
+    #: The resourceVersion the decision was made on: the write's precondition (R-BIND-2).
+    resource_version: str
+    #: The merge patch of ``status`` (a null removes a field).
+    status: Mapping[str, Any]
+    events: tuple[EventNote, ...] = ()
+
+
+@attrs.frozen(kw_only=True)
+class SetWrite:
+    """The writes of one set: sent together, dropped together on a conflict (R-BIND-4)."""
+
+    label: str
+    devices: tuple[DeviceWrite, ...]
+
+
+def _iso(when: datetime) -> str:
+    return when.isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+@attrs.define
+class _Decided:
+    """Everything the plan says about one device, folded (a later Bind or MarkLost wins)."""
+
+    place: Bind | MarkLost | None = None
+    cause: Refusal | None = None
+    pending: KeepPending | None = None
+    stay: Stay | None = None
+    answer: Answer | None = None
+
+
+def _fold(actions: Iterable[Action]) -> dict[DeviceKey, _Decided]:
+    decided: dict[DeviceKey, _Decided] = {}
+    for action in actions:
+        if isinstance(action, Stay):
+            for key in action.devices:
+                decided.setdefault(key, _Decided()).stay = action
+            continue
+        entry = decided.setdefault(action.device, _Decided())
+        if isinstance(action, Bind | MarkLost):
+            entry.place = action
+            entry.cause = action.cause or entry.cause
+        elif isinstance(action, KeepPending):
+            entry.pending = action
+        else:
+            entry.answer = action
+    return decided
+
+
+def _condition(status: str, reason: str, message: str) -> dict[str, str]:
+    return {"type": BOUND_CONDITION, "status": status, "reason": reason, "message": message}
+
+
+def _placement(
+    decided: _Decided, phase: Phase, node: str | None, set_label: str
+) -> tuple[dict[str, Any], dict[str, str] | None, list[EventNote]]:
+    """The placement fields, the Bound condition and the Events of one device's decision."""
+    fields: dict[str, Any] = {}
+    events: list[EventNote] = []
+    condition: dict[str, str] | None = None
+    place = decided.place
+    if isinstance(place, Bind):
+        fields = {"phase": Phase.BOUND.value, "nodeName": place.node}
+        if phase is Phase.BOUND and node and node != place.node and decided.cause is not None:
+            message = f"moved from node {node} to node {place.node}: {decided.cause.message}"
+            condition = _condition("True", REASON_MOVED, message)
+        elif phase is Phase.BOUND and node and node != place.node:
+            message = f"moved from node {node} to node {place.node} to join the rest of {set_label}"
+            condition = _condition("True", REASON_GATHERED, message)
+        elif phase is Phase.LOST:
+            condition = _condition("True", REASON_REBOUND, f"rebound on node {place.node} after it was Lost")
+        else:
+            condition = _condition("True", REASON_BOUND, f"bound on node {place.node}")
+        events.append(EventNote(type=NORMAL, reason=condition["reason"], message=condition["message"]))
+    elif isinstance(place, MarkLost):
+        fields = {"phase": Phase.LOST.value, "nodeName": None}
+        where = f"node {place.previous}" if place.previous else "its node"
+        message = f"lost {where}: {place.cause.message}; it holds no units until a node has room"
+        condition = _condition("False", REASON_LOST, message)
+        events.append(EventNote(type=WARNING, reason=REASON_LOST, message=message))
+    elif decided.pending is not None:
+        refusal = decided.pending.refusal
+        condition = _condition("False", refusal.reason.value, f"not accepted: {refusal.message}")
+        events.append(EventNote(type=WARNING, reason=REASON_NOT_ACCEPTED, message=condition["message"]))
+    elif decided.stay is not None:
+        stay = decided.stay
+        message = f"stays on node {stay.node} ({stay.why}): {stay.cause.message}"
+        condition = _condition("True", REASON_STAYS, message)
+        events.append(EventNote(type=NORMAL, reason=REASON_STAYS, message=message))
+    return fields, condition, events
+
+
+def _answer(decided: _Decided, now: datetime) -> dict[str, Any] | None:
+    answer = decided.answer
+    if answer is None:
+        return None
+    if answer.result == SUCCEEDED:
+        reason = REASON_STAYS if decided.stay is not None else REASON_BOUND
+        message = f"the set is held on node {answer.node}"
+    else:
+        assert answer.refusal is not None
+        reason, message = answer.refusal.reason.value, answer.refusal.message
+    return {"id": answer.request_id, "result": answer.result, "reason": reason, "message": message,
+            "node": answer.node, "time": _iso(now)}
+
+
+def _conditions(current: object, wanted: dict[str, str], generation: int | None, now: datetime) -> list[Any]:
+    """The conditions list with the Bound entry replaced (transition time kept when its status is unchanged)."""
+    existing = [dict(c) for c in current if isinstance(c, Mapping)] if isinstance(current, list | tuple) else []
+    old = next((c for c in existing if c.get("type") == BOUND_CONDITION), None)
+    entry: dict[str, Any] = dict(wanted)
+    if generation is not None:
+        entry["observedGeneration"] = generation
+    same_status = old is not None and old.get("status") == wanted["status"] and old.get("lastTransitionTime")
+    entry["lastTransitionTime"] = old["lastTransitionTime"] if same_status and old else _iso(now)
+    return [entry if c is old else c for c in existing] if old is not None else [*existing, entry]
+
+
+def _differs(current: Mapping[str, Any], patch: Mapping[str, Any]) -> bool:
+    for field, value in patch.items():
+        have = current.get(field)
+        if field == "conditions":
+            if _comparable(have) != _comparable(value):
+                return True
+        elif field == "bindAnswer":
+            if not isinstance(have, Mapping) or have.get("id") != value.get("id") or _answer_body(have) != \
+                    _answer_body(value):
+                return True
+        elif have != value:
+            return True
+    return False
+
+
+def _answer_body(answer: Mapping[str, Any]) -> tuple[object, ...]:
+    return tuple(answer.get(k) for k in ("id", "result", "reason", "message", "node"))
+
+
+def _comparable(conditions: object) -> list[tuple[object, ...]]:
+    if not isinstance(conditions, list | tuple):
+        return []
+    fields = ("type", "status", "reason", "message", "observedGeneration")
+    return sorted((tuple(c.get(f) for f in fields) for c in conditions if isinstance(c, Mapping)), key=str)
+
+
+def device_write(
+    key: DeviceKey, decided: _Decided, obj: Obj, *, phase: Phase, node: str | None, set_label: str, now: datetime
+) -> DeviceWrite | None:
+    meta = obj.get("metadata") or {}
+    current: Mapping[str, Any] = obj.get("status") or {}
+    generation = meta.get("generation")
+    generation = generation if isinstance(generation, int) else None
+    patch, condition, events = _placement(decided, phase, node, set_label)
+    if condition is not None:
+        patch["conditions"] = _conditions(current.get("conditions"), condition, generation, now)
+    answer = _answer(decided, now)
+    if answer is not None:
+        patch["bindAnswer"] = answer
+    if not patch or not _differs(current, patch):
+        return None
+    if generation is not None:
+        patch["observedGeneration"] = generation
+    # Events only for what changed: a repeated decision raises none.
+    changed_condition = "conditions" in patch and _differs(current, {"conditions": patch["conditions"]})
+    changed_place = any(f in patch and current.get(f) != patch[f] for f in ("phase", "nodeName"))
+    kept = tuple(events) if changed_place or changed_condition else ()
+    return DeviceWrite(key=key, uid=str(meta.get("uid") or ""), resource_version=str(meta.get("resourceVersion")),
+                       status=patch, events=kept)
+
+
+def plan_writes(plan: PassPlan, snapshot: Snapshot, objects: Mapping[DeviceKey, Obj], *,
+                now: datetime) -> tuple[SetWrite, ...]:
+    """The status writes of ``plan``, one group per set, in plan order.
+
+    ``objects`` are the raw GPUDevices the snapshot was built from: their
+    resourceVersions are the preconditions, their status the base of the patch.
+    """
+    decided = _fold(plan.actions)
+    set_of: dict[DeviceKey, tuple[str, tuple[DeviceKey, ...]]] = {}
+    for device_set in device_sets(snapshot):
+        for member in device_set.members:
+            set_of[member] = (device_set.label, device_set.members)
+    order: list[tuple[str, tuple[DeviceKey, ...]]] = []
+    for action in plan.actions:
+        for key in action.devices if isinstance(action, Stay) else (action.device,):
+            group = set_of.get(key, (f"GPUDevice {key[0]}/{key[1]}", (key,)))
+            if group not in order:
+                order.append(group)
+    writes: list[SetWrite] = []
+    for label, members in order:
+        found = []
+        for key in members:
+            view, entry = snapshot.devices.get(key), decided.get(key)
+            if view is None or entry is None:
+                continue
+            write = device_write(key, entry, objects[key], phase=view.phase, node=view.node_name,
+                                 set_label=label, now=now)
+            if write is not None:
+                found.append(write)
+        if found:
+            writes.append(SetWrite(label=label, devices=tuple(found)))
+    return tuple(writes)

@@ -1,0 +1,149 @@
+"""The one writer of placement: sends a pass's status writes, set by set, and its Events.
+
+Contract:
+- Every status write is a merge patch of the ``status`` subresource whose
+  ``metadata.resourceVersion`` is the version the decision was made on, so
+  the server refuses it (409 Conflict) when the device changed since. Leader
+  election does not fence; this precondition is what keeps a deposed leader,
+  or a decision from a stale view, harmless (R-BIND-2).
+- The members of a set are written one after another, each preconditioned.
+  A Conflict (or the device gone: 404) drops the rest of *that* set, is
+  logged and reported as ``requeue``; it is never retried blindly. Any other
+  API error stops the whole run: the server is unwell and the next pass
+  starts from a fresh view. It is reported as ``error`` rather than raised,
+  so the caller still learns what was written and can wait for the cache to
+  see it before the next pass decides.
+- A set written half way is safe (R-BIND-4): each member's patch is a whole
+  state of its own (Bound on a node, or Lost, with its answer), so a member
+  never claims a node it does not hold and no unit is counted twice. What is
+  left is a split or partly Lost set, or members still Pending beside held
+  ones, and the first step of the next pass (``_restore_sets``) gathers the
+  set onto one node or sends it to Lost whole, while unanswered requests are
+  answered from that restored state.
+- Events go out only after their device's write succeeded, best effort: a
+  failed Event is logged and never fails the pass.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import Final
+
+import attrs
+
+from cozygpu import keys
+from cozygpu.base.logging import get_logger
+from cozygpu.binder.status import DeviceWrite, EventNote, SetWrite
+from cozygpu.cache.informer import resource_version_at_least
+from cozygpu.kube import Client, errors, resource_path
+from cozygpu.kube.client import Obj
+from cozygpu.model.snapshot import DeviceKey
+
+log = get_logger(__name__)
+
+COMPONENT: Final = "cozygpu-binder"
+
+
+@attrs.frozen(kw_only=True)
+class Written:
+    key: DeviceKey
+    #: The resourceVersion the server gave the write: what the cache must see before the next pass.
+    resource_version: str
+
+
+@attrs.frozen(kw_only=True)
+class Dropped:
+    label: str
+    key: DeviceKey
+    why: str
+
+
+@attrs.frozen(kw_only=True)
+class WriteReport:
+    written: tuple[Written, ...] = ()
+    #: Sets whose action was dropped on a Conflict or a vanished device.
+    dropped: tuple[Dropped, ...] = ()
+    #: An error that stopped the run (not a Conflict); the caller raises it after waiting for ``written``.
+    error: errors.KubeError | None = None
+    #: Sets never tried because ``error`` stopped the run.
+    skipped: tuple[str, ...] = ()
+
+    @property
+    def requeue(self) -> bool:
+        """The pass must run again from a fresh view."""
+        return bool(self.dropped or self.skipped) or self.error is not None
+
+    @property
+    def latest_resource_version(self) -> str | None:
+        """The newest resourceVersion written (integers compared as such), or None."""
+        latest: str | None = None
+        for item in self.written:
+            if latest is None or resource_version_at_least(item.resource_version, latest):
+                latest = item.resource_version
+        return latest
+
+
+def device_status_path(key: DeviceKey) -> str:
+    return resource_path(keys.GROUP, keys.VERSION, keys.GPUDEVICE_PLURAL, namespace=key[0], name=key[1],
+                         subresource="status")
+
+
+def event_body(key: DeviceKey, uid: str, resource_version: str, note: EventNote, *, now: datetime,
+               instance: str) -> Obj:
+    """A core/v1 Event about one GPUDevice (the legacy shape ``kubectl describe`` lists)."""
+    namespace, name = key
+    stamp = now.isoformat(timespec="seconds").replace("+00:00", "Z")
+    return {
+        "apiVersion": "v1", "kind": "Event",
+        "metadata": {"namespace": namespace, "name": f"{name[:200]}.{uuid.uuid4().hex[:16]}"},
+        "involvedObject": {"apiVersion": keys.API_VERSION, "kind": keys.GPUDEVICE_KIND, "namespace": namespace,
+                           "name": name, "uid": uid, "resourceVersion": resource_version},
+        "type": note.type, "reason": note.reason, "message": note.message[:1024],
+        "source": {"component": COMPONENT}, "reportingComponent": COMPONENT, "reportingInstance": instance,
+        "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1,
+    }
+
+
+async def _events(client: Client, write: DeviceWrite, resource_version: str, *, now: datetime,
+                  instance: str) -> None:
+    for note in write.events:
+        body = event_body(write.key, write.uid, resource_version, note, now=now, instance=instance)
+        try:
+            await client.create(resource_path("", "v1", "events", namespace=write.key[0]), body)
+        except errors.KubeError as error:
+            log.warning("event not recorded", device="/".join(write.key), reason=note.reason, error=str(error))
+
+
+async def write_sets(client: Client, sets: Sequence[SetWrite], *, now: datetime,
+                     instance: str = "") -> WriteReport:
+    """Send ``sets`` in order (see the module contract) and report what was written and what was dropped."""
+    written: list[Written] = []
+    dropped: list[Dropped] = []
+    for index, device_set in enumerate(sets):
+        for write in device_set.devices:
+            try:
+                answer = await client.merge_patch(device_status_path(write.key), {"status": dict(write.status)},
+                                                  resource_version=write.resource_version)
+            except (errors.Conflict, errors.NotFound) as error:
+                why = "conflict" if isinstance(error, errors.Conflict) else "gone"
+                log.info("set dropped, requeued", set=device_set.label, device="/".join(write.key), why=why,
+                         resource_version=write.resource_version)
+                dropped.append(Dropped(label=device_set.label, key=write.key, why=why))
+                break
+            except errors.KubeError as error:
+                log.warning("writes stopped", set=device_set.label, device="/".join(write.key), error=str(error))
+                return WriteReport(written=tuple(written), dropped=tuple(dropped), error=error,
+                                   skipped=_labels(sets[index:]))
+            version = str((answer.get("metadata") or {}).get("resourceVersion") or "")
+            written.append(Written(key=write.key, resource_version=version))
+            log.info("device written", set=device_set.label, device="/".join(write.key),
+                     phase=write.status.get("phase"), node=write.status.get("nodeName"),
+                     answer=(write.status.get("bindAnswer") or {}).get("result"), resource_version=version)
+            await _events(client, write, version, now=now, instance=instance)
+    return WriteReport(written=tuple(written), dropped=tuple(dropped))
+
+
+def _labels(sets: Iterable[SetWrite]) -> tuple[str, ...]:
+    return tuple(s.label for s in sets)

@@ -1,0 +1,118 @@
+"""The writer against the real API server: preconditions, sets, Events (R-BIND-2, R-BIND-4)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cozygpu import keys
+from cozygpu.binder.status import plan_writes
+from cozygpu.binder.writes import write_sets
+from cozygpu.cache.snapshot import device_view
+from cozygpu.kube import Client, resource_path
+from cozygpu.model.placement import plan_pass
+from cozygpu.model.snapshot import Phase, Snapshot
+from tests.model.factories import NOW, gpu_nodes, snapshot
+
+DEVICES = (keys.GROUP, keys.VERSION, keys.GPUDEVICE_PLURAL)
+
+
+def device_path(namespace: str, name: str | None = None, *, status: bool = False) -> str:
+    return resource_path(*DEVICES, namespace=namespace, name=name, subresource="status" if status else None)
+
+
+async def order(admin: Client, namespace: str, name: str, *, count: int = 1,
+                status: dict[str, Any] | None = None) -> dict[str, Any]:
+    body = {"apiVersion": keys.API_VERSION, "kind": keys.GPUDEVICE_KIND, "metadata": {"name": name},
+            "spec": {"className": "h100", "count": count}}
+    made = await admin.create(device_path(namespace), body)
+    if status:
+        made = await admin.merge_patch(device_path(namespace, name, status=True), {"status": status})
+    return made
+
+
+async def read_all(admin: Client, namespace: str) -> dict[tuple[str, str], dict[str, Any]]:
+    listed = await admin.list_objects(device_path(namespace))
+    return {(o["metadata"]["namespace"], o["metadata"]["name"]): o for o in listed["items"]}
+
+
+def snap_of(objects: dict[tuple[str, str], dict[str, Any]], *nodes: tuple[str, int]) -> Snapshot:
+    node_views, inventories = gpu_nodes(*(nodes or (("n1", 8),)))
+    return snapshot(nodes=node_views, inventories=inventories, devices=[device_view(o) for o in objects.values()])
+
+
+async def events_of(admin: Client, namespace: str, name: str) -> list[tuple[str, str]]:
+    listed = await admin.list_objects(resource_path("", "v1", "events", namespace=namespace),
+                                      params={"fieldSelector": f"involvedObject.name={name}"})
+    return [(e["reason"], e["message"]) for e in listed["items"]]
+
+
+async def test_an_order_is_bound_with_its_answer_an_event_and_the_version_written(
+        admin: Client, namespace: str) -> None:
+    await order(admin, namespace, "d1", status={"bindRequest": {"id": "r-1", "vmi": "vm"},
+                                                "attachment": {"vmi": "vm"}})
+    objects = await read_all(admin, namespace)
+    snap = snap_of(objects)
+    report = await write_sets(admin, plan_writes(plan_pass(snap), snap, objects, now=NOW), now=NOW)
+    stored = await admin.get(device_path(namespace, "d1"))
+    assert not report.requeue
+    assert stored["status"]["phase"] == "Bound"
+    assert stored["status"]["nodeName"] == "n1"
+    assert stored["status"]["bindAnswer"]["result"] == "Succeeded"
+    assert stored["status"]["bindAnswer"]["node"] == "n1"
+    assert stored["status"]["observedGeneration"] == 1
+    assert report.latest_resource_version == stored["metadata"]["resourceVersion"]
+    assert ("Bound", "bound on node n1") in await events_of(admin, namespace, "d1")
+
+
+async def test_a_decision_on_a_stale_version_conflicts_and_writes_nothing(admin: Client, namespace: str) -> None:
+    await order(admin, namespace, "d1")
+    objects = await read_all(admin, namespace)
+    snap = snap_of(objects)
+    writes = plan_writes(plan_pass(snap), snap, objects, now=NOW)
+    # Someone writes the device after the decision was made on it.
+    await admin.merge_patch(device_path(namespace, "d1"), {"metadata": {"labels": {"touched": "yes"}}})
+    report = await write_sets(admin, writes, now=NOW)
+    stored = await admin.get(device_path(namespace, "d1"))
+    assert report.requeue
+    assert [d.why for d in report.dropped] == ["conflict"]
+    assert report.written == ()
+    assert "phase" not in (stored.get("status") or {})
+    assert await events_of(admin, namespace, "d1") == []
+
+
+async def test_a_set_written_half_way_is_gathered_by_the_next_pass(admin: Client, namespace: str) -> None:
+    # A VMI's four devices split over two nodes: only n2 has room for all four, so a and c move.
+    for name, node in (("a", "n1"), ("b", "n2"), ("c", "n1"), ("d", "n2")):
+        await order(admin, namespace, name, status={"phase": "Bound", "nodeName": node,
+                                                    "attachment": {"vmi": "vm"}})
+    objects = await read_all(admin, namespace)
+    snap = snap_of(objects, ("n1", 2), ("n2", 4))
+    writes = plan_writes(plan_pass(snap), snap, objects, now=NOW)
+    (group,) = writes
+    assert [w.key[1] for w in group.devices] == ["a", "c"]
+    # The second member changes under the writer: the first is written, the second dropped.
+    await admin.merge_patch(device_path(namespace, "c"), {"metadata": {"labels": {"touched": "yes"}}})
+    report = await write_sets(admin, writes, now=NOW)
+    assert [w.key[1] for w in report.written] == ["a"]
+    assert report.requeue
+    half = await read_all(admin, namespace)
+    assert {k[1]: o["status"]["nodeName"] for k, o in half.items()} == {"a": "n2", "b": "n2", "c": "n1", "d": "n2"}
+    # The next pass, from the fresh view, restores the set.
+    snap = snap_of(half, ("n1", 2), ("n2", 4))
+    report = await write_sets(admin, plan_writes(plan_pass(snap), snap, half, now=NOW), now=NOW)
+    after = await read_all(admin, namespace)
+    assert not report.requeue
+    assert {o["status"]["nodeName"] for o in after.values()} == {"n2"}
+    assert {o["status"]["phase"] for o in after.values()} == {Phase.BOUND.value}
+    assert any(reason == "Gathered" for reason, _ in await events_of(admin, namespace, "c"))
+
+
+async def test_a_device_gone_before_its_write_drops_its_set(admin: Client, namespace: str) -> None:
+    await order(admin, namespace, "d1")
+    objects = await read_all(admin, namespace)
+    snap = snap_of(objects)
+    writes = plan_writes(plan_pass(snap), snap, objects, now=NOW)
+    await admin.delete(device_path(namespace, "d1"))
+    report = await write_sets(admin, writes, now=NOW)
+    assert [d.why for d in report.dropped] == ["gone"]
+    assert report.written == ()

@@ -4,35 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from cozygpu import keys
 from cozygpu.binder.status import plan_writes
 from cozygpu.binder.writes import write_sets
 from cozygpu.cache.snapshot import device_view
 from cozygpu.kube import Client, resource_path
 from cozygpu.model.placement import plan_pass
 from cozygpu.model.snapshot import Phase, Snapshot
+from tests.binder.support import device_path, order, read_all
 from tests.model.factories import NOW, gpu_nodes, snapshot
-
-DEVICES = (keys.GROUP, keys.VERSION, keys.GPUDEVICE_PLURAL)
-
-
-def device_path(namespace: str, name: str | None = None, *, status: bool = False) -> str:
-    return resource_path(*DEVICES, namespace=namespace, name=name, subresource="status" if status else None)
-
-
-async def order(admin: Client, namespace: str, name: str, *, count: int = 1,
-                status: dict[str, Any] | None = None) -> dict[str, Any]:
-    body = {"apiVersion": keys.API_VERSION, "kind": keys.GPUDEVICE_KIND, "metadata": {"name": name},
-            "spec": {"className": "h100", "count": count}}
-    made = await admin.create(device_path(namespace), body)
-    if status:
-        made = await admin.merge_patch(device_path(namespace, name, status=True), {"status": status})
-    return made
-
-
-async def read_all(admin: Client, namespace: str) -> dict[tuple[str, str], dict[str, Any]]:
-    listed = await admin.list_objects(device_path(namespace))
-    return {(o["metadata"]["namespace"], o["metadata"]["name"]): o for o in listed["items"]}
 
 
 def snap_of(objects: dict[tuple[str, str], dict[str, Any]], *nodes: tuple[str, int]) -> Snapshot:

@@ -1,0 +1,48 @@
+"""Usage records against the real API server: they follow the holds (R-BIND-9)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cozygpu import keys
+from cozygpu.binder.usage import MONITOR_NAME, UsageReport, apply_usage, monitor_path, usage_plan, workload_path
+from cozygpu.kube import Client
+from tests.binder.support import class_path, device_path, items, offer, order, unique
+from tests.support.crds import install_fixture_crd
+
+
+async def reconcile(admin: Client, namespace: str) -> UsageReport:
+    await install_fixture_crd(admin, "workloadmonitors.cozystack.io")
+    await install_fixture_crd(admin, "workloads.cozystack.io")
+    plan = usage_plan(await items(admin, device_path(namespace)), await items(admin, class_path()),
+                      await items(admin, monitor_path(namespace)), await items(admin, workload_path(namespace)))
+    return await apply_usage(admin, plan)
+
+
+async def records(admin: Client, namespace: str) -> dict[str, Any]:
+    return {w["metadata"]["name"]: w["status"] for w in await items(admin, workload_path(namespace))}
+
+
+async def test_records_follow_holds_and_go_with_the_device(admin: Client, namespace: str) -> None:
+    name = unique("h100")
+    await offer(admin, name, resource_name="nvidia.com/TEST")
+    await order(admin, namespace, "d1", class_name=name, count=2, status={"phase": "Bound", "nodeName": "n1"})
+    await order(admin, namespace, "waiting", class_name=name)
+    await reconcile(admin, namespace)
+    (monitor,) = await items(admin, monitor_path(namespace))
+    assert monitor["metadata"]["name"] == MONITOR_NAME
+    assert monitor["spec"]["selector"] == {keys.USAGE_MONITOR_LABEL: "gpu"}
+    assert await records(admin, namespace) == {
+        "gpudevice-d1": {"kind": "GPUDevice", "type": name, "resources": {"nvidia.com/TEST": "2"},
+                         "operational": True}}
+
+    await admin.merge_patch(device_path(namespace, "d1", status=True), {"status": {"phase": "Lost", "nodeName": None}})
+    await reconcile(admin, namespace)
+    assert (await records(admin, namespace))["gpudevice-d1"]["operational"] is False
+
+    assert (await reconcile(admin, namespace)).written == 0
+    await admin.delete(device_path(namespace, "d1"))
+    await reconcile(admin, namespace)
+    assert await records(admin, namespace) == {}
+    assert await items(admin, monitor_path(namespace)) == []
+    await admin.delete(class_path(name))

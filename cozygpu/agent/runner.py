@@ -11,7 +11,7 @@ One cycle:
 When kubelet or sysfs cannot be read at all, the last complete report stays
 as it is: the agent patches only ``status.agent.problems`` with the reason and
 leaves devices, resource names and ``lastReport`` alone, then retries with
-backoff (1 s doubling up to the interval). Writing devices with nothing
+backoff (1 s doubling up to the interval, no jitter). Writing devices with nothing
 allocatable instead would read as a node that lost its GPUs and move held
 devices away. A failed write is retried the same way.
 """
@@ -20,8 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
-import time
+import math
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -34,9 +33,13 @@ from cozygpu.agent.inventory import PodKey, PodState, build_inventory, pods_to_l
 from cozygpu.agent.kubelet import KubeletUnavailable, KubeletView, read_kubelet
 from cozygpu.agent.report import StatusWriter
 from cozygpu.agent.sysfs import SysfsUnavailable, SysfsView, read_sysfs
+from cozygpu.base.backoff import Backoff
+from cozygpu.base.clock import Clock, LoopClock
+from cozygpu.base.deadline import deadline
+from cozygpu.base.logging import get_logger
 from cozygpu.kube import errors as kube_errors
 
-log = logging.getLogger(__name__)
+_log = get_logger(__name__)
 
 #: A GPUNode is one object in etcd: a broken node must not fill it with problems.
 MAX_PROBLEMS: Final = 50
@@ -72,23 +75,6 @@ class Observation:
         return {**self.inventory, "agent": agent}
 
 
-class Backoff:
-    """1 s, 2 s, 4 s, ... up to ``maximum``; ``reset`` after a success."""
-
-    def __init__(self, *, initial: float = 1.0, maximum: float) -> None:
-        self.initial = initial
-        self.maximum = max(maximum, initial)
-        self._next = initial
-
-    def next(self) -> float:
-        delay = self._next
-        self._next = min(self._next * 2, self.maximum)
-        return delay
-
-    def reset(self) -> None:
-        self._next = self.initial
-
-
 class Agent:
     def __init__(
         self,
@@ -101,8 +87,7 @@ class Agent:
         report_interval: float = 120.0,
         kubelet_timeout: float = 10.0,
         version: str = __version__,
-        clock: Callable[[], float] = time.monotonic,
-        now: Callable[[], datetime] = lambda: datetime.now(UTC),
+        clock: Clock | None = None,
     ) -> None:
         self.sysfs_root = sysfs_root
         self.socket_path = socket_path
@@ -112,9 +97,9 @@ class Agent:
         self.report_interval = report_interval
         self.kubelet_timeout = kubelet_timeout
         self.version = version
-        self._clock = clock
-        self._now = now
-        self._backoff = Backoff(maximum=interval)
+        self._clock: Clock = clock if clock is not None else LoopClock()
+        # Retries after a failed read or write; a success resets it, so no quiet-period reset.
+        self._backoff = Backoff(self._clock, initial=1.0, cap=max(1.0, interval), jitter=0.0, reset_after=math.inf)
         self._written: Observation | None = None
         self._written_at: float | None = None
 
@@ -150,15 +135,15 @@ class Agent:
     def _due(self, observation: Observation) -> bool:
         if observation != self._written or self._written_at is None:
             return True
-        return observation.complete and self._clock() - self._written_at >= self.report_interval
+        return observation.complete and self._clock.now() - self._written_at >= self.report_interval
 
     async def publish(self, observation: Observation, *, force: bool = False) -> dict[str, Any] | None:
         """Write the observation when due (or forced); the status written, or ``None``."""
         if not force and not self._due(observation):
             return None
-        status = observation.status(version=self.version, report_time=rfc3339(self._now()))
+        status = observation.status(version=self.version, report_time=rfc3339(self._clock.wall()))
         await self.writer.write(status)
-        self._written, self._written_at = observation, self._clock()
+        self._written, self._written_at = observation, self._clock.now()
         return status
 
     # -- the loop ------------------------------------------------------------------------
@@ -169,16 +154,16 @@ class Agent:
         try:
             written = await self.publish(observation)
         except kube_errors.KubeError as err:
-            delay = self._backoff.next()
-            log.warning("writing the GPUNode failed, retrying in %gs: %s", delay, err)
+            delay = self._backoff.next_delay()
+            _log.warning("writing the GPUNode failed; retrying", retry_in=delay, error=str(err))
             return delay
         if written is not None:
-            log.info("reported %d devices, %d resource names, %d problems%s",
-                     len(observation.inventory.get("devices", [])), len(observation.inventory.get("resourceNames", [])),
-                     len(observation.problems), "" if observation.complete else " (last report kept)")
+            _log.info("reported", devices=len(observation.inventory.get("devices", [])),
+                      resource_names=len(observation.inventory.get("resourceNames", [])),
+                      problems=len(observation.problems), last_report_kept=not observation.complete)
         if not observation.complete:
-            delay = self._backoff.next()
-            log.warning("incomplete read, retrying in %gs: %s", delay, "; ".join(observation.problems))
+            delay = self._backoff.next_delay()
+            _log.warning("incomplete read; retrying", retry_in=delay, problems="; ".join(observation.problems))
             return delay
         self._backoff.reset()
         return self.interval
@@ -194,5 +179,5 @@ class Agent:
         while not stop.is_set():
             delay = await self.cycle()
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(delay):
+                async with deadline(self._clock, delay):
                     await stop.wait()

@@ -14,10 +14,10 @@ from collections.abc import Sequence
 
 import uvloop
 
+from cozygpu.base.logging import configure, get_logger
 from cozygpu.kube import Client
 from cozygpu.runtime import flags
 from cozygpu.runtime.controller import Controller
-from cozygpu.runtime.logging import configure, get_logger
 
 _log = get_logger("cozygpu.command")
 

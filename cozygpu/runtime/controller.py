@@ -29,12 +29,12 @@ import attrs
 from prometheus_client import CollectorRegistry
 
 from cozygpu import keys
+from cozygpu.base.logging import get_logger
 from cozygpu.cache.cache import Cache
 from cozygpu.kube import Client
 from cozygpu.runtime import kinds
 from cozygpu.runtime.flags import Address, Options
 from cozygpu.runtime.leader import ElectionConfig, LeaderElector
-from cozygpu.runtime.logging import get_logger
 from cozygpu.runtime.metrics import LeaderMetrics, ProcessMetrics, SettingsMetrics
 from cozygpu.runtime.process import Stage, Supervisor
 from cozygpu.runtime.servers import Endpoint, Readiness, probe_and_metrics, serve

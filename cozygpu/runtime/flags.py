@@ -15,44 +15,37 @@ Contract:
 
 from __future__ import annotations
 
-import argparse
 import os
 import re
 import socket
 import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Final, NoReturn
+from typing import Final
 
 import attrs
 
 from cozygpu import keys
-from cozygpu.base.durations import format_duration, parse_duration
+from cozygpu.base.backoff import JITTER_FACTOR
+from cozygpu.base.durations import format_duration
+from cozygpu.base.flags import (
+    ENV_PREFIX,
+    Flag,
+    FlagError,
+    FlagSet,
+    choice,
+    env_name,
+    parse_bool,
+    parse_positive_duration,
+)
 
-ENV_PREFIX: Final = "COZYGPU_"
+__all__ = ["ENV_PREFIX", "JITTER_FACTOR", "Address", "FlagError", "Options", "env_name", "parse"]
 #: Where a pod finds its own namespace when POD_NAMESPACE is not set.
 _SERVICE_ACCOUNT_NAMESPACE: Final = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
-#: client-go's JitterFactor: the retry period may stretch by this much.
-JITTER_FACTOR: Final = 1.2
 
 LOG_FORMATS: Final = ("json", "text")
 LOG_LEVELS: Final = ("debug", "info", "warning", "error")
 RAW_NAMES: Final = (keys.RAW_NAMES_ALLOW, keys.RAW_NAMES_FORBID)
-
-
-class FlagError(ValueError):
-    """A flag value that cannot be used; the message names flag, value and rule."""
-
-    def __init__(self, flag: str, value: object, rule: str) -> None:
-        self.flag = flag
-        self.value = value
-        self.rule = rule
-        if not flag:
-            super().__init__(rule)
-        elif value is None:
-            super().__init__(f"{flag}: {rule}")
-        else:
-            super().__init__(f"{flag}={value!s}: {rule}")
 
 
 @attrs.frozen
@@ -148,32 +141,6 @@ def _parse_address(flag: str, raw: str) -> Address:
     return Address(host or "0.0.0.0", port)
 
 
-def _parse_bool(flag: str, raw: str) -> bool:
-    value = raw.strip().lower()
-    if value in {"1", "t", "true", "yes", "on"}:
-        return True
-    if value in {"0", "f", "false", "no", "off"}:
-        return False
-    raise FlagError(flag, raw, "must be true or false")
-
-
-def _parse_positive_duration(flag: str, raw: str) -> float:
-    try:
-        seconds = parse_duration(raw)
-    except ValueError:
-        raise FlagError(flag, raw, "not a duration (write it like 10s, 2m or 1m30s)") from None
-    if seconds <= 0:
-        raise FlagError(flag, raw, "must be positive")
-    return seconds
-
-
-def _choice(flag: str, raw: str, allowed: Sequence[str]) -> str:
-    value = raw.strip().lower()
-    if value not in allowed:
-        raise FlagError(flag, raw, f"must be one of {', '.join(allowed)}")
-    return value
-
-
 def default_identity() -> str:
     """Hostname plus a random suffix, so two processes on one host never share an identity."""
     return f"{socket.gethostname()}_{uuid.uuid4().hex[:10]}"
@@ -190,93 +157,44 @@ def _default_namespace(env: Mapping[str, str]) -> str | None:
 
 # -- the parser -----------------------------------------------------------------------------
 
-#: flag -> (metavar or None for a boolean, default, help). The order is the order of --help.
-FLAGS: Final[dict[str, tuple[str | None, str | None, str]]] = {
-    "--enable-gpu": (None, "false",
-                     "add placement, the KubeVirt watches and the webhooks; without it the "
-                     "always-on reconcilers still run"),
-    "--gpu-resource-names": ("A,B", "", "the hoster's GPU extended resource names, comma-separated"),
-    "--raw-gpu-names": ("allow|forbid", keys.RAW_NAMES_ALLOW,
-                        "whether a VM or pod may request a GPU resource name directly"),
-    "--attachment-grace": ("DURATION", "2m", "how long an attachment waits for its VMI to appear"),
-    "--bind-wait": ("DURATION", "10s", "how long the VMI webhook waits for the binder's answer"),
-    "--kubeconfig": ("PATH", None, "kubeconfig file; in-cluster configuration when unset"),
-    "--namespace": ("NS", None, "the controller's own namespace (default: POD_NAMESPACE)"),
-    "--health-addr": ("ADDR", ":8081", "address of /healthz and /readyz"),
-    "--metrics-addr": ("ADDR", ":8080", "address of /metrics"),
-    "--webhook-addr": ("ADDR", ":9443", "address of the admission webhook server (with --enable-gpu)"),
-    "--cert-dir": ("DIR", None, "directory holding tls.crt and tls.key of the webhook server"),
-    "--lease-duration": ("DURATION", "15s", "how long a leader's lease is valid for the others"),
-    "--renew-deadline": ("DURATION", "10s", "how long the leader keeps retrying a renewal before it stops leading"),
-    "--retry-period": ("DURATION", "2s", "how often candidates try to acquire and the leader renews"),
-    "--identity": ("ID", None, "this replica's name in the Lease (default: hostname and a random suffix)"),
-    "--log-format": ("json|text", "json", "log line format"),
-    "--log-level": ("debug|info|warning|error", "info", "least severe level logged"),
-}
-
-
-def env_name(flag: str) -> str:
-    """``--bind-wait`` -> ``COZYGPU_BIND_WAIT``."""
-    return ENV_PREFIX + flag.lstrip("-").replace("-", "_").upper()
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        raise FlagError("", None, message)
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
-        prog="cozygpu controller",
-        description="The cozygpu controller. Every flag can also come from COZYGPU_<FLAG> "
-                    "(for example COZYGPU_BIND_WAIT=10s).",
-    )
-    for flag, (metavar, default, text) in FLAGS.items():
-        shown = f" (default: {default})" if default not in (None, "") else ""
-        if metavar is None:
-            parser.add_argument(flag, nargs="?", const="true", default=None, metavar="BOOL", help=text + shown)
-        else:
-            parser.add_argument(flag, default=None, metavar=metavar, help=text + shown)
-    return parser
-
-
-def _join_values(argv: Sequence[str]) -> list[str]:
-    """``--flag VALUE`` as ``--flag=VALUE``, so a value may start with a dash (``--attachment-grace -1m``)."""
-    out: list[str] = []
-    args = list(argv)
-    i = 0
-    while i < len(args):
-        arg = args[i]
-        if arg in FLAGS and FLAGS[arg][0] is not None and i + 1 < len(args):
-            out.append(f"{arg}={args[i + 1]}")
-            i += 2
-            continue
-        out.append(arg)
-        i += 1
-    return out
+FLAGS: Final = FlagSet(
+    "cozygpu controller",
+    "The cozygpu controller. Every flag can also come from COZYGPU_<FLAG> (for example COZYGPU_BIND_WAIT=10s).",
+    [
+        Flag("--enable-gpu", None, "false",
+             "add placement, the KubeVirt watches and the webhooks; without it the "
+             "always-on reconcilers still run"),
+        Flag("--gpu-resource-names", "A,B", "", "the hoster's GPU extended resource names, comma-separated"),
+        Flag("--raw-gpu-names", "allow|forbid", keys.RAW_NAMES_ALLOW,
+             "whether a VM or pod may request a GPU resource name directly"),
+        Flag("--attachment-grace", "DURATION", "2m", "how long an attachment waits for its VMI to appear"),
+        Flag("--bind-wait", "DURATION", "10s", "how long the VMI webhook waits for the binder's answer"),
+        Flag("--kubeconfig", "PATH", None, "kubeconfig file; in-cluster configuration when unset"),
+        Flag("--namespace", "NS", None, "the controller's own namespace (default: POD_NAMESPACE)"),
+        Flag("--health-addr", "ADDR", ":8081", "address of /healthz and /readyz"),
+        Flag("--metrics-addr", "ADDR", ":8080", "address of /metrics"),
+        Flag("--webhook-addr", "ADDR", ":9443", "address of the admission webhook server (with --enable-gpu)"),
+        Flag("--cert-dir", "DIR", None, "directory holding tls.crt and tls.key of the webhook server"),
+        Flag("--lease-duration", "DURATION", "15s", "how long a leader's lease is valid for the others"),
+        Flag("--renew-deadline", "DURATION", "10s",
+             "how long the leader keeps retrying a renewal before it stops leading"),
+        Flag("--retry-period", "DURATION", "2s", "how often candidates try to acquire and the leader renews"),
+        Flag("--identity", "ID", None, "this replica's name in the Lease (default: hostname and a random suffix)"),
+        Flag("--log-format", "json|text", "json", "log line format"),
+        Flag("--log-level", "debug|info|warning|error", "info", "least severe level logged"),
+    ],
+)
 
 
 def parse(argv: Sequence[str], env: Mapping[str, str] | None = None) -> Options:
     """Validated options from ``argv`` and ``env`` (``os.environ`` when None)."""
     environ = os.environ if env is None else env
-    given = vars(build_parser().parse_args(_join_values(argv)))
+    values = FLAGS.read(argv, environ)
+    raw, required = values.raw, values.required
 
-    def raw(flag: str) -> str | None:
-        value: str | None = given[flag.lstrip("-").replace("-", "_")]
-        if value is None:
-            value = environ.get(env_name(flag))
-        if value is None:
-            value = FLAGS[flag][1]
-        return value
-
-    def required(flag: str) -> str:
-        value = raw(flag)
-        assert value is not None, flag
-        return value
-
-    lease = _parse_positive_duration("--lease-duration", required("--lease-duration"))
-    renew = _parse_positive_duration("--renew-deadline", required("--renew-deadline"))
-    retry = _parse_positive_duration("--retry-period", required("--retry-period"))
+    lease = parse_positive_duration("--lease-duration", required("--lease-duration"))
+    renew = parse_positive_duration("--renew-deadline", required("--renew-deadline"))
+    retry = parse_positive_duration("--retry-period", required("--retry-period"))
     if lease != int(lease):
         raise FlagError("--lease-duration", required("--lease-duration"),
                         "must be a whole number of seconds (the Lease stores whole seconds)")
@@ -295,7 +213,7 @@ def parse(argv: Sequence[str], env: Mapping[str, str] | None = None) -> Options:
         raise FlagError("--namespace", namespace, "must be a DNS label")
 
     cert_dir_text = raw("--cert-dir")
-    enable_gpu = _parse_bool("--enable-gpu", required("--enable-gpu"))
+    enable_gpu = parse_bool("--enable-gpu", required("--enable-gpu"))
     if enable_gpu and not cert_dir_text:
         raise FlagError("--cert-dir", None, "required with --enable-gpu (the webhook server's certificate)")
 
@@ -306,9 +224,9 @@ def parse(argv: Sequence[str], env: Mapping[str, str] | None = None) -> Options:
     return Options(
         enable_gpu=enable_gpu,
         gpu_resource_names=_parse_names("--gpu-resource-names", required("--gpu-resource-names")),
-        raw_gpu_names=_choice("--raw-gpu-names", required("--raw-gpu-names"), RAW_NAMES),
-        attachment_grace=_parse_positive_duration("--attachment-grace", required("--attachment-grace")),
-        bind_wait=_parse_positive_duration("--bind-wait", required("--bind-wait")),
+        raw_gpu_names=choice("--raw-gpu-names", required("--raw-gpu-names"), RAW_NAMES),
+        attachment_grace=parse_positive_duration("--attachment-grace", required("--attachment-grace")),
+        bind_wait=parse_positive_duration("--bind-wait", required("--bind-wait")),
         kubeconfig=raw("--kubeconfig") or None,
         namespace=namespace,
         health_addr=_parse_address("--health-addr", required("--health-addr")),
@@ -319,6 +237,6 @@ def parse(argv: Sequence[str], env: Mapping[str, str] | None = None) -> Options:
         renew_deadline=renew,
         retry_period=retry,
         identity=identity,
-        log_format=_choice("--log-format", required("--log-format"), LOG_FORMATS),
-        log_level=_choice("--log-level", required("--log-level"), LOG_LEVELS),
+        log_format=choice("--log-format", required("--log-format"), LOG_FORMATS),
+        log_level=choice("--log-level", required("--log-level"), LOG_LEVELS),
     )

@@ -28,9 +28,9 @@ them writes local times with a ``Z``):
   lease. Release is bounded by the renew deadline.
 - Timestamps are MicroTime in UTC whatever the machine's zone.
 
-Time comes in through the cache's ``Clock`` (monotonic: validity, deadlines,
-sleeps) and a separate wall clock (the Lease's timestamps), so tests run the
-whole algorithm on fake time.
+Time comes in through one ``cozygpu.base.clock.Clock``: its monotonic time
+for validity, deadlines and sleeps, its UTC wall time only for the Lease's
+timestamps, so tests run the whole algorithm on fake time.
 
 Leader election does not fence: a paused process can believe it leads for a
 moment after the lease moved on. Every write that decides something must carry
@@ -42,17 +42,17 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import random
-from collections.abc import AsyncIterator, Callable, Coroutine
-from contextlib import asynccontextmanager
+from collections.abc import Callable, Coroutine
 from typing import Any, Final, Protocol
 
 import attrs
 
-from cozygpu.cache.timing import Clock, LoopClock
+from cozygpu.base.backoff import JITTER_FACTOR
+from cozygpu.base.clock import Clock, LoopClock
+from cozygpu.base.deadline import deadline
+from cozygpu.base.logging import get_logger
 from cozygpu.kube import errors
 from cozygpu.kube.client import Obj, resource_path
-from cozygpu.runtime.flags import JITTER_FACTOR
-from cozygpu.runtime.logging import get_logger
 from cozygpu.runtime.metrics import LeaderMetrics
 
 COORDINATION_GROUP: Final = "coordination.k8s.io"
@@ -62,24 +62,6 @@ _log = get_logger("cozygpu.leader")
 
 #: What a leader runs for one term: started when the term begins, cancelled when it ends.
 LeaderWork = Callable[[], Coroutine[Any, Any, None]]
-#: Wall-clock time, timezone-aware: only ever written into the Lease, never compared.
-WallClock = Callable[[], dt.datetime]
-
-
-def utc_now() -> dt.datetime:
-    return dt.datetime.now(dt.UTC)
-
-
-@asynccontextmanager
-async def deadline(clock: Clock, seconds: float) -> AsyncIterator[None]:
-    """``asyncio.timeout`` on ``clock`` (TimeoutError when ``seconds`` pass first)."""
-    async with asyncio.timeout(None) as scope:
-        handle = clock.call_later(seconds, lambda: scope.reschedule(asyncio.get_running_loop().time()))
-        try:
-            yield
-        finally:
-            handle.cancel()
-
 
 class LeaseClient(Protocol):
     """The part of ``cozygpu.kube.Client`` leader election uses."""
@@ -167,14 +149,13 @@ class LeaderElector:
         config: ElectionConfig,
         *,
         clock: Clock | None = None,
-        wall: WallClock = utc_now,
         metrics: LeaderMetrics | None = None,
         rng: random.Random | None = None,
     ) -> None:
         self._client = client
         self.config = config
         self._clock: Clock = clock if clock is not None else LoopClock()
-        self._wall = wall
+        self._wall = self._clock.wall
         self._metrics = metrics
         self._rng = rng if rng is not None else random.Random()
         self._collection = resource_path(COORDINATION_GROUP, COORDINATION_VERSION, "leases",

@@ -28,7 +28,7 @@ from typing import Any
 
 import attrs
 
-from cozygpu.runtime.logging import get_logger
+from cozygpu.base.logging import get_logger
 from cozygpu.runtime.metrics import ProcessMetrics
 
 _log = get_logger("cozygpu.process")

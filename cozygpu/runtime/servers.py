@@ -24,8 +24,8 @@ import attrs
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from cozygpu.base.logging import get_logger
 from cozygpu.runtime.flags import Address
-from cozygpu.runtime.logging import get_logger
 from cozygpu.runtime.metrics import ProcessMetrics
 
 _log = get_logger("cozygpu.servers")

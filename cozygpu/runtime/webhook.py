@@ -22,7 +22,7 @@ from typing import Final
 
 from aiohttp import web
 
-from cozygpu.runtime.logging import get_logger
+from cozygpu.base.logging import get_logger
 
 _log = get_logger("cozygpu.webhook")
 

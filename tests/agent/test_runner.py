@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Awaitable, Callable, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +14,7 @@ import pytest
 
 from cozygpu.agent.inventory import PodKey, PodState, PodVerdict
 from cozygpu.agent.runner import MAX_PROBLEMS, Agent, cap_problems
+from cozygpu.base.clock import FakeClock
 from cozygpu.devcluster import sysfs_tree as layouts
 from cozygpu.devcluster.fake_kubelet import Device, FakeKubelet, Pod
 from cozygpu.devcluster.sysfs_tree import SysfsTree
@@ -48,20 +49,9 @@ class Pods:
         return {key: self.states.get(key, PodState(PodVerdict.LIVE)) for key in keys}
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.seconds = 1000.0
-
-    def monotonic(self) -> float:
-        return self.seconds
-
-    def wall(self) -> datetime:
-        return T0 + timedelta(seconds=self.seconds - 1000.0)
-
-
 @pytest.fixture
-def clock() -> Clock:
-    return Clock()
+def clock() -> FakeClock:
+    return FakeClock(start=1000.0, wall_start=T0)
 
 
 @pytest.fixture
@@ -71,12 +61,12 @@ def writer() -> RecordingWriter:
 
 @pytest.fixture
 def make_agent(
-    tree: SysfsTree, socket_path: str, writer: RecordingWriter, clock: Clock,
+    tree: SysfsTree, socket_path: str, writer: RecordingWriter, clock: FakeClock,
 ) -> Callable[..., Agent]:
     def make(pods: Pods | None = None, **kw: Any) -> Agent:
         return Agent(sysfs_root=tree.root, socket_path=socket_path, writer=writer, pod_lookup=pods or Pods(),
                      interval=15.0, report_interval=120.0, kubelet_timeout=2.0, version="9.9.9",
-                     clock=clock.monotonic, now=clock.wall, **kw)
+                     clock=clock, **kw)
     return make
 
 
@@ -115,14 +105,14 @@ async def test_a_completed_pod_still_listed_is_looked_up_and_skipped(
 
 
 async def test_nothing_is_rewritten_until_something_changes_or_the_report_interval_passes(
-    tree: SysfsTree, kubelet: FakeKubelet, writer: RecordingWriter, make_agent: Callable[..., Agent], clock: Clock,
+    tree: SysfsTree, kubelet: FakeKubelet, writer: RecordingWriter, make_agent: Callable[..., Agent], clock: FakeClock,
 ) -> None:
     hgx = layouts.hgx_passthrough(tree)
     kubelet.allocatable = [Device(hgx.resource, "30"), Device(hgx.resource, "120")]
     agent = make_agent()
 
     await agent.cycle()
-    clock.seconds += 60
+    clock.advance(60)
     await agent.cycle()
     assert len(writer.written) == 1
 
@@ -131,10 +121,10 @@ async def test_nothing_is_rewritten_until_something_changes_or_the_report_interv
     assert len(writer.written) == 2
     assert [d["allocatable"] for d in writer.written[1]["devices"]] == [0, 1]
 
-    clock.seconds += 119
+    clock.advance(119)
     await agent.cycle()
     assert len(writer.written) == 2
-    clock.seconds += 1
+    clock.advance(1)
     await agent.cycle()
     assert len(writer.written) == 3
     assert writer.written[2]["agent"]["lastReport"] == "2026-12-02T09:33:00Z"
@@ -186,10 +176,10 @@ async def test_a_kubelet_error_before_any_report_writes_only_why(
 
 
 async def test_a_sysfs_root_without_pci_devices_keeps_the_last_report(
-    tmp_path: Path, kubelet: FakeKubelet, socket_path: str, writer: RecordingWriter, clock: Clock,
+    tmp_path: Path, kubelet: FakeKubelet, socket_path: str, writer: RecordingWriter, clock: FakeClock,
 ) -> None:
     agent = Agent(sysfs_root=tmp_path / "nothing", socket_path=socket_path, writer=writer, pod_lookup=Pods(),
-                  clock=clock.monotonic, now=clock.wall)
+                  clock=clock)
 
     await agent.cycle()
 

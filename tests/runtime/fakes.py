@@ -15,9 +15,9 @@ import itertools
 import random
 from typing import Any
 
+from cozygpu.base.clock import START, FakeClock, settle
 from cozygpu.kube import errors
 from cozygpu.kube.client import Obj
-from tests.support.clock import START, FakeClock, settle
 
 __all__ = ["START", "FakeClock", "FakeLeaseApi", "settle"]
 

@@ -54,7 +54,7 @@ def test_every_flag_can_come_from_its_environment_variable() -> None:
         "COZYGPU_LEASE_DURATION": "20s", "COZYGPU_RENEW_DEADLINE": "15s", "COZYGPU_RETRY_PERIOD": "5s",
         "COZYGPU_IDENTITY": "pod-0", "COZYGPU_LOG_FORMAT": "text", "COZYGPU_LOG_LEVEL": "debug",
     }
-    assert set(env) == {flags.env_name(flag) for flag in flags.FLAGS}
+    assert set(env) == {flags.env_name(flag) for flag in flags.FLAGS.flags}
     options = parse([], env=env)
     assert options.enable_gpu is True
     assert options.cert_dir == Path("/certs")

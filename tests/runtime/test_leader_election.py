@@ -55,7 +55,7 @@ def make_elector(api: FakeLeaseApi | Link, clock: FakeClock, identity: str, *,
     config = ElectionConfig(namespace=NAMESPACE, name="cozygpu-leader", identity=identity,
                             lease_duration=LEASE_DURATION, renew_deadline=RENEW_DEADLINE, retry_period=RETRY_PERIOD)
     metrics = LeaderMetrics.on(registry) if registry is not None else None
-    return LeaderElector(api, config, clock=clock, wall=clock.wall, rng=random.Random(identity), metrics=metrics)
+    return LeaderElector(api, config, clock=clock, rng=random.Random(identity), metrics=metrics)
 
 
 @asynccontextmanager

@@ -1,4 +1,4 @@
-"""Fake time (``tests.support.clock``) and a fake Lease API for the leader-election unit tests.
+"""Fake time (``cozygpu.base.clock``) and a fake Lease API for the leader-election unit tests.
 
 ``FakeClock`` moves only when a test calls ``advance``; sleeps and timeouts
 fire in time order as it passes them. ``FakeLeaseApi`` keeps Lease objects in

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from cozygpu.runtime.logging import JsonFormatter, TextFormatter, configure, get_logger
+from cozygpu.base.logging import JsonFormatter, TextFormatter, configure, get_logger
 
 
 @pytest.fixture

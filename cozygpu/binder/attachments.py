@@ -1,0 +1,184 @@
+"""Attachments that outlived their VMI, and template devices that go with theirs (R-BIND-7, R-BIND-8).
+
+Contract (decided on the model's Snapshot, pure; ``apply_attachments`` writes):
+- An attachment is **kept** while its VMI exists (same name, and the same UID
+  when the attachment knows one), and always while that VMI has a running
+  launcher pod (``status.activePods`` naming a Running pod: the only proof,
+  R-MOD-5). A pass never detaches a running VM's device.
+- It is **cleared** (``status.attachment`` removed, the hold stays: phase and
+  node are not touched) when its VMI is gone — the attachment knew the VMI's
+  UID and no VMI of that UID exists — or when no VMI of that name appeared
+  within the attachment grace after ``attachedAt`` (an attachment without a
+  time is judged from now on: it is never cleared on the pass that first
+  sees it).
+- A **template device** (the template-device label) is deleted, not
+  cleared, where its attachment would be cleared: it lives and dies with its
+  VMI.
+- A device being deleted is left alone: its finalizer waits for the VMI
+  (R-BIND-9).
+- While the VMI kind is not served (KubeVirt not installed yet, or its CRD
+  gone) nothing can be proven absent: every attached device is
+  **unverified**, nothing is cleared or deleted, and the binder fails its
+  pass (``AttachmentsUnverified``) rather than detach — a gap in discovery,
+  not an absent VMI.
+- Every write carries the resourceVersion of the object it was decided on:
+  the clear is a merge patch of the status subresource, the deletion has a
+  resourceVersion precondition. A Conflict or a vanished object is left to
+  the next pass, never retried blindly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+import attrs
+
+from cozygpu import keys
+from cozygpu.base.logging import get_logger
+from cozygpu.kube import Client, errors, resource_path
+from cozygpu.model.snapshot import DeviceKey, DeviceView, PodPhase, Snapshot
+
+log = get_logger(__name__)
+
+Obj = Mapping[str, Any]
+
+#: Why an attachment is cleared (also the log's and the metric's reason).
+VMI_GONE = "VMIGone"
+VMI_NEVER_APPEARED = "VMINeverAppeared"
+
+
+class AttachmentsUnverified(Exception):
+    """Devices are attached while the VMI kind is not served: the pass must not decide their fate."""
+
+    def __init__(self, devices: Sequence[DeviceKey]) -> None:
+        self.devices = tuple(devices)
+        shown = ", ".join(f"{ns}/{name}" for ns, name in self.devices[:5])
+        more = f" and {len(self.devices) - 5} more" if len(self.devices) > 5 else ""
+        super().__init__(
+            f"{len(self.devices)} GPUDevice(s) attached ({shown}{more}) while "
+            f"virtualmachineinstances.kubevirt.io is not served: nothing is detached until it is")
+
+
+@attrs.frozen(kw_only=True)
+class Detach:
+    """Clear one device's attachment, or delete the device when it is a template device."""
+
+    device: DeviceKey
+    vmi: str
+    reason: str
+    delete: bool
+
+    @property
+    def message(self) -> str:
+        namespace, name = self.device
+        what = "deleted with its VMI" if self.delete else "attachment cleared, the hold stays"
+        why = "is gone" if self.reason == VMI_GONE else "never appeared within the attachment grace"
+        return f"GPUDevice {namespace}/{name}: VMI {namespace}/{self.vmi} {why}; {what}"
+
+
+@attrs.frozen(kw_only=True)
+class AttachmentPlan:
+    detaches: tuple[Detach, ...] = ()
+    #: Attached devices whose VMI cannot be looked up (the VMI kind is not served).
+    unverified: tuple[DeviceKey, ...] = ()
+
+
+def running_launcher(snapshot: Snapshot, device: DeviceView) -> bool:
+    """Whether the device's VMI lists a Running pod in ``status.activePods``."""
+    key = device.vmi_key
+    vmi = snapshot.vmis.get(key) if key is not None else None
+    if vmi is None:
+        return False
+    for uid in vmi.active_pods:
+        pod = snapshot.pods.get(uid)
+        if pod is not None and pod.phase is PodPhase.RUNNING:
+            return True
+    return False
+
+
+def _why_detach(snapshot: Snapshot, device: DeviceView, *, grace: timedelta, first_seen: datetime) -> str | None:
+    attachment = device.attachment
+    if attachment is None:
+        return None
+    vmi = snapshot.vmis.get((device.namespace, attachment.vmi))
+    if vmi is not None and (not attachment.uid or not vmi.uid or vmi.uid == attachment.uid):
+        return None
+    if running_launcher(snapshot, device):
+        return None
+    if attachment.uid:
+        return VMI_GONE  # the VMI was seen once (its UID was recorded) and that VMI no longer exists
+    since = attachment.attached_at or first_seen
+    if vmi is None and snapshot.now - since < grace:
+        return None
+    return VMI_NEVER_APPEARED if vmi is None else VMI_GONE
+
+
+def plan_attachments(snapshot: Snapshot, *, vmis_served: bool, grace: timedelta,
+                     first_seen: Mapping[DeviceKey, datetime] | None = None,
+                     skip: Iterable[DeviceKey] = ()) -> AttachmentPlan:
+    """What to detach in ``snapshot`` (see the module contract).
+
+    ``first_seen`` gives, for attachments without ``attachedAt``, when the
+    binder first saw them (default: now, so they wait a whole grace).
+    ``skip`` are devices this pass already wrote: their view is stale, the
+    next pass judges them.
+    """
+    attached = [d for d in snapshot.devices.values() if d.attachment is not None]
+    if not vmis_served:
+        return AttachmentPlan(unverified=tuple(sorted(d.key for d in attached)))
+    skipped = set(skip)
+    seen = first_seen or {}
+    detaches = []
+    for device in sorted(attached, key=lambda d: d.key):
+        if device.key in skipped or device.deleting:
+            continue  # a deleting device is the finalizer's to judge (R-BIND-9)
+        why = _why_detach(snapshot, device, grace=grace, first_seen=seen.get(device.key, snapshot.now))
+        if why is not None:
+            assert device.attachment is not None
+            detaches.append(Detach(device=device.key, vmi=device.attachment.vmi, reason=why,
+                                   delete=device.template))
+    return AttachmentPlan(detaches=tuple(detaches))
+
+
+@attrs.frozen(kw_only=True)
+class AttachmentReport:
+    #: resourceVersions the server gave the clears (deletions give none the cache will hold).
+    written: tuple[str, ...] = ()
+    dropped: int = 0
+
+    @property
+    def requeue(self) -> bool:
+        return self.dropped > 0
+
+
+def _path(key: DeviceKey, *, subresource: str | None = None) -> str:
+    return resource_path(keys.GROUP, keys.VERSION, keys.GPUDEVICE_PLURAL, namespace=key[0], name=key[1],
+                         subresource=subresource)
+
+
+async def apply_attachments(client: Client, plan: AttachmentPlan, objects: Mapping[DeviceKey, Obj]) -> AttachmentReport:
+    """Write ``plan``'s detaches, each on the resourceVersion of its device in ``objects``."""
+    written: list[str] = []
+    dropped = 0
+    for detach in plan.detaches:
+        obj = objects.get(detach.device)
+        if obj is None:
+            continue
+        version = str((obj.get("metadata") or {}).get("resourceVersion") or "")
+        try:
+            if detach.delete:
+                await client.delete(_path(detach.device), resource_version=version)
+            else:
+                answer = await client.merge_patch(_path(detach.device, subresource="status"),
+                                                  {"status": {"attachment": None}}, resource_version=version)
+                written.append(str((answer.get("metadata") or {}).get("resourceVersion") or ""))
+        except (errors.Conflict, errors.NotFound) as error:
+            dropped += 1
+            log.info("detach dropped, requeued", device="/".join(detach.device), why=type(error).__name__,
+                     resource_version=version)
+            continue
+        log.info("detached", device="/".join(detach.device), vmi=detach.vmi, reason=detach.reason,
+                 deleted=detach.delete, message=detach.message)
+    return AttachmentReport(written=tuple(written), dropped=dropped)

@@ -1,0 +1,200 @@
+"""What the binder reports on GPUClasses and GPUNodes (R-BIND-10): pure status, written only when it changed.
+
+Contract:
+- **GPUClass** ``status``: ``units`` (what the class's eligible nodes serve
+  with a fresh report: the class's nodeSelector and tolerations only, as
+  R-MOD-12 counts availability), ``held`` (units of the class's Bound
+  devices, wherever they are), ``free`` (free units on those nodes) and the
+  ``Available`` condition: True with the best node and its free units, or
+  False with why (no eligible node serves the resource name; all units are
+  held; the class is being deleted).
+- **GPUNode** conditions: ``Eligible`` (the Node exists, is Ready, is not
+  cordoned and the agent's report is fresh; else False with the first
+  problem) and ``CapacityExceeded`` (False while every resource name holds
+  at most what it serves; True with the numbers — served, held by Bound
+  devices, in use by other pods — for each one that holds more).
+- A condition keeps its ``lastTransitionTime`` while its status is
+  unchanged. Nothing is written when the status would not change.
+- Writes are merge patches of the status subresource on the resourceVersion
+  the report was made from; a Conflict or a vanished object is left to the
+  next pass. A GPUNode's patch names only ``conditions``, so the agent's
+  fields are never touched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import Any, Final
+
+import attrs
+
+from cozygpu import keys
+from cozygpu.base.logging import get_logger
+from cozygpu.kube import Client, errors, resource_path
+from cozygpu.model import capacity as cap
+from cozygpu.model.snapshot import GPUClassView, NodeCapacity, Snapshot
+
+log = get_logger(__name__)
+
+Obj = Mapping[str, Any]
+
+AVAILABLE: Final = "Available"
+ELIGIBLE: Final = "Eligible"
+CAPACITY_EXCEEDED: Final = "CapacityExceeded"
+
+
+def _iso(when: datetime) -> str:
+    return when.isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def _condition(kind: str, status: bool, reason: str, message: str) -> dict[str, str]:
+    return {"type": kind, "status": "True" if status else "False", "reason": reason, "message": message}
+
+
+def merge_conditions(current: object, wanted: Sequence[Mapping[str, str]], now: datetime) -> list[dict[str, Any]]:
+    """``current`` with each ``wanted`` condition in place; a transition time moves only when its status does."""
+    existing = [dict(c) for c in current if isinstance(c, Mapping)] if isinstance(current, list | tuple) else []
+    by_type = {c.get("type"): c for c in existing}
+    merged = [c for c in existing if c.get("type") not in {w["type"] for w in wanted}]
+    for condition in wanted:
+        old = by_type.get(condition["type"])
+        entry: dict[str, Any] = dict(condition)
+        kept = old is not None and old.get("status") == condition["status"] and old.get("lastTransitionTime")
+        entry["lastTransitionTime"] = old["lastTransitionTime"] if kept and old else _iso(now)
+        merged.append(entry)
+    return sorted(merged, key=lambda c: str(c.get("type")))
+
+
+def _comparable(conditions: object) -> list[tuple[object, ...]]:
+    if not isinstance(conditions, list | tuple):
+        return []
+    fields = ("type", "status", "reason", "message")
+    return sorted((tuple(c.get(f) for f in fields) for c in conditions if isinstance(c, Mapping)), key=str)
+
+
+def _units(n: int) -> str:
+    return f"{n} unit" if n == 1 else f"{n} units"
+
+
+def class_status(snapshot: Snapshot, gpu_class: GPUClassView) -> dict[str, Any]:
+    """The status fields of one class (conditions without transition times)."""
+    availability = snapshot.availability.get(gpu_class.name)
+    node_free = availability.node_free if availability is not None else {}
+    units = sum(snapshot.capacity[n][gpu_class.resource_name].served for n in node_free
+                if gpu_class.resource_name in snapshot.capacity.get(n, {}))
+    held = sum(d.count for key in snapshot.devices_by_class.get(gpu_class.name, ())
+               if (d := snapshot.devices[key]).holds_units)
+    free = availability.free_in_cluster if availability is not None else 0
+    if gpu_class.deleting:
+        condition = _condition(AVAILABLE, False, "Deleting", "the class is being deleted: no new orders")
+    elif not node_free:
+        condition = _condition(AVAILABLE, False, "NoEligibleNode",
+                               f"no Ready, eligible node with a fresh report serves {gpu_class.resource_name}")
+    elif free == 0:
+        condition = _condition(AVAILABLE, False, "AllHeld",
+                               f"all {_units(units)} on {len(node_free)} eligible node(s) are held or in use")
+    else:
+        assert availability is not None
+        condition = _condition(AVAILABLE, True, "UnitsFree",
+                               f"{_units(free)} free on {len(node_free)} eligible node(s); the most on node "
+                               f"{availability.best_node} ({availability.free_on_best_node})")
+    return {"units": units, "held": held, "free": free, "conditions": [condition]}
+
+
+def _exceeded(entries: Iterable[NodeCapacity]) -> list[str]:
+    return [f"{c.resource_name}: serves {c.served}, {c.held} held by Bound devices, {c.raw_in_use} in use by "
+            f"other pods" for c in sorted(entries, key=lambda c: c.resource_name) if cap.capacity_problem(c)]
+
+
+def node_conditions(snapshot: Snapshot, name: str) -> list[dict[str, str]]:
+    """The binder's two conditions on GPUNode ``name``."""
+    node = snapshot.nodes.get(name)
+    inventory = snapshot.inventories.get(name)
+    if node is None:
+        eligible = _condition(ELIGIBLE, False, "NodeGone", f"the Node {name} does not exist")
+    elif not node.ready:
+        eligible = _condition(ELIGIBLE, False, "NodeNotReady", f"the Node {name} is not Ready")
+    elif node.unschedulable:
+        eligible = _condition(ELIGIBLE, False, "NodeCordoned", f"the Node {name} is cordoned: held sets move off "
+                              "where another node has room, new orders go elsewhere")
+    elif inventory is None or not inventory.fresh:
+        eligible = _condition(ELIGIBLE, False, "ReportStale", "the agent's report is missing or stale: its units "
+                              "are unknown and never free")
+    else:
+        served = ", ".join(f"{n}={u}" for n, u in sorted(inventory.served.items())) or "nothing"
+        eligible = _condition(ELIGIBLE, True, "Eligible", f"serves {served}")
+    entries = snapshot.capacity.get(name, {}).values()
+    over = _exceeded(entries)
+    if over:
+        exceeded = _condition(CAPACITY_EXCEEDED, True, "CapacityLost", "; ".join(over))
+    else:
+        shown = ", ".join(f"{c.resource_name}: {c.held} of {c.served} held"
+                          for c in sorted(entries, key=lambda c: c.resource_name)) or "nothing held"
+        exceeded = _condition(CAPACITY_EXCEEDED, False, "WithinCapacity", shown)
+    return [eligible, exceeded]
+
+
+@attrs.frozen(kw_only=True)
+class StatusWrite:
+    path: str
+    resource_version: str
+    status: Mapping[str, Any]
+    what: str
+
+
+def _write_if_changed(obj: Obj, path: str, fields: Mapping[str, Any], now: datetime, what: str) -> StatusWrite | None:
+    current: Mapping[str, Any] = obj.get("status") or {}
+    changed = any(current.get(k) != v for k, v in fields.items() if k != "conditions")
+    if _comparable(current.get("conditions")) != _comparable(
+            merge_conditions(current.get("conditions"), fields.get("conditions", ()), now)):
+        changed = True
+    if not changed:
+        return None
+    patch = dict(fields)
+    patch["conditions"] = merge_conditions(current.get("conditions"), fields.get("conditions", ()), now)
+    version = str((obj.get("metadata") or {}).get("resourceVersion") or "")
+    return StatusWrite(path=path, resource_version=version, status=patch, what=what)
+
+
+def report_writes(snapshot: Snapshot, classes: Iterable[Obj], gpunodes: Iterable[Obj], *,
+                  now: datetime) -> tuple[StatusWrite, ...]:
+    """The status writes that bring every GPUClass and GPUNode report up to date."""
+    writes: list[StatusWrite] = []
+    for obj in classes:
+        name = str((obj.get("metadata") or {}).get("name") or "")
+        view = snapshot.classes.get(name)
+        if view is None:
+            continue  # unreadable: the snapshot left it out and logged why
+        path = resource_path(keys.GROUP, keys.VERSION, keys.GPUCLASS_PLURAL, name=name, subresource="status")
+        write = _write_if_changed(obj, path, class_status(snapshot, view), now, f"GPUClass {name}")
+        if write is not None:
+            writes.append(write)
+    for obj in gpunodes:
+        name = str((obj.get("metadata") or {}).get("name") or "")
+        path = resource_path(keys.GROUP, keys.VERSION, keys.GPUNODE_PLURAL, name=name, subresource="status")
+        write = _write_if_changed(obj, path, {"conditions": node_conditions(snapshot, name)}, now, f"GPUNode {name}")
+        if write is not None:
+            writes.append(write)
+    return tuple(writes)
+
+
+@attrs.frozen(kw_only=True)
+class ReportResult:
+    written: int = 0
+    dropped: int = 0
+
+
+async def apply_reports(client: Client, writes: Sequence[StatusWrite]) -> ReportResult:
+    """Send ``writes``, each on its resourceVersion; a Conflict or a vanished object is left to the next pass."""
+    written = dropped = 0
+    for write in writes:
+        try:
+            await client.merge_patch(write.path, {"status": dict(write.status)},
+                                     resource_version=write.resource_version)
+        except (errors.Conflict, errors.NotFound) as error:
+            dropped += 1
+            log.info("report dropped", object=write.what, why=type(error).__name__)
+            continue
+        written += 1
+    return ReportResult(written=written, dropped=dropped)

@@ -1,0 +1,101 @@
+"""GPUClass status and GPUNode conditions: the numbers, the reasons, and no write when nothing changed."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from cozygpu.binder.reports import class_status, merge_conditions, node_conditions, report_writes
+from cozygpu.model.snapshot import Phase, Taint
+from tests.model.factories import H100, NOW, device, gpu_class, inventory, node, pod, snapshot
+
+
+def conditions_by_type(conditions: list[dict[str, str]]) -> dict[str, tuple[str, str, str]]:
+    return {c["type"]: (c["status"], c["reason"], c["message"]) for c in conditions}
+
+
+def test_class_status_counts_units_of_eligible_nodes_held_devices_and_free_units() -> None:
+    snap = snapshot(
+        nodes=[node("n1"), node("n2"), node("tainted", taints=(Taint(key="gpu", value="x", effect="NoSchedule"),))],
+        inventories=[inventory("n1", {H100: 8}), inventory("n2", {H100: 4}), inventory("tainted", {H100: 8})],
+        devices=[device("a", count=3, phase=Phase.BOUND, node="n1"), device("b", count=1, phase=Phase.BOUND, node="n2"),
+                 device("lost", count=2, phase=Phase.LOST), device("order", count=5)],
+    )
+
+    status = class_status(snap, snap.classes["h100"])
+
+    # The tainted node is not the class's (it tolerates nothing); Lost and Pending hold no units.
+    assert (status["units"], status["held"], status["free"]) == (12, 4, 8)
+    [available] = status["conditions"]
+    assert (available["status"], available["reason"]) == ("True", "UnitsFree")
+    assert available["message"] == "8 units free on 2 eligible node(s); the most on node n1 (5)"
+
+
+def test_a_class_with_every_unit_held_or_no_eligible_node_or_deleting_is_not_available_and_says_why() -> None:
+    full = snapshot(devices=[device("a", count=8, phase=Phase.BOUND, node="n1")])
+    assert conditions_by_type(class_status(full, full.classes["h100"])["conditions"])["Available"] == (
+        "False", "AllHeld", "all 8 units on 1 eligible node(s) are held or in use")
+
+    stale = snapshot(nodes=[node("n1")], inventories=[inventory("n1", last_report=NOW - timedelta(hours=1))])
+    assert conditions_by_type(class_status(stale, stale.classes["h100"])["conditions"])["Available"][:2] == (
+        "False", "NoEligibleNode")
+
+    deleting = snapshot(classes=[gpu_class(deleting=True)])
+    assert conditions_by_type(class_status(deleting, deleting.classes["h100"])["conditions"])["Available"][:2] == (
+        "False", "Deleting")
+
+
+def test_node_conditions_say_eligible_or_the_first_problem() -> None:
+    snap = snapshot(nodes=[node("ok"), node("cordoned", unschedulable=True), node("down", ready=False),
+                           node("stale")],
+                    inventories=[inventory("ok"), inventory("cordoned"), inventory("down"),
+                                 inventory("stale", last_report=NOW - timedelta(hours=1)), inventory("gone")])
+
+    eligible = {n: conditions_by_type(node_conditions(snap, n))["Eligible"][:2]
+                for n in ("ok", "cordoned", "down", "stale", "gone")}
+
+    assert eligible == {"ok": ("True", "Eligible"), "cordoned": ("False", "NodeCordoned"),
+                        "down": ("False", "NodeNotReady"), "stale": ("False", "ReportStale"),
+                        "gone": ("False", "NodeGone")}
+
+
+def test_capacity_exceeded_names_served_held_and_used_by_other_pods() -> None:
+    snap = snapshot(nodes=[node("n1")], inventories=[inventory("n1", {H100: 2})],
+                    devices=[device("a", count=2, phase=Phase.BOUND, node="n1")],
+                    pods=[pod("raw", node_name="n1", requests={H100: 1})])
+
+    exceeded = conditions_by_type(node_conditions(snap, "n1"))["CapacityExceeded"]
+
+    assert exceeded == ("True", "CapacityLost",
+                        f"{H100}: serves 2, 2 held by Bound devices, 1 in use by other pods")
+    within = snapshot(devices=[device("a", count=2, phase=Phase.BOUND, node="n1")])
+    assert conditions_by_type(node_conditions(within, "n1"))["CapacityExceeded"] == (
+        "False", "WithinCapacity", f"{H100}: 2 of 8 held")
+
+
+def test_a_transition_time_moves_only_when_the_status_does() -> None:
+    before = [{"type": "Eligible", "status": "True", "reason": "Eligible", "message": "a",
+               "lastTransitionTime": "2026-01-01T00:00:00Z"}, {"type": "Other", "status": "True"}]
+
+    same = merge_conditions(before, [{"type": "Eligible", "status": "True", "reason": "Eligible", "message": "b"}], NOW)
+    flipped = merge_conditions(before, [{"type": "Eligible", "status": "False", "reason": "NodeGone", "message": "c"}],
+                               NOW)
+
+    assert same[0]["lastTransitionTime"] == "2026-01-01T00:00:00Z"
+    assert same[0]["message"] == "b"
+    assert flipped[0]["lastTransitionTime"] == "2026-12-02T12:00:00Z"
+    assert same[1] == {"type": "Other", "status": "True"}  # someone else's condition is kept
+
+
+def test_report_writes_carry_the_resource_version_and_nothing_is_written_twice() -> None:
+    snap = snapshot()
+    gpu_class_obj = {"metadata": {"name": "h100", "resourceVersion": "7"}, "status": {}}
+    gpunode_obj = {"metadata": {"name": "n1", "resourceVersion": "9"}, "status": {"devices": []}}
+
+    writes = report_writes(snap, [gpu_class_obj], [gpunode_obj], now=NOW)
+
+    assert [(w.what, w.resource_version) for w in writes] == [("GPUClass h100", "7"), ("GPUNode n1", "9")]
+    assert set(writes[1].status) == {"conditions"}  # the agent's fields are never in the patch
+    # Once written, the same report is no change.
+    written_class = {**gpu_class_obj, "status": dict(writes[0].status)}
+    written_node = {**gpunode_obj, "status": {"devices": [], **writes[1].status}}
+    assert report_writes(snap, [written_class], [written_node], now=NOW + timedelta(minutes=5)) == ()

@@ -1,0 +1,324 @@
+"""The binder's passes: snapshot → plan → writes, in the leader term only (R-BIND-1…10).
+
+Two passes, both run by the pass driver (``cozygpu.passes``), never at once:
+
+- the **answer pass** answers bind requests and nothing else: the model's
+  ``plan_pass(answers_only=True)``, then the set writes of those answers. A
+  webhook waiting for its answer waits for this pass only. New orders that
+  nothing ranks ahead of ride along (the model binds them in the answer pass
+  when no Lost set waits for room and no held set must move: R-BIND-5's order
+  still holds).
+- the **full pass** does all of R-BIND-5 (restore sets, move, rebind Lost,
+  answer, bind new orders), then what follows the world: attachments whose
+  VMI is gone or never came (R-BIND-8), GPUClass status and GPUNode
+  conditions (R-BIND-10), and the always-on reconcilers (finalizers, usage
+  records: R-BIND-9).
+
+No decision from a stale view (R-BIND-2): every device status write is
+recorded in the pass's ``Writes`` with the resourceVersion the server gave
+it, and the driver waits until the GPUDevice informer has seen the latest of
+them before the next pass builds its snapshot; each write also carries the
+resourceVersion the decision was made on, so a write decided on a view that
+missed someone else's change (another replica that still thinks it leads,
+say) is refused with a Conflict, and the pass requeues. With two replicas
+this holds because the precondition, not the lease, guards every write: the
+deposed leader's writes fail on the newer resourceVersion.
+
+R-BIND-7: while a device is attached and the VMI kind is not served, the
+binder cannot tell a running VM from an absent one, so both passes fail
+before deciding anything (``AttachmentsUnverified``) and the devices carry
+an ``AttachmentVerified=False`` condition saying so; the pass runs again when
+the VMI kind is served (its informer's trigger) or after the failure backoff.
+
+Without ``--enable-gpu`` only the reconcilers run (the full pass's last step):
+finalizers and usage records never wait for GPU to be enabled.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Any, Final
+
+import attrs
+
+from cozygpu.base.clock import Clock
+from cozygpu.base.logging import get_logger
+from cozygpu.binder import attachments, finalizers, reports, usage
+from cozygpu.binder.metrics import BinderMetrics
+from cozygpu.binder.status import plan_writes
+from cozygpu.binder.writes import WriteReport, device_status_path, write_sets
+from cozygpu.cache import specs
+from cozygpu.cache.cache import Cache
+from cozygpu.cache.errors import KindNotServed, NotSynced
+from cozygpu.cache.kinds import KindSpec
+from cozygpu.cache.snapshot import ViewMemo, build_snapshot
+from cozygpu.cache.store import Event
+from cozygpu.kube import Client, errors
+from cozygpu.kube.client import Obj
+from cozygpu.model.capacity import DEFAULT_REPORT_STALE_AFTER
+from cozygpu.model.placement import PassPlan, plan_pass
+from cozygpu.model.snapshot import DeviceKey, Snapshot
+from cozygpu.passes.writes import Writes
+
+log = get_logger("cozygpu.binder")
+
+ATTACHMENT_VERIFIED: Final = "AttachmentVerified"
+
+#: Cozystack's usage kinds (``../shared/reference/cozystack.md`` §3); cached once served.
+WORKLOAD_MONITORS: Final = KindSpec("cozystack.io", "v1alpha1", "workloadmonitors", "WorkloadMonitor", True)
+WORKLOADS: Final = KindSpec("cozystack.io", "v1alpha1", "workloads", "Workload", True)
+
+
+@attrs.frozen(kw_only=True)
+class BinderConfig:
+    identity: str
+    gpu_enabled: bool = True
+    attachment_grace: timedelta = timedelta(minutes=2)
+    hoster_names: tuple[str, ...] = ()
+    report_stale_after: timedelta = DEFAULT_REPORT_STALE_AFTER
+
+
+def _unanswered(obj: Mapping[str, Any] | None) -> str:
+    """The id of the device's unanswered bind request, or ""."""
+    status = (obj or {}).get("status") or {}
+    request = status.get("bindRequest") or {}
+    answer = status.get("bindAnswer") or {}
+    request_id = request.get("id") if isinstance(request, Mapping) else None
+    if not request_id:
+        return ""
+    answered = answer.get("id") if isinstance(answer, Mapping) else None
+    return "" if answered == request_id else str(request_id)
+
+
+def _key(obj: Mapping[str, Any]) -> DeviceKey:
+    meta = obj.get("metadata") or {}
+    return (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+
+
+class StaleWrites(errors.Conflict):
+    """Some writes of the pass were refused on their resourceVersion: the pass is requeued, not failed."""
+
+    def __init__(self, count: int) -> None:
+        super().__init__(409, {"reason": "Conflict", "message": f"{count} write(s) refused on the resourceVersion "
+                               "they were decided on; the pass runs again from a fresh view"})
+
+
+class Binder:
+    """The leader's passes over the shared cache (see the module docstring)."""
+
+    def __init__(self, cache: Cache, client: Client, config: BinderConfig, *, clock: Clock,
+                 metrics: BinderMetrics | None = None) -> None:
+        self._cache = cache
+        self._client = client
+        self._config = config
+        self._clock = clock
+        self._metrics = metrics
+        self._memo = ViewMemo()
+        #: When the binder first saw an attachment that carries no time (R-BIND-8's grace starts then).
+        self._first_seen: dict[DeviceKey, datetime] = {}
+        #: Unanswered bind requests: id -> when this replica first saw it (answer latency).
+        self._requests: dict[tuple[DeviceKey, str], float] = {}
+        self._on_request: Callable[[], None] | None = None
+        #: Writes of this pass refused on their resourceVersion (or whose object vanished).
+        self._stale = 0
+        for spec in self.kinds:
+            cache.add(spec)
+        self._unsubscribe = cache.informer(specs.GPU_DEVICES).subscribe(self._device_changed)
+
+    # -- what it reads --------------------------------------------------------------------
+
+    @property
+    def kinds(self) -> tuple[KindSpec, ...]:
+        """Every kind whose change is a reason for a full pass."""
+        reconciler = (specs.GPU_CLASSES, specs.GPU_DEVICES, specs.VMIS, WORKLOAD_MONITORS, WORKLOADS)
+        if not self._config.gpu_enabled:
+            return reconciler
+        return (*reconciler, specs.GPU_NODES, specs.NODES, specs.PODS, specs.NAMESPACES, specs.TENANT_QUOTAS,
+                specs.KUBEVIRTS)
+
+    def on_request(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` (the driver's answer lane) whenever a device carries a new unanswered request."""
+        self._on_request = callback
+        if any(_unanswered(obj) for obj in self._devices_or_empty()):
+            callback()
+
+    def close(self) -> None:
+        self._unsubscribe()
+
+    def _device_changed(self, event: Event) -> None:
+        request_id = _unanswered(event.obj) if event.type != "DELETED" else ""
+        if not request_id or request_id == _unanswered(event.old):
+            return
+        self._requests.setdefault((_key(event.obj), request_id), self._clock.now())
+        if self._on_request is not None and self._config.gpu_enabled:
+            self._on_request()
+
+    def _devices_or_empty(self) -> Sequence[Obj]:
+        try:
+            return self._cache.store(specs.GPU_DEVICES).list()
+        except (KindNotServed, NotSynced):
+            return []
+
+    # -- the snapshot -----------------------------------------------------------------------
+
+    def _optional(self, spec: KindSpec) -> Sequence[Obj] | None:
+        """The kind's objects, or None while it is not served (never an empty list then)."""
+        try:
+            return self._cache.store(spec).list()
+        except KindNotServed:
+            return None
+
+    def snapshot(self) -> tuple[Snapshot, dict[DeviceKey, Obj], bool]:
+        """The snapshot of this instant, the raw devices it was built from, and whether VMIs are served."""
+        store = self._cache.store
+        devices = store(specs.GPU_DEVICES).list()
+        vmis = self._optional(specs.VMIS)
+        kubevirts = self._optional(specs.KUBEVIRTS) or ()
+        snapshot = build_snapshot(
+            now=self._clock.wall(),
+            classes=store(specs.GPU_CLASSES).list(),
+            devices=devices,
+            gpunodes=store(specs.GPU_NODES).list(),
+            nodes=store(specs.NODES).list(),
+            pods=store(specs.PODS).list(),
+            vmis=vmis or (),
+            quotas=store(specs.TENANT_QUOTAS).list(),
+            namespaces=store(specs.NAMESPACES).list(),
+            kubevirts=kubevirts,
+            hoster_names=self._config.hoster_names,
+            report_stale_after=self._config.report_stale_after,
+            on_invalid=self._invalid,
+            memo=self._memo,
+        )
+        return snapshot, {_key(o): o for o in devices}, vmis is not None
+
+    def _invalid(self, kind: str, obj: Mapping[str, Any], problem: str) -> None:
+        meta = obj.get("metadata") or {}
+        log.warning("object left out of the snapshot", kind=kind, namespace=meta.get("namespace"),
+                    name=meta.get("name"), problem=problem)
+
+    # -- the passes ---------------------------------------------------------------------------
+
+    async def answer_pass(self, writes: Writes) -> None:
+        """Answer every unanswered bind request (and bind new orders nothing ranks ahead of)."""
+        if not self._config.gpu_enabled:
+            return
+        self._stale = 0
+        snapshot, objects, served = self.snapshot()
+        await self._verify_attachments(snapshot, objects, served, writes)
+        plan = plan_pass(snapshot, answers_only=True)
+        await self._write_plan(plan, snapshot, objects, writes, lane="answer")
+        self._requeue_if_stale()
+
+    async def full_pass(self, writes: Writes) -> None:
+        """R-BIND-5 in order, then attachments, reports and the always-on reconcilers."""
+        self._stale = 0
+        if self._config.gpu_enabled:
+            snapshot, objects, served = self.snapshot()
+            await self._verify_attachments(snapshot, objects, served, writes)
+            plan = plan_pass(snapshot)
+            report = await self._write_plan(plan, snapshot, objects, writes, lane="full")
+            written = {w.key for w in report.written} | {d.key for d in report.dropped}
+            await self._attachments(snapshot, objects, written, writes)
+            # A report refused on its resourceVersion is not a reason to requeue: the agent reports often,
+            # and the change that beat it is itself an event of a watched kind, which queues a pass.
+            await reports.apply_reports(self._client, reports.report_writes(
+                snapshot, self._cache.store(specs.GPU_CLASSES).list(), self._cache.store(specs.GPU_NODES).list(),
+                now=snapshot.now))
+            if self._metrics is not None:
+                self._metrics.observe_units(snapshot)
+            if report.error is not None:
+                raise report.error
+        await self._reconcile()
+        self._requeue_if_stale()
+
+    def _requeue_if_stale(self) -> None:
+        """A write refused on its resourceVersion was decided on a view no longer true: run again, fresh."""
+        if self._stale:
+            raise StaleWrites(self._stale)
+
+    async def _write_plan(self, plan: PassPlan, snapshot: Snapshot, objects: Mapping[DeviceKey, Obj],
+                          writes: Writes, *, lane: str) -> WriteReport:
+        sets = plan_writes(plan, snapshot, objects, now=snapshot.now)
+        report = await write_sets(self._client, sets, now=snapshot.now, instance=self._config.identity)
+        for item in report.written:
+            writes.record(specs.GPU_DEVICES, item.resource_version)
+        self._count(plan, report, lane)
+        if report.dropped and self._metrics is not None:
+            self._metrics.conflicts.inc(len(report.dropped))
+        if report.error is not None and lane == "answer":
+            raise report.error
+        self._stale += len(report.dropped)
+        return report
+
+    def _count(self, plan: PassPlan, report: WriteReport, lane: str) -> None:
+        answered = {w.key for w in report.written}
+        now = self._clock.now()
+        for (key, request_id), seen in list(self._requests.items()):
+            obj = self._cache.store(specs.GPU_DEVICES).get(*key)
+            if key in answered or obj is None or _unanswered(obj) != request_id:
+                del self._requests[(key, request_id)]
+                if key in answered and self._metrics is not None:
+                    self._metrics.answer_latency.observe(now - seen)
+        if self._metrics is not None:
+            for action in plan.actions:
+                self._metrics.decisions.labels(lane=lane, action=type(action).__name__).inc()
+
+    async def _verify_attachments(self, snapshot: Snapshot, objects: Mapping[DeviceKey, Obj], served: bool,
+                                  writes: Writes) -> None:
+        """R-BIND-7: fail the pass, and say so on the devices, while attachments cannot be verified."""
+        plan = attachments.plan_attachments(snapshot, vmis_served=served, grace=self._config.attachment_grace)
+        if not plan.unverified:
+            return
+        error = attachments.AttachmentsUnverified(plan.unverified)
+        condition = {"type": ATTACHMENT_VERIFIED, "status": "False", "reason": "VMIKindNotServed",
+                     "message": "the device is attached and virtualmachineinstances.kubevirt.io is not served: "
+                                "the binder cannot tell a running VM from a gone one, so it decides nothing "
+                                "until the kind is served"}
+        for key in plan.unverified:
+            obj = objects[key]
+            current = (obj.get("status") or {}).get("conditions")
+            if any(isinstance(c, Mapping) and c.get("type") == ATTACHMENT_VERIFIED and c.get("status") == "False"
+                   for c in current or ()):
+                continue
+            merged = reports.merge_conditions(current, [condition], snapshot.now)
+            try:
+                answer = await self._client.merge_patch(device_status_path(key), {"status": {"conditions": merged}},
+                                                        resource_version=str(obj["metadata"]["resourceVersion"]))
+            except (errors.Conflict, errors.NotFound):
+                continue
+            writes.record_object(specs.GPU_DEVICES, answer)
+        raise error
+
+    async def _attachments(self, snapshot: Snapshot, objects: Mapping[DeviceKey, Obj], skip: Iterable[DeviceKey],
+                           writes: Writes) -> None:
+        for device in snapshot.devices.values():
+            if device.attachment is not None and device.attachment.attached_at is None:
+                self._first_seen.setdefault(device.key, snapshot.now)
+        for key in [k for k in self._first_seen if (d := snapshot.devices.get(k)) is None or d.attachment is None]:
+            del self._first_seen[key]
+        plan = attachments.plan_attachments(snapshot, vmis_served=True, grace=self._config.attachment_grace,
+                                            first_seen=self._first_seen, skip=skip)
+        report = await attachments.apply_attachments(self._client, plan, objects)
+        for version in report.written:
+            writes.record(specs.GPU_DEVICES, version)
+        self._stale += report.dropped
+        if self._metrics is not None:
+            for detach in plan.detaches:
+                self._metrics.detaches.labels(reason=detach.reason, deleted=str(detach.delete).lower()).inc()
+
+    async def _reconcile(self) -> None:
+        """The always-on reconcilers: finalizers and usage records (R-BIND-9)."""
+        classes = self._cache.store(specs.GPU_CLASSES).list()
+        devices = self._cache.store(specs.GPU_DEVICES).list()
+        vmis = self._optional(specs.VMIS)
+        changes = (*finalizers.class_finalizer_changes(classes, devices),
+                   *finalizers.device_finalizer_changes(devices, finalizers.vmi_uids(vmis)
+                                                        if vmis is not None else None))
+        self._stale += len((await finalizers.apply_finalizers(self._client, changes)).stale)
+        monitors, workloads = self._optional(WORKLOAD_MONITORS), self._optional(WORKLOADS)
+        if monitors is None or workloads is None:
+            return  # Cozystack's usage kinds are not served here: nothing to record into
+        self._stale += (await usage.apply_usage(self._client, usage.usage_plan(devices, classes, monitors,
+                                                                                workloads))).stale

@@ -1,0 +1,64 @@
+"""The binder's figures; pass durations and outcomes are the pass driver's (``loop="binder"``).
+
+    cozygpu_binder_decisions_total{lane, action}     actions planned (Bind, MarkLost, KeepPending, Stay, Answer)
+    cozygpu_binder_conflicts_total                   sets dropped on a resourceVersion conflict or a vanished device
+    cozygpu_binder_answer_latency_seconds            a bind request first seen in the cache → its answer written
+    cozygpu_binder_detaches_total{reason, deleted}   attachments cleared (or template devices deleted)
+    cozygpu_binder_class_units{class, state}         held and free units per class (state: held, free, units)
+    cozygpu_binder_node_units{node, resource, state} served, held and free units per node and resource name
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+import attrs
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from cozygpu.binder.reports import class_status
+from cozygpu.model.snapshot import Snapshot
+
+#: Seconds; the target is an answer within 50 ms at the 99th percentile.
+_LATENCY_BUCKETS: Final = (0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+@attrs.frozen
+class BinderMetrics:
+    decisions: Counter
+    conflicts: Counter
+    answer_latency: Histogram
+    detaches: Counter
+    class_units: Gauge
+    node_units: Gauge
+
+    @classmethod
+    def on(cls, registry: CollectorRegistry) -> BinderMetrics:
+        return cls(
+            decisions=Counter("cozygpu_binder_decisions", "Actions the binder planned, by lane and action",
+                              ("lane", "action"), registry=registry),
+            conflicts=Counter("cozygpu_binder_conflicts", "Sets dropped on a resourceVersion conflict or a "
+                              "vanished device (requeued, never retried blindly)", registry=registry),
+            answer_latency=Histogram("cozygpu_binder_answer_latency_seconds", "From a bind request first seen "
+                                     "in the cache to its answer written", buckets=_LATENCY_BUCKETS,
+                                     registry=registry),
+            detaches=Counter("cozygpu_binder_detaches", "Attachments cleared, or template devices deleted",
+                             ("reason", "deleted"), registry=registry),
+            class_units=Gauge("cozygpu_binder_class_units", "Units per class: served by eligible nodes, held, "
+                              "free", ("class", "state"), registry=registry),
+            node_units=Gauge("cozygpu_binder_node_units", "Units per node and resource name: served, held, free",
+                             ("node", "resource", "state"), registry=registry),
+        )
+
+    def observe_units(self, snapshot: Snapshot) -> None:
+        """Set the unit gauges from a full pass's snapshot; series of gone classes and nodes are dropped."""
+        self.class_units.clear()
+        for name, gpu_class in snapshot.classes.items():
+            status = class_status(snapshot, gpu_class)
+            for state in ("units", "held", "free"):
+                self.class_units.labels(name, state).set(status[state])
+        self.node_units.clear()
+        for node, entries in snapshot.capacity.items():
+            for resource, entry in entries.items():
+                self.node_units.labels(node, resource, "served").set(entry.served)
+                self.node_units.labels(node, resource, "held").set(entry.held)
+                self.node_units.labels(node, resource, "free").set(max(entry.free, 0))

@@ -1,0 +1,155 @@
+"""A small GPU world in the real API server for the binder's tests, and a binder running over a real cache.
+
+Every test gets its own resource name and class (``World.make``), so the
+nodes and classes other tests leave in the shared plane never serve it; a
+node here is a plain Node made Ready by a status write (the fast plane runs
+no node controller) plus its GPUNode report, unless the test brings kwok
+nodes of the full plane.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import AsyncIterator, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+import attrs
+from prometheus_client import CollectorRegistry
+
+from cozygpu import keys
+from cozygpu.base.clock import LoopClock
+from cozygpu.binder.binder import Binder, BinderConfig
+from cozygpu.binder.metrics import BinderMetrics
+from cozygpu.cache.cache import Cache
+from cozygpu.kube import Client, resource_path
+from cozygpu.passes.writes import Writes
+from tests.binder.support import class_path, device_path
+
+NODES = resource_path("", "v1", "nodes")
+GPUNODES = resource_path(keys.GROUP, keys.VERSION, keys.GPUNODE_PLURAL)
+
+
+def stamp(when: datetime | None = None) -> str:
+    return (when or datetime.now(UTC)).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+@attrs.define
+class World:
+    admin: Client
+    namespace: str
+    tag: str
+    resource: str
+    gpu_class: str
+
+    @classmethod
+    async def make(cls, admin: Client, namespace: str, *, on_cordon: str | None = None) -> World:
+        tag = uuid.uuid4().hex[:6]
+        world = cls(admin, namespace, tag, f"nvidia.com/TEST_{tag}", f"gpu-{tag}")
+        spec: dict[str, Any] = {"vendor": "NVIDIA", "model": "H100", "mode": "Passthrough", "memory": "80Gi",
+                                "resourceName": world.resource, "source": {"devicePlugin": {}}}
+        if on_cordon:
+            spec["onCordon"] = on_cordon
+        await admin.create(class_path(), {"apiVersion": keys.API_VERSION, "kind": keys.GPUCLASS_KIND,
+                                          "metadata": {"name": world.gpu_class}, "spec": spec})
+        return world
+
+    def node_name(self, short: str) -> str:
+        return f"{short}-{self.tag}"
+
+    async def node(self, short: str, units: int, *, ready: bool = True, create_node: bool = True) -> str:
+        """A Ready Node (unless ``create_node`` is False: kwok's) and its GPUNode serving ``units``."""
+        name = self.node_name(short)
+        if create_node:
+            await self.admin.create(NODES, {"metadata": {"name": name}})
+            await self.set_ready(short, ready)
+        await self.admin.create(GPUNODES, {"apiVersion": keys.API_VERSION, "kind": keys.GPUNODE_KIND,
+                                           "metadata": {"name": name}})
+        await self.report(short, units)
+        return name
+
+    async def set_ready(self, short: str, ready: bool) -> None:
+        condition = {"type": "Ready", "status": "True" if ready else "False", "reason": "Test",
+                     "lastHeartbeatTime": stamp(), "lastTransitionTime": stamp()}
+        await self.admin.merge_patch(f"{NODES}/{self.node_name(short)}/status", {"status": {"conditions": [condition]}})
+
+    async def report(self, short: str, units: int) -> None:
+        devices = [{"address": f"0000:{i + 1:02x}:00.0", "resourceName": self.resource, "allocatable": 1,
+                    "driver": "vfio-pci"} for i in range(units)]
+        await self.admin.merge_patch(f"{GPUNODES}/{self.node_name(short)}/status", {"status": {
+            "devices": devices, "resourceNames": [self.resource], "agent": {"lastReport": stamp()}}})
+
+    async def order(self, name: str, count: int = 1, *, status: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        body = {"apiVersion": keys.API_VERSION, "kind": keys.GPUDEVICE_KIND, "metadata": {"name": name},
+                "spec": {"className": self.gpu_class, "count": count}}
+        made: dict[str, Any] = await self.admin.create(device_path(self.namespace), body)
+        if status:
+            made = await self.admin.merge_patch(device_path(self.namespace, name, status=True),
+                                                {"status": dict(status)})
+        return made
+
+    def held(self, short: str) -> dict[str, Any]:
+        return {"phase": "Bound", "nodeName": self.node_name(short)}
+
+    async def device(self, name: str) -> dict[str, Any]:
+        found: dict[str, Any] = await self.admin.get(device_path(self.namespace, name))
+        return found
+
+    async def cleanup(self) -> None:
+        for path in (NODES, GPUNODES):
+            listed = await self.admin.list_objects(path)
+            for obj in listed["items"]:
+                if obj["metadata"]["name"].endswith(f"-{self.tag}"):
+                    await self.admin.delete(f"{path}/{obj['metadata']['name']}")
+
+
+@attrs.define
+class RunningBinder:
+    """A binder over a running cache; a test calls its passes itself and waits for their writes."""
+
+    binder: Binder
+    cache: Cache
+    metrics: BinderMetrics
+
+    async def full_pass(self) -> Writes:
+        writes = Writes()
+        try:
+            await self.binder.full_pass(writes)
+        finally:
+            await self.seen(writes)
+        return writes
+
+    async def answer_pass(self) -> Writes:
+        writes = Writes()
+        try:
+            await self.binder.answer_pass(writes)
+        finally:
+            await self.seen(writes)
+        return writes
+
+    async def seen(self, writes: Writes) -> None:
+        for key, version in writes.items():
+            await self.cache.wait_for_resource_version(key, version, timeout=30)
+
+    async def synced(self) -> None:
+        await self.cache.wait_synced(*[s for s in self.binder.kinds if s.group in ("", keys.GROUP)], timeout=60)
+
+
+@contextlib.asynccontextmanager
+async def running_binder(admin: Client, *, gpu_enabled: bool = True, **config: Any) -> AsyncIterator[RunningBinder]:
+    registry = CollectorRegistry()
+    cache = Cache(admin, registry=registry)
+    metrics = BinderMetrics.on(registry)
+    binder = Binder(cache, admin, BinderConfig(identity="test-binder", gpu_enabled=gpu_enabled, **config),
+                    clock=LoopClock(), metrics=metrics)
+    async with cache.running():
+        running = RunningBinder(binder, cache, metrics)
+        await running.synced()
+        yield running
+    binder.close()
+
+
+async def seen_by(running: RunningBinder, spec_key: str, obj: Mapping[str, Any]) -> None:
+    """Wait until the binder's cache holds ``obj`` at its resourceVersion (or later)."""
+    await running.cache.wait_for_resource_version(spec_key, str(obj["metadata"]["resourceVersion"]), timeout=30)

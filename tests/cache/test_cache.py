@@ -152,10 +152,22 @@ async def test_one_trigger_over_several_kinds_wakes_once_for_a_burst(cache: Cach
 
 
 async def test_a_writer_can_wait_until_the_cache_has_seen_its_write(cache: Cache, core_api: FakeApi) -> None:
-    await until(lambda: cache.has_synced(PODS))
-    written = core_api.put(PODS.path, {"metadata": {"name": "p1", "namespace": "tenant-a"}})
-    store = await cache.wait_for_resource_version(PODS, written["metadata"]["resourceVersion"], timeout=60)
-    assert store.get("tenant-a", "p1") is not None
+    await until(lambda: cache.has_synced(PODS) and len(core_api.open_watches) == 1)
+    core_api.put(PODS.path, {"metadata": {"name": "p0", "namespace": "tenant-a"}})
+    await until(lambda: len(cache.store(PODS)) == 1)
+    coming = str(core_api.rv + 1)  # the resourceVersion the next write will get
+    waiter = asyncio.create_task(cache.wait_for_resource_version(PODS, coming, timeout=60))
+    with pytest.raises(AssertionError, match="not reached"):
+        await until(waiter.done, turns=200)  # the cache has seen p0, not the write still to come
+
+    written = core_api.put(PODS.path, {"metadata": {"name": "p1", "namespace": "tenant-a"}, "spec": {"v": 1}})
+    assert written["metadata"]["resourceVersion"] == coming
+    store = await waiter
+    seen = store.get("tenant-a", "p1")
+    assert seen is not None, "the wait returned before the store held the write"
+    assert seen["metadata"]["resourceVersion"] == coming
+    assert seen["spec"] == {"v": 1}
+    assert store is cache.store(PODS)
 
 
 def test_kinds_are_found_by_spec_or_key_and_an_unknown_key_is_refused(core_api: FakeApi,

@@ -9,6 +9,7 @@ import aiohttp
 import aiohttp.web
 import pytest
 
+from cozygpu.base.clock import LoopClock
 from cozygpu.kube import Client, errors, resource_path
 from cozygpu.kube.client import _lines
 
@@ -98,20 +99,34 @@ def socket_bound_to_loopback() -> Any:
     return sock
 
 
+class RecordingClock(LoopClock):
+    """The loop's clock, except that sleeps are recorded and return at once."""
+
+    def __init__(self) -> None:
+        self.sleeps: list[float] = []
+
+    async def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+
+
 async def test_a_read_is_retried_after_429_and_5xx_honouring_retry_after() -> None:
-    server, runner, url = await serve([(429, {"Retry-After": "0"}), (503, {}), (200, {})])
+    server, runner, url = await serve([(429, {"Retry-After": "7"}), (503, {}), (200, {})])
+    clock = RecordingClock()
     try:
-        async with Client(url, ssl_context=None) as client:
+        async with Client(url, ssl_context=None, clock=clock) as client:
             assert await client.get("/api/v1/namespaces") == {"ok": True}
     finally:
         await runner.cleanup()
     assert server.seen == ["GET", "GET", "GET"]
+    assert clock.sleeps[0] == 7.0, "the server's Retry-After, not our own backoff"
+    assert 0.2 <= clock.sleeps[1] <= 0.6, "a 5xx waits the backoff's second step (0.4 s), spread over 0.5-1.5x"
+    assert len(clock.sleeps) == 2
 
 
 async def test_a_write_is_retried_after_429_but_never_after_a_5xx_that_may_have_taken_effect() -> None:
     server, runner, url = await serve([(429, {"Retry-After": "0"}), (500, {}), (200, {})])
     try:
-        async with Client(url, ssl_context=None) as client:
+        async with Client(url, ssl_context=None, clock=RecordingClock()) as client:
             with pytest.raises(errors.ServerError) as caught:
                 await client.merge_patch("/api/v1/namespaces/a/configmaps/b", {"data": {}}, resource_version="7")
     finally:

@@ -1,0 +1,352 @@
+"""``PassDriver``: the one leader-work loop — coalescing lanes, serialized passes, read-your-writes.
+
+A pass is ``snapshot → plan → apply`` of a ``Work``. The driver owns
+everything around it, once for every loop (docs/passes.md has the story):
+
+- Lanes. ``Lane.ANSWER`` (passes that only answer requests, R-BIND-3) and
+  ``Lane.FULL`` (passes over everything, R-BIND-1). A lane is a flag:
+  any number of requests while it is pending — ``request(lane)`` from any
+  callback, or a cache ``Trigger`` handed in for the lane — make one pass.
+- Order. One pass at a time, inline in ``run()``: passes never overlap. A
+  pending answer lane goes before a pending full pass, except that after
+  ``answer_streak`` answer passes that a due full pass waited behind, the full
+  pass goes next. The full lane is also requested ``resync`` seconds after
+  each full pass ends, and once when ``run()`` starts (covering whatever fired
+  before: the triggers are drained first).
+- Read-your-writes (R-BIND-2). ``apply`` records what it wrote in ``Writes``
+  (kept even when it raises half way); before the next pass starts, the cache
+  must have seen each kind's latest written resourceVersion. The wait is
+  bounded by ``sync_timeout`` on the clock: a timeout is counted and logged,
+  the writes stay unseen and the wait starts over — no pass decides from a
+  view older than its own last write. A kind that stopped being served has no
+  view to be stale, so its writes are dropped.
+- Outcomes (``outcomes.classify``). OK resets the lane's backoffs. REQUEUED
+  runs the lane again after its requeue backoff (short), or at once if a
+  request came meanwhile. WAITING does the same on the failure backoff.
+  FAILED holds the lane for the failure backoff whatever comes, logs (a bug
+  with its traceback) and never ends the loop.
+- Metrics (``PassMetrics``) per loop and lane: duration, passes by outcome,
+  queue wait (first request to start), and the write-sync wait and timeouts.
+
+Structured concurrency: ``run()`` holds one task group (one forwarding task
+per trigger); cancelling it cancels the pass in progress and every forwarder.
+Time is the injected ``Clock``'s. ``request`` never blocks and may be called
+while the loop is not running (it is then pending for the next ``run()``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import Generic, NoReturn, Protocol, TypeVar
+
+import attrs
+from prometheus_client import CollectorRegistry
+
+from cozygpu.base.backoff import Backoff
+from cozygpu.base.clock import Cancellable, Clock, LoopClock
+from cozygpu.base.deadline import deadline
+from cozygpu.base.logging import get_logger
+from cozygpu.cache.errors import KindNotServed, UnknownKind
+from cozygpu.cache.triggers import Trigger
+from cozygpu.passes.metrics import PassMetrics
+from cozygpu.passes.outcomes import Outcome, classify, is_bug
+from cozygpu.passes.writes import Writes
+
+_log = get_logger("cozygpu.passes")
+
+ViewT = TypeVar("ViewT")
+PlanT = TypeVar("PlanT")
+
+
+class Lane(enum.Enum):
+    #: Passes that only answer requests; they go first (R-BIND-3).
+    ANSWER = "answer"
+    #: Passes over everything, with a periodic resync (R-BIND-1).
+    FULL = "full"
+
+
+class Work(Protocol[ViewT, PlanT]):
+    """One loop's pass, in three steps the driver runs in order."""
+
+    async def snapshot(self, lane: Lane) -> ViewT:
+        """What the pass decides on: read from the cache (and, where it must, the API)."""
+        ...
+
+    def plan(self, view: ViewT) -> PlanT:
+        """The decision, from the view alone."""
+        ...
+
+    async def apply(self, plan: PlanT, writes: Writes) -> None:
+        """Carry the plan out, recording each accepted write in ``writes`` as it goes."""
+        ...
+
+
+class SeesWrites(Protocol):
+    """What the driver needs of ``cozygpu.cache.Cache`` for read-your-writes."""
+
+    async def wait_for_resource_version(self, spec_or_key: str, resource_version: str,
+                                        timeout: float | None = None) -> object: ...
+
+
+#: Called after every pass with its lane, outcome and the error it raised (None when OK).
+OutcomeHook = Callable[[Lane, Outcome, Exception | None], None]
+
+
+@attrs.frozen(kw_only=True)
+class DriverConfig:
+    #: Seconds from the end of one full pass to the resync that requests the next.
+    resync: float = 300.0
+    #: Answer passes a due full pass may wait behind before it goes next.
+    answer_streak: int = 10
+    #: Seconds one wait for the cache to see the last pass's writes may take before it is counted.
+    sync_timeout: float = 10.0
+    requeue_initial: float = 0.1
+    requeue_cap: float = 5.0
+    failure_initial: float = 1.0
+    failure_cap: float = 30.0
+    #: Up to this fraction of each delay is added at random, so replicas' retries spread out.
+    jitter: float = 0.2
+
+    def __attrs_post_init__(self) -> None:
+        if min(self.resync, self.sync_timeout, self.requeue_initial, self.failure_initial) <= 0:
+            raise ValueError("resync, sync_timeout and the first backoff delays must be positive")
+        if self.answer_streak < 1:
+            raise ValueError("answer_streak must be at least 1")
+
+    def backoff(self, clock: Clock, *, initial: float, cap: float) -> Backoff:
+        # Reset by hand on OK only: a quiet period of failures held apart by the backoff is not a success.
+        return Backoff(clock, initial=initial, cap=cap, jitter=self.jitter, reset_after=math.inf)
+
+
+@attrs.define
+class _LaneState:
+    lane: Lane
+    requeue: Backoff
+    failure: Backoff
+    pending: bool = False
+    #: When the oldest request the next pass will answer came.
+    since: float = 0.0
+    reasons: set[str] = attrs.Factory(set)
+    #: The lane does not run before this time ...
+    hold_until: float = -math.inf
+    #: ... unless a request lifts the hold (REQUEUED, WAITING; not FAILED).
+    hold_lifts_on_request: bool = True
+
+    def due(self, now: float) -> bool:
+        return self.pending and self.hold_until <= now
+
+
+class PassDriver(Generic[ViewT, PlanT]):
+    """Runs one ``Work``'s passes (see the module docstring)."""
+
+    def __init__(
+        self,
+        name: str,
+        work: Work[ViewT, PlanT],
+        *,
+        cache: SeesWrites | None = None,
+        triggers: Mapping[Lane, Sequence[Trigger]] | None = None,
+        clock: Clock | None = None,
+        metrics: PassMetrics | None = None,
+        config: DriverConfig | None = None,
+        on_outcome: OutcomeHook | None = None,
+    ) -> None:
+        self.name = name
+        self._work = work
+        self._cache = cache
+        self._triggers = {lane: tuple(ts) for lane, ts in (triggers or {}).items()}
+        self._clock = clock or LoopClock()
+        self._metrics = metrics or PassMetrics.on(CollectorRegistry())
+        self._config = config or DriverConfig()
+        self._on_outcome = on_outcome
+        self._log = _log.bind(loop=name)
+        cfg = self._config
+        self._lanes = {lane: _LaneState(
+            lane,
+            requeue=cfg.backoff(self._clock, initial=cfg.requeue_initial, cap=cfg.requeue_cap),
+            failure=cfg.backoff(self._clock, initial=cfg.failure_initial, cap=cfg.failure_cap),
+        ) for lane in Lane}
+        self._wake = asyncio.Event()
+        self._unseen = Writes()
+        self._resync_at = math.inf
+        #: Answer passes run in a row while the full lane was due.
+        self._full_waited = 0
+        self._running = False
+
+    # -- asking for passes ----------------------------------------------------------------
+
+    def request(self, lane: Lane = Lane.FULL, reason: str = "") -> None:
+        """Ask for a pass of ``lane``; coalesces with every request not yet taken. Never blocks."""
+        state = self._lanes[lane]
+        if not state.pending:
+            state.pending = True
+            state.since = self._clock.now()
+        if reason:
+            state.reasons.add(reason)
+        if state.hold_lifts_on_request:
+            state.hold_until = -math.inf
+        self._wake.set()
+
+    def pending(self, lane: Lane) -> bool:
+        return self._lanes[lane].pending
+
+    @property
+    def unseen_writes(self) -> dict[str, str]:
+        """The writes of past passes the cache has not been shown to hold yet."""
+        return self._unseen.as_dict()
+
+    # -- the loop -------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Run passes until cancelled; a pass's error never ends it."""
+        if self._running:
+            raise RuntimeError(f"{self.name}: the pass driver is already running")
+        self._running = True
+        try:
+            for triggers in self._triggers.values():
+                for trigger in triggers:
+                    trigger.poll()  # what fired before now is covered by the first full pass
+            for state in self._lanes.values():
+                state.hold_until, state.hold_lifts_on_request = -math.inf, True
+                state.requeue.reset()
+                state.failure.reset()
+            self._resync_at = math.inf
+            self._full_waited = 0
+            self.request(Lane.FULL, "start")
+            async with asyncio.TaskGroup() as group:
+                for lane, triggers in self._triggers.items():
+                    for trigger in triggers:
+                        group.create_task(self._forward(trigger, lane), name=f"{self.name} {trigger.name}")
+                await self._loop()
+        finally:
+            self._running = False
+
+    async def _forward(self, trigger: Trigger, lane: Lane) -> NoReturn:
+        while True:
+            reasons = await trigger.wait()
+            self.request(lane, ",".join(sorted(reasons)))
+
+    async def _loop(self) -> NoReturn:
+        full = self._lanes[Lane.FULL]
+        while True:
+            self._wake.clear()  # before looking: a request from here on wakes the wait below
+            now = self._clock.now()
+            if now >= self._resync_at:
+                self._resync_at = math.inf
+                self.request(Lane.FULL, "resync")
+            lane = self._choose(now)
+            if lane is None:
+                await self._sleep_until(self._next_time())
+                continue
+            if self._unseen and self._cache is not None:
+                await self._see_writes(self._cache)
+                continue  # look again: requests may have come while waiting
+            if lane is Lane.ANSWER and full.due(now):
+                self._full_waited += 1
+            await self._pass(lane)
+
+    def _choose(self, now: float) -> Lane | None:
+        answer, full = self._lanes[Lane.ANSWER], self._lanes[Lane.FULL]
+        if full.due(now) and (not answer.due(now) or self._full_waited >= self._config.answer_streak):
+            return Lane.FULL
+        if answer.due(now):
+            return Lane.ANSWER
+        return None
+
+    def _next_time(self) -> float:
+        holds = [state.hold_until for state in self._lanes.values() if state.pending]
+        return min([self._resync_at, *holds])
+
+    async def _sleep_until(self, when: float) -> None:
+        handle: Cancellable | None = None
+        if when < math.inf:
+            handle = self._clock.call_later(when - self._clock.now(), self._wake.set)
+        try:
+            await self._wake.wait()
+        finally:
+            if handle is not None:
+                handle.cancel()
+
+    # -- read-your-writes -----------------------------------------------------------------
+
+    async def _see_writes(self, cache: SeesWrites) -> None:
+        """Wait (bounded) until the cache has seen every unseen write; what it has seen is forgotten."""
+        started = self._clock.now()
+        try:
+            async with deadline(self._clock, self._config.sync_timeout):
+                for key, version in self._unseen.items():
+                    try:
+                        await cache.wait_for_resource_version(key, version)
+                    except KindNotServed:
+                        pass  # no store to be stale: when served again, its first list comes after the write
+                    except UnknownKind:
+                        self._log.error("a pass recorded a write to a kind the cache does not hold", kind=key,
+                                        exc_info=True)
+                    self._unseen.discard(key)
+        except TimeoutError:
+            self._metrics.sync_timeouts.labels(self.name).inc()
+            self._log.warning("the cache has not seen this loop's own writes yet; the next pass waits for them",
+                              writes=self._unseen.as_dict(), waited=self._config.sync_timeout)
+        finally:
+            self._metrics.sync_wait.labels(self.name).observe(self._clock.now() - started)
+
+    # -- one pass -------------------------------------------------------------------------
+
+    async def _pass(self, lane: Lane) -> None:
+        state = self._lanes[lane]
+        started = self._clock.now()
+        reasons = sorted(state.reasons)
+        self._metrics.queue_wait.labels(self.name, lane.value).observe(started - state.since)
+        state.pending, state.reasons = False, set()
+        state.hold_until, state.hold_lifts_on_request = -math.inf, True
+        if lane is Lane.FULL:
+            self._full_waited = 0
+        writes = Writes()
+        error: Exception | None = None
+        try:
+            view = await self._work.snapshot(lane)
+            plan = self._work.plan(view)
+            await self._work.apply(plan, writes)
+        except Exception as err:
+            error = err
+        if self._cache is not None:
+            self._unseen.merge(writes)
+        outcome = Outcome.OK if error is None else classify(error)
+        ended = self._clock.now()
+        self._metrics.duration.labels(self.name, lane.value).observe(ended - started)
+        self._metrics.passes.labels(self.name, lane.value, outcome.value).inc()
+        if lane is Lane.FULL:
+            self._resync_at = ended + self._config.resync
+        self._settle(state, outcome, error, reasons)
+        if self._on_outcome is not None:
+            self._on_outcome(lane, outcome, error)
+
+    def _settle(self, state: _LaneState, outcome: Outcome, error: Exception | None, reasons: list[str]) -> None:
+        log = self._log.bind(lane=state.lane.value, reasons=reasons)
+        if outcome is Outcome.OK:
+            state.requeue.reset()
+            state.failure.reset()
+            log.debug("pass done")
+            return
+        again = state.pending  # a request came while the pass ran
+        if outcome is Outcome.REQUEUED:
+            delay = state.requeue.next_delay()
+            log.info("pass requeued", error=str(error), after=0.0 if again else delay)
+        elif outcome is Outcome.WAITING:
+            delay = state.failure.next_delay()
+            log.info("pass waiting for the cache", error=str(error), after=0.0 if again else delay)
+        else:
+            delay = state.failure.next_delay()
+            again = False
+            if error is not None and is_bug(error):
+                log.error("pass failed", error=f"{type(error).__name__}: {error}", after=delay, exc_info=error)
+            else:
+                log.warning("pass failed", error=str(error), after=delay)
+        if not state.pending:
+            state.pending, state.since = True, self._clock.now()
+        if not again:
+            state.hold_until = self._clock.now() + delay
+            state.hold_lifts_on_request = outcome is not Outcome.FAILED

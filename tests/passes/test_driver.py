@@ -1,0 +1,401 @@
+"""The pass driver on fake time: lanes coalesce and keep their order, passes never overlap, errors hold
+the lane as their class says, and no pass starts before the cache has seen the last pass's writes."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager, suppress
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from cozygpu.base.clock import FakeClock, settle
+from cozygpu.cache.errors import NotSynced
+from cozygpu.cache.informer import Informer
+from cozygpu.cache.kinds import KindSpec
+from cozygpu.cache.store import Store
+from cozygpu.cache.triggers import Trigger
+from cozygpu.kube import errors
+from cozygpu.passes.driver import DriverConfig, Lane, OutcomeHook, PassDriver
+from cozygpu.passes.metrics import PassMetrics
+from cozygpu.passes.outcomes import Outcome
+from cozygpu.passes.writes import Writes
+
+DEVICES = KindSpec("gpu.cozystack.io", "v1alpha1", "gpudevices", "GPUDevice", True)
+# Binary fractions throughout, so fake times add up exactly.
+CONFIG = DriverConfig(resync=300.0, answer_streak=10, sync_timeout=5.0, requeue_initial=0.125, requeue_cap=4.0,
+                      failure_initial=1.0, failure_cap=30.0, jitter=0.0)
+
+
+def conflict() -> errors.Conflict:
+    return errors.Conflict(409, {"reason": "Conflict", "message": "the object has been modified"},
+                           method="PUT", path="/api/v1/namespaces/a/configmaps/b")
+
+
+class Script:
+    """A ``Work`` that records its passes and does what the test scripts for each one."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        self.clock = clock
+        self.passes: list[Lane] = []
+        self.started: list[float] = []
+        self.running = 0
+        self.most_at_once = 0
+        #: Set: passes wait for it in ``apply``.
+        self.gate: asyncio.Event | None = None
+        #: Raised by the next passes of each lane, in order.
+        self.errors: dict[Lane, list[Exception]] = {}
+        #: Recorded as written by the next pass.
+        self.writes: dict[str, str] = {}
+        #: Called at the start of each pass (the test's hook into the loop).
+        self.on_snapshot: Callable[[Lane], None] | None = None
+
+    async def snapshot(self, lane: Lane) -> Lane:
+        self.passes.append(lane)
+        self.started.append(self.clock.now())
+        self.running += 1
+        self.most_at_once = max(self.most_at_once, self.running)
+        if self.on_snapshot is not None:
+            self.on_snapshot(lane)
+        return lane
+
+    def plan(self, view: Lane) -> Lane:
+        return view
+
+    async def apply(self, plan: Lane, writes: Writes) -> None:
+        try:
+            for kind, version in self.writes.items():
+                writes.record(kind, version)
+            self.writes = {}
+            if self.gate is not None:
+                await self.gate.wait()
+            if self.errors.get(plan):
+                raise self.errors[plan].pop(0)
+        finally:
+            self.running -= 1
+
+
+class Informers:
+    """The cache's read-your-writes wait, over real informers fed by the test."""
+
+    def __init__(self, *informers: Informer) -> None:
+        self.by_key = {informer.key: informer for informer in informers}
+
+    async def wait_for_resource_version(self, spec_or_key: str, resource_version: str,
+                                        timeout: float | None = None) -> Store:
+        return await self.by_key[spec_or_key].wait_for_resource_version(resource_version, timeout)
+
+
+@asynccontextmanager
+async def running(driver: PassDriver[Lane, Lane]) -> AsyncIterator[asyncio.Task[None]]:
+    task = asyncio.create_task(driver.run())
+    await settle()
+    try:
+        yield task
+    finally:
+        task.cancel()
+        with suppress(asyncio.CancelledError):
+            await task
+
+
+def make(clock: FakeClock, *, cache: Informers | None = None, triggers: dict[Lane, list[Trigger]] | None = None,
+         metrics: PassMetrics | None = None,
+         on_outcome: OutcomeHook | None = None) -> tuple[Script, PassDriver[Lane, Lane]]:
+    script = Script(clock)
+    driver = PassDriver("test", script, clock=clock, config=CONFIG, cache=cache, triggers=triggers, metrics=metrics,
+                        on_outcome=on_outcome)
+    return script, driver
+
+
+async def test_the_loop_starts_with_one_full_pass_covering_what_fired_before() -> None:
+    clock = FakeClock()
+    trigger = Trigger("devices")
+    script, driver = make(clock, triggers={Lane.FULL: [trigger]})
+    trigger.fire("before")
+    async with running(driver):
+        await settle()
+    assert script.passes == [Lane.FULL]
+
+
+async def test_many_requests_and_events_while_a_pass_runs_make_one_more_pass() -> None:
+    clock = FakeClock()
+    trigger = Trigger("devices")
+    script, driver = make(clock, triggers={Lane.FULL: [trigger]})
+    script.gate = asyncio.Event()
+    async with running(driver):
+        for _ in range(100):
+            trigger.fire("devices")
+            driver.request(Lane.FULL, "poke")
+            await asyncio.sleep(0)
+        script.gate.set()
+        await settle()
+        assert script.passes == [Lane.FULL, Lane.FULL]
+        trigger.fire("devices")
+        await settle()
+    assert script.passes == [Lane.FULL, Lane.FULL, Lane.FULL]
+
+
+async def test_an_answer_request_goes_before_the_full_pass_requested_earlier() -> None:
+    clock = FakeClock()
+    script, driver = make(clock)
+    script.gate = asyncio.Event()
+    async with running(driver):
+        driver.request(Lane.FULL)
+        driver.request(Lane.ANSWER)
+        script.gate.set()
+        await settle()
+    assert script.passes == [Lane.FULL, Lane.ANSWER, Lane.FULL]
+
+
+async def test_a_full_pass_waits_behind_at_most_answer_streak_answer_passes() -> None:
+    clock = FakeClock()
+    script, driver = make(clock)
+    answers_asked = 0
+
+    def keep_asking(lane: Lane) -> None:
+        nonlocal answers_asked
+        if lane is Lane.ANSWER and answers_asked < 24:
+            answers_asked += 1
+            driver.request(Lane.ANSWER, "webhook")
+
+    script.gate = asyncio.Event()
+    async with running(driver):
+        driver.request(Lane.FULL, "event")  # pending behind the first (gated) full pass
+        driver.request(Lane.ANSWER, "webhook")
+        script.on_snapshot = keep_asking
+        script.gate.set()
+        await settle(200)
+    first, *rest = script.passes
+    assert first is Lane.FULL
+    assert rest[:11] == [Lane.ANSWER] * 10 + [Lane.FULL], "the full pass ran after ten answer passes"
+    assert rest[11:] == [Lane.ANSWER] * 15, "then the answers went on, the full lane having nothing pending"
+
+
+async def test_passes_never_overlap() -> None:
+    clock = FakeClock()
+    trigger = Trigger("devices")
+    script, driver = make(clock, triggers={Lane.FULL: [trigger]})
+    script.gate = asyncio.Event()
+    async with running(driver):
+        for _ in range(5):
+            trigger.fire("devices")
+            driver.request(Lane.ANSWER)
+            driver.request(Lane.FULL)
+            await settle()
+            assert script.running == 1
+            script.gate.set()
+            await asyncio.sleep(0)
+            script.gate.clear()
+        script.gate.set()
+        await settle()
+    assert script.most_at_once == 1
+    assert len(script.passes) >= 6
+
+
+async def test_the_full_lane_resyncs_resync_seconds_after_the_last_full_pass() -> None:
+    clock = FakeClock()
+    script, driver = make(clock)
+    async with running(driver):
+        await clock.run_for(299.0)
+        assert script.passes == [Lane.FULL]
+        await clock.run_for(1.0)
+        assert script.passes == [Lane.FULL, Lane.FULL]
+        await clock.run_for(100.0)
+        driver.request(Lane.FULL)  # an event at 400 s: the next resync is at 700 s
+        await clock.run_for(299.0)
+        assert len(script.passes) == 3
+        await clock.run_for(1.0)
+    assert script.passes == [Lane.FULL] * 4
+    assert script.started == [0.0, 300.0, 400.0, 700.0]
+
+
+async def test_a_conflict_requeues_the_lane_soon_and_is_not_a_failure() -> None:
+    clock = FakeClock()
+    outcomes: list[Outcome] = []
+    script, driver = make(clock, on_outcome=lambda lane, outcome, error: outcomes.append(outcome))
+    script.errors = {Lane.FULL: [conflict(), conflict()]}
+    async with running(driver):
+        assert script.started == [0.0]
+        await clock.run_for(1.0)
+    assert script.started == [0.0, 0.125, 0.375], "requeued after 0.125 s, then 0.25 s"
+    assert outcomes == [Outcome.REQUEUED, Outcome.REQUEUED, Outcome.OK]
+
+
+async def test_a_request_lifts_a_requeue_hold() -> None:
+    clock = FakeClock()
+    script, driver = make(clock)
+    script.errors = {Lane.FULL: [conflict()]}
+    async with running(driver):
+        await clock.run_for(0.0625)
+        driver.request(Lane.FULL)
+        await settle()
+        assert script.started == [0.0, 0.0625]
+
+
+async def test_a_pass_waiting_for_the_cache_runs_again_on_the_next_request_or_after_the_failure_backoff() -> None:
+    clock = FakeClock()
+    script, driver = make(clock)
+    script.errors = {Lane.FULL: [NotSynced("gpunodes"), NotSynced("gpunodes")]}
+    async with running(driver):
+        await clock.run_for(0.5)
+        assert script.started == [0.0], "not at the requeue backoff"
+        driver.request(Lane.FULL, "gpunodes synced")
+        await settle()
+        assert script.started == [0.0, 0.5]
+        await clock.run_for(1.75)
+        assert len(script.started) == 2
+        await clock.run_for(0.25)
+    assert script.started == [0.0, 0.5, 2.5], "the second wait backed off to 2 s"
+
+
+async def test_a_failure_holds_its_lane_for_the_backoff_whatever_comes_and_a_success_resets_it() -> None:
+    clock = FakeClock()
+    script, driver = make(clock)
+    script.errors = {Lane.FULL: [ValueError("a bug"), ValueError("a bug")]}
+    async with running(driver) as task:
+        await clock.run_for(0.5)
+        driver.request(Lane.FULL, "event")
+        driver.request(Lane.ANSWER, "webhook")
+        await settle()
+        assert script.passes == [Lane.FULL, Lane.ANSWER], "the answer lane is not held by the full lane's failure"
+        await clock.run_for(0.5)
+        assert script.started == [0.0, 0.5, 1.0], "the full pass ran again after 1 s, not on the request"
+        await clock.run_for(1.75)
+        assert len(script.started) == 3
+        await clock.run_for(0.25)
+        assert script.started[-1] == 3.0, "the second failure held it 2 s"
+        script.errors = {Lane.FULL: [ValueError("a bug")]}
+        driver.request(Lane.FULL)  # OK at 3.0 reset the backoff; this one fails
+        await settle()
+        await clock.run_for(1.0)
+        assert script.started[-2:] == [3.0, 4.0], "after a success the first failure holds 1 s again"
+        assert not task.done(), "failures never end the loop"
+
+
+async def test_the_next_pass_waits_until_the_cache_has_seen_the_last_pass_writes() -> None:
+    clock = FakeClock()
+    registry = CollectorRegistry()
+    informer = Informer(DEVICES)
+    feed = informer.begin_cycle()
+    feed.replace([], "5")
+    script, driver = make(clock, cache=Informers(informer), metrics=PassMetrics.on(registry))
+    script.writes = {DEVICES.key: "12"}
+    async with running(driver):
+        assert driver.unseen_writes == {DEVICES.key: "12"}
+        driver.request(Lane.ANSWER, "webhook")
+        await clock.run_for(1.0)
+        feed.advance("11")
+        await clock.run_for(1.0)
+        assert script.passes == [Lane.FULL], "no pass before the cache has seen resourceVersion 12"
+        feed.advance("12")
+        await settle()
+        assert script.passes == [Lane.FULL, Lane.ANSWER]
+        assert driver.unseen_writes == {}
+    assert registry.get_sample_value("cozygpu_pass_write_sync_seconds_sum", {"loop": "test"}) == 2.0
+
+
+async def test_a_write_sync_that_times_out_is_counted_and_still_no_pass_runs_before_it() -> None:
+    clock = FakeClock()
+    registry = CollectorRegistry()
+    informer = Informer(DEVICES)
+    feed = informer.begin_cycle()
+    feed.replace([], "5")
+    script, driver = make(clock, cache=Informers(informer), metrics=PassMetrics.on(registry))
+    script.writes = {DEVICES.key: "12"}
+    async with running(driver):
+        driver.request(Lane.FULL)
+        await clock.run_for(11.0)
+        assert registry.get_sample_value("cozygpu_pass_write_sync_timeouts_total", {"loop": "test"}) == 2
+        assert script.passes == [Lane.FULL]
+        feed.advance("12")
+        await settle()
+    assert script.passes == [Lane.FULL, Lane.FULL]
+
+
+async def test_the_writes_of_a_pass_that_failed_half_way_are_waited_for_too() -> None:
+    clock = FakeClock()
+    informer = Informer(DEVICES)
+    feed = informer.begin_cycle()
+    feed.replace([], "5")
+    script, driver = make(clock, cache=Informers(informer))
+    script.writes = {DEVICES.key: "7"}
+    script.errors = {Lane.FULL: [conflict()]}
+    async with running(driver):
+        await clock.run_for(1.0)
+        assert script.passes == [Lane.FULL]
+        feed.advance("7")
+        await settle()
+    assert script.passes == [Lane.FULL, Lane.FULL]
+
+
+async def test_a_write_to_a_kind_no_longer_served_does_not_hold_the_loop() -> None:
+    clock = FakeClock()
+    informer = Informer(DEVICES)
+    informer.begin_cycle().replace([], "5")
+    script, driver = make(clock, cache=Informers(informer))
+    script.writes = {DEVICES.key: "12"}
+    async with running(driver):
+        informer.end_cycle("no CustomResourceDefinition")
+        driver.request(Lane.FULL)
+        await settle()
+    assert script.passes == [Lane.FULL, Lane.FULL]
+
+
+async def test_metrics_count_passes_by_loop_lane_and_outcome_and_time_the_queue_and_the_pass() -> None:
+    clock = FakeClock()
+    registry = CollectorRegistry()
+    script, driver = make(clock, metrics=PassMetrics.on(registry))
+    gate = script.gate = asyncio.Event()
+    async with running(driver):
+        driver.request(Lane.ANSWER)
+        await clock.run_for(2.0)
+        script.errors = {Lane.FULL: [ValueError("a bug")]}
+        gate.set()
+        await settle()
+
+    def sample(name: str, lane: Lane, **labels: str) -> float | None:
+        return registry.get_sample_value(name, {"loop": "test", "lane": lane.value, **labels})
+
+    assert sample("cozygpu_passes_total", Lane.FULL, outcome="failed") == 1
+    assert sample("cozygpu_passes_total", Lane.ANSWER, outcome="ok") == 1
+    assert sample("cozygpu_pass_duration_seconds_sum", Lane.FULL) == 2.0
+    assert sample("cozygpu_pass_queue_wait_seconds_sum", Lane.ANSWER) == 2.0
+    assert PassMetrics.on(registry) is PassMetrics.on(registry), "one set of families per registry"
+
+
+async def test_cancelling_run_ends_the_pass_in_progress_and_every_forwarder() -> None:
+    clock = FakeClock()
+    trigger = Trigger("devices")
+    script, driver = make(clock, triggers={Lane.FULL: [trigger], Lane.ANSWER: [Trigger("answers")]})
+    script.gate = asyncio.Event()
+    before = asyncio.all_tasks()
+    task = asyncio.create_task(driver.run())
+    await settle()
+    assert script.running == 1
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert script.running == 0, "the pass was cancelled"
+    assert asyncio.all_tasks() == before, "no task outlives run()"
+    script.gate.set()
+    async with running(driver):  # and the driver can run again (a next leader term)
+        await settle()
+    assert script.passes == [Lane.FULL, Lane.FULL]
+
+
+async def test_running_one_driver_twice_at_once_is_refused() -> None:
+    clock = FakeClock()
+    _, driver = make(clock)
+    async with running(driver):
+        with pytest.raises(RuntimeError, match="already running"):
+            await driver.run()
+
+
+def test_writes_keep_the_latest_resource_version_per_kind() -> None:
+    writes = Writes()
+    writes.record(DEVICES, "12")
+    writes.record(DEVICES.key, "9")
+    writes.record_object("configmaps", {"metadata": {"resourceVersion": "30"}})
+    writes.record("configmaps", "")
+    assert writes.as_dict() == {DEVICES.key: "12", "configmaps": "30"}

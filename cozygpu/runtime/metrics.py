@@ -11,6 +11,8 @@ from __future__ import annotations
 import attrs
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
+from cozygpu.passes.metrics import PassMetrics
+
 
 @attrs.frozen
 class LeaderMetrics:
@@ -41,7 +43,10 @@ class LeaderMetrics:
 @attrs.frozen
 class SettingsMetrics:
     writes: Counter
+    #: Passes that failed or waited for a cache (a requeue after a conflict is not one).
     failures: Counter
+    #: The pass driver's figures, shared with every loop on the registry (``loop="settings-publisher"``).
+    passes: PassMetrics
 
     @classmethod
     def on(cls, registry: CollectorRegistry) -> SettingsMetrics:
@@ -49,6 +54,7 @@ class SettingsMetrics:
             writes=Counter("cozygpu_settings_writes", "Writes of the settings ConfigMap", registry=registry),
             failures=Counter("cozygpu_settings_write_failures", "Failed publishing passes of the settings "
                              "ConfigMap", registry=registry),
+            passes=PassMetrics.on(registry),
         )
 
 

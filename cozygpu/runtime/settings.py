@@ -13,43 +13,46 @@ The admission policies (R-POL-1) and cozystack-api read ConfigMap
 - ``rawNames``: ``allow`` or ``forbid`` (``--raw-gpu-names``).
 - ``gpuEnabled``: ``"true"`` or ``"false"``.
 
-Contract:
-- One pass computes the data from the cache, reads the ConfigMap from the API
-  (never from the cache, so a pass never decides from a stale copy), and
-  writes only when one of the three keys differs: a create (which fails if
-  the object appeared meanwhile) or a replace carrying the resourceVersion
-  just read. A Conflict or AlreadyExists reads again. Other keys, labels and
-  annotations on the object (the chart's, say) are kept.
+Contract (one pass of a ``PassDriver``, full lane only; docs/passes.md):
+- snapshot: the data from the cache, then the ConfigMap from the API (never
+  from the cache, so a pass never decides from a stale copy); plan: write only
+  when one of the three keys differs; apply: one write, a create (which fails
+  if the object appeared meanwhile) or a replace carrying the resourceVersion
+  just read. Other keys, labels and annotations on the object (the chart's,
+  say) are kept.
+- A Conflict or AlreadyExists requeues the pass (read again soon); it is not
+  a failure. A kind that has not synced yet makes the pass wait (publishing a
+  partial set would let raw names through); KubeVirt not being served means
+  no table. Any other error fails the pass, which the driver retries with
+  backoff; it never ends leader work.
 - Passes run when a GPUClass, GPUNode, KubeVirt CR or the ConfigMap itself
-  changes (one coalescing trigger), and every ``resync`` seconds regardless.
-- A kind that has not synced yet makes the pass wait (publishing a partial set
-  would let raw names through); KubeVirt not being served means no table.
-- A failed pass is retried with backoff; it never ends leader work.
+  changes (one coalescing trigger), and ``resync`` seconds after the last.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Iterable, Mapping
-from typing import Any, Final, Protocol
+from typing import Any, Protocol
+
+import attrs
 
 from cozygpu import keys
+from cozygpu.base.clock import Clock
+from cozygpu.base.logging import get_logger
 from cozygpu.cache import specs
 from cozygpu.cache.cache import Cache
-from cozygpu.cache.errors import CacheError, KindNotServed
+from cozygpu.cache.errors import KindNotServed
 from cozygpu.cache.snapshot import InvalidObject, gpu_class_view, node_inventory, permitted_host_devices
-from cozygpu.kube import errors
 from cozygpu.kube.client import Obj, resource_path
 from cozygpu.model.resource_names import effective_names
 from cozygpu.model.snapshot import GPUClassView, NodeInventory
-from cozygpu.runtime.logging import get_logger
+from cozygpu.passes.driver import DriverConfig, Lane, PassDriver
+from cozygpu.passes.outcomes import Outcome
+from cozygpu.passes.writes import Writes
 from cozygpu.runtime.metrics import SettingsMetrics
 
 _log = get_logger("cozygpu.settings")
-
-#: Conflicts tolerated in one pass before it counts as failed and backs off.
-_WRITE_ATTEMPTS: Final = 5
 
 
 class ConfigMapClient(Protocol):
@@ -58,6 +61,21 @@ class ConfigMapClient(Protocol):
     async def create(self, path: str, body: Obj, **kw: Any) -> Obj: ...
 
     async def replace(self, path: str, body: Obj, **kw: Any) -> Obj: ...
+
+
+@attrs.frozen
+class SettingsView:
+    """What a pass decides on: the data the cache implies, and the ConfigMap as the API has it now."""
+
+    desired: dict[str, str]
+    current: Obj | None
+
+
+@attrs.frozen
+class SettingsWrite:
+    create: bool
+    body: Obj
+    data: dict[str, str]
 
 
 def settings_data(*, resource_names: Iterable[str], raw_names: str, gpu_enabled: bool) -> dict[str, str]:
@@ -86,6 +104,7 @@ class SettingsPublisher:
         metrics: SettingsMetrics | None = None,
         resync: float = 300.0,
         max_backoff: float = 30.0,
+        clock: Clock | None = None,
     ) -> None:
         self._client = client
         self._cache = cache
@@ -94,15 +113,19 @@ class SettingsPublisher:
         self._raw_names = raw_names
         self._gpu = gpu_enabled
         self._metrics = metrics
-        self._resync = resync
-        self._max_backoff = max_backoff
         self._path = resource_path("", "v1", "configmaps", namespace=namespace, name=keys.SETTINGS_CONFIGMAP)
         self._collection = resource_path("", "v1", "configmaps", namespace=namespace)
         watched = [specs.GPU_CLASSES]
-        if gpu_enabled:
-            watched += [specs.GPU_NODES, specs.KUBEVIRTS, specs.settings_configmap(namespace)]
+        #: The ConfigMap's own informer (GPU enabled only): the driver waits for it to see each write.
+        self._configmap_spec = specs.settings_configmap(namespace) if gpu_enabled else None
+        if self._configmap_spec is not None:
+            watched += [specs.GPU_NODES, specs.KUBEVIRTS, self._configmap_spec]
         self._watched = tuple(watched)
-        self._trigger = cache.trigger(*watched, name=self.name)
+        self.driver: PassDriver[SettingsView, SettingsWrite | None] = PassDriver(
+            self.name, self, cache=cache, triggers={Lane.FULL: [cache.trigger(*watched, name=self.name)]},
+            clock=clock, metrics=metrics.passes if metrics is not None else None,
+            config=DriverConfig(resync=resync, failure_cap=max_backoff), on_outcome=self._on_outcome,
+        )
 
     # -- the data --------------------------------------------------------------------------
 
@@ -131,63 +154,47 @@ class SettingsPublisher:
                                 permitted=permitted_host_devices(kubevirts))
         return settings_data(resource_names=names, raw_names=self._raw_names, gpu_enabled=self._gpu)
 
-    # -- one pass --------------------------------------------------------------------------
+    # -- one pass (snapshot -> plan -> apply) ----------------------------------------------
 
-    async def publish_once(self) -> bool:
-        """Make the ConfigMap match; returns whether it wrote."""
+    async def snapshot(self, lane: Lane) -> SettingsView:
         desired = self.desired()
-        for _ in range(_WRITE_ATTEMPTS):
-            current = await self._client.get_or_none(self._path)
-            try:
-                if current is None:
-                    body: Obj = {
-                        "apiVersion": "v1", "kind": "ConfigMap",
-                        "metadata": {"name": keys.SETTINGS_CONFIGMAP, "namespace": self._namespace},
-                        "data": desired,
-                    }
-                    await self._client.create(self._collection, body)
-                else:
-                    data = current.get("data") or {}
-                    if all(data.get(key) == value for key, value in desired.items()):
-                        return False
-                    body = {**current, "data": {**data, **desired}}
-                    body["metadata"] = {k: v for k, v in current["metadata"].items() if k != "managedFields"}
-                    await self._client.replace(self._path, body)
-            except (errors.Conflict, errors.AlreadyExists):
-                continue  # someone wrote it since we read it: read again
-            _log.info("published the settings ConfigMap", data=desired)
-            if self._metrics is not None:
-                self._metrics.writes.inc()
-            return True
-        raise errors.Conflict(409, {"reason": "Conflict", "message": f"still conflicting after {_WRITE_ATTEMPTS} "
-                                    "reads"}, method="PUT", path=self._path)
+        return SettingsView(desired=desired, current=await self._client.get_or_none(self._path))
+
+    def plan(self, view: SettingsView) -> SettingsWrite | None:
+        """The one write that makes the ConfigMap match, if it does not."""
+        if view.current is None:
+            return SettingsWrite(create=True, data=view.desired, body={
+                "apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": keys.SETTINGS_CONFIGMAP, "namespace": self._namespace},
+                "data": view.desired,
+            })
+        data = view.current.get("data") or {}
+        if all(data.get(key) == value for key, value in view.desired.items()):
+            return None
+        body = {**view.current, "data": {**data, **view.desired}}
+        # The resourceVersion read stays in the metadata: the replace's precondition.
+        body["metadata"] = {k: v for k, v in view.current["metadata"].items() if k != "managedFields"}
+        return SettingsWrite(create=False, data=view.desired, body=body)
+
+    async def apply(self, plan: SettingsWrite | None, writes: Writes) -> None:
+        if plan is None:
+            return
+        if plan.create:
+            answer = await self._client.create(self._collection, plan.body)
+        else:
+            answer = await self._client.replace(self._path, plan.body)
+        if self._configmap_spec is not None:
+            writes.record_object(self._configmap_spec, answer)
+        _log.info("published the settings ConfigMap", data=plan.data)
+        if self._metrics is not None:
+            self._metrics.writes.inc()
+
+    def _on_outcome(self, lane: Lane, outcome: Outcome, error: Exception | None) -> None:
+        if self._metrics is not None and outcome in (Outcome.WAITING, Outcome.FAILED):
+            self._metrics.failures.inc()
 
     # -- the loop --------------------------------------------------------------------------
 
     async def run(self) -> None:
         """Leader work: publish now, then on every change and every resync, until cancelled."""
-        self._trigger.poll()  # whatever fired while not leading is covered by the first pass
-        backoff = 1.0
-        while True:
-            wait = self._resync
-            try:
-                await self.publish_once()
-                backoff = 1.0
-            except (errors.KubeError, CacheError) as err:
-                if self._metrics is not None:
-                    self._metrics.failures.inc()
-                waiting = isinstance(err, CacheError)
-                log = _log.info if waiting else _log.warning
-                log("settings not published yet" if waiting else "publishing the settings failed", error=str(err))
-                wait, backoff = backoff, min(backoff * 2, self._max_backoff)
-            except Exception as err:  # a bug on some object's path: both replicas would crash-loop on it
-                if self._metrics is not None:
-                    self._metrics.failures.inc()
-                _log.error("publishing the settings failed unexpectedly", error=f"{type(err).__name__}: {err}",
-                           exc_info=True)
-                wait, backoff = backoff, min(backoff * 2, self._max_backoff)
-            try:
-                async with asyncio.timeout(wait):
-                    await self._trigger.wait()
-            except TimeoutError:
-                pass
+        await self.driver.run()

@@ -16,6 +16,7 @@ from cozygpu.cache.cache import Cache
 from cozygpu.kube import Client, errors, resource_path
 from cozygpu.kube.client import Obj
 from cozygpu.runtime import kinds
+from cozygpu.runtime.metrics import SettingsMetrics
 from cozygpu.runtime.settings import SettingsPublisher, settings_data
 from tests.support.crds import FIXTURE_CRDS, install_fixture_crd, uninstall_fixture_crd
 
@@ -42,14 +43,16 @@ def unique_name(prefix: str) -> str:
 
 @asynccontextmanager
 async def publishing(client: Any, admin: Client, namespace: str, *, gpu: bool = True,
-                     hoster: tuple[str, ...] = ("example.com/hoster-gpu",)) -> AsyncIterator[SettingsPublisher]:
+                     hoster: tuple[str, ...] = ("example.com/hoster-gpu",),
+                     metrics: SettingsMetrics | None = None) -> AsyncIterator[SettingsPublisher]:
     cache = Cache(admin, registry=CollectorRegistry())
     for spec in (*kinds.webhook_kinds(enable_gpu=gpu, namespace=namespace), *kinds.lazy_kinds(enable_gpu=gpu)):
         cache.add(spec)
     async with cache.running():
         await cache.wait_synced(*kinds.webhook_kinds(enable_gpu=gpu, namespace=namespace), timeout=30)
         publisher = SettingsPublisher(client, cache, namespace=namespace, hoster_names=hoster,
-                                      raw_names=keys.RAW_NAMES_FORBID, gpu_enabled=gpu, resync=300)
+                                      raw_names=keys.RAW_NAMES_FORBID, gpu_enabled=gpu, resync=300,
+                                      metrics=metrics)
         task = asyncio.create_task(publisher.run())
         try:
             yield publisher
@@ -149,6 +152,30 @@ async def test_a_write_that_raced_another_is_refused_and_redone_from_a_fresh_rea
     assert racing.conflicts == 1, "the first replace carried the resourceVersion it read and was refused"
     assert data["stale"] == "yes"
     assert (await admin.get(settings_path(namespace)))["metadata"]["annotations"]["raced"] == "yes"
+
+
+async def test_the_pass_after_a_write_starts_once_the_cache_has_seen_that_write(
+    admin: Client, namespace: str
+) -> None:
+    registry = CollectorRegistry()
+    loop = {"loop": SettingsPublisher.name}
+
+    def sample(name: str, **labels: str) -> float:
+        return registry.get_sample_value(name, {**loop, **labels}) or 0.0
+
+    async with publishing(admin, admin, namespace, metrics=SettingsMetrics.on(registry)) as publisher:
+        await settled(admin, namespace, lambda d: keys.SETTINGS_RAW_NAMES in d)
+        # The write's own watch event asks for the next pass, which first waits for the cache to hold the write.
+        async with asyncio.timeout(20):
+            while True:
+                if sample("cozygpu_passes_total", lane="full", outcome="ok") >= 2:
+                    break
+                await asyncio.sleep(0.05)
+        assert publisher.driver.unseen_writes == {}
+    writes = registry.get_sample_value("cozygpu_settings_writes_total")
+    assert writes == 1, "the second pass found the ConfigMap as written"
+    assert sample("cozygpu_pass_write_sync_seconds_count") >= 1
+    assert sample("cozygpu_pass_write_sync_timeouts_total") == 0
 
 
 async def test_the_gpu_entries_of_kubevirts_permitted_host_devices_are_published(

@@ -39,7 +39,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Generic, NoReturn, Protocol, TypeVar
 
 import attrs
@@ -82,6 +82,33 @@ class Work(Protocol[ViewT, PlanT]):
     async def apply(self, plan: PlanT, writes: Writes) -> None:
         """Carry the plan out, recording each accepted write in ``writes`` as it goes."""
         ...
+
+
+#: One lane's pass when it snapshots, plans and applies in one coroutine, recording its writes.
+LanePass = Callable[[Writes], Awaitable[None]]
+
+
+@attrs.frozen
+class LaneWork:
+    """A ``Work`` whose lanes are one coroutine each (snapshot, plan and apply inside it).
+
+    For passes that interleave several snapshot → plan → apply steps of their
+    own (the binder's); the driver's guarantees hold around the whole pass. A
+    lane without a pass has nothing to do.
+    """
+
+    passes: Mapping[Lane, LanePass]
+
+    async def snapshot(self, lane: Lane) -> Lane:
+        return lane
+
+    def plan(self, view: Lane) -> Lane:
+        return view
+
+    async def apply(self, plan: Lane, writes: Writes) -> None:
+        run = self.passes.get(plan)
+        if run is not None:
+            await run(writes)
 
 
 class SeesWrites(Protocol):

@@ -17,7 +17,7 @@ from cozygpu.cache.kinds import KindSpec
 from cozygpu.cache.store import Store
 from cozygpu.cache.triggers import Trigger
 from cozygpu.kube import errors
-from cozygpu.passes.driver import DriverConfig, Lane, OutcomeHook, PassDriver
+from cozygpu.passes.driver import DriverConfig, Lane, LaneWork, OutcomeHook, PassDriver
 from cozygpu.passes.metrics import PassMetrics
 from cozygpu.passes.outcomes import Outcome
 from cozygpu.passes.writes import Writes
@@ -399,3 +399,29 @@ def test_writes_keep_the_latest_resource_version_per_kind() -> None:
     writes.record_object("configmaps", {"metadata": {"resourceVersion": "30"}})
     writes.record("configmaps", "")
     assert writes.as_dict() == {DEVICES.key: "12", "configmaps": "30"}
+
+
+async def test_lane_work_runs_each_lanes_own_pass_and_keeps_what_it_wrote() -> None:
+    clock = FakeClock()
+    informer = Informer(DEVICES)
+    feed = informer.begin_cycle()
+    feed.replace([], "5")
+    ran: list[str] = []
+
+    async def full(writes: Writes) -> None:
+        ran.append("full")
+        writes.record(DEVICES, "9")
+
+    async def answer(writes: Writes) -> None:
+        ran.append("answer")
+
+    driver: PassDriver[Lane, Lane] = PassDriver(
+        "lanes", LaneWork({Lane.FULL: full, Lane.ANSWER: answer}), cache=Informers(informer), clock=clock,
+        config=CONFIG)
+    async with running(driver):
+        driver.request(Lane.ANSWER)
+        await settle()
+        assert ran == ["full"], "the answer pass waits for the full pass's write"
+        feed.advance("9")
+        await settle()
+    assert ran == ["full", "answer"]

@@ -14,6 +14,7 @@ from cozygpu.base.clock import FakeClock, settle
 from cozygpu.cache.errors import NotSynced
 from cozygpu.cache.informer import Informer
 from cozygpu.cache.kinds import KindSpec
+from cozygpu.cache.reflector import Sink
 from cozygpu.cache.store import Store
 from cozygpu.cache.triggers import Trigger
 from cozygpu.kube import errors
@@ -85,6 +86,14 @@ class Informers:
     async def wait_for_resource_version(self, spec_or_key: str, resource_version: str,
                                         timeout: float | None = None) -> Store:
         return await self.by_key[spec_or_key].wait_for_resource_version(resource_version, timeout)
+
+
+def devices_synced_at(resource_version: str) -> tuple[Informer, Sink]:
+    """A served GPUDevice informer whose first list is stored at ``resource_version``, and its feed."""
+    informer = Informer(DEVICES)
+    feed = informer.begin_cycle()
+    feed.replace([], resource_version)
+    return informer, feed
 
 
 @asynccontextmanager
@@ -276,9 +285,7 @@ async def test_a_failure_holds_its_lane_for_the_backoff_whatever_comes_and_a_suc
 async def test_the_next_pass_waits_until_the_cache_has_seen_the_last_pass_writes() -> None:
     clock = FakeClock()
     registry = CollectorRegistry()
-    informer = Informer(DEVICES)
-    feed = informer.begin_cycle()
-    feed.replace([], "5")
+    informer, feed = devices_synced_at("5")
     script, driver = make(clock, cache=Informers(informer), metrics=PassMetrics.on(registry))
     script.writes = {DEVICES.key: "12"}
     async with running(driver):
@@ -298,9 +305,7 @@ async def test_the_next_pass_waits_until_the_cache_has_seen_the_last_pass_writes
 async def test_a_write_sync_that_times_out_is_counted_and_still_no_pass_runs_before_it() -> None:
     clock = FakeClock()
     registry = CollectorRegistry()
-    informer = Informer(DEVICES)
-    feed = informer.begin_cycle()
-    feed.replace([], "5")
+    informer, feed = devices_synced_at("5")
     script, driver = make(clock, cache=Informers(informer), metrics=PassMetrics.on(registry))
     script.writes = {DEVICES.key: "12"}
     async with running(driver):
@@ -315,9 +320,7 @@ async def test_a_write_sync_that_times_out_is_counted_and_still_no_pass_runs_bef
 
 async def test_the_writes_of_a_pass_that_failed_half_way_are_waited_for_too() -> None:
     clock = FakeClock()
-    informer = Informer(DEVICES)
-    feed = informer.begin_cycle()
-    feed.replace([], "5")
+    informer, feed = devices_synced_at("5")
     script, driver = make(clock, cache=Informers(informer))
     script.writes = {DEVICES.key: "7"}
     script.errors = {Lane.FULL: [conflict()]}
@@ -331,8 +334,7 @@ async def test_the_writes_of_a_pass_that_failed_half_way_are_waited_for_too() ->
 
 async def test_a_write_to_a_kind_no_longer_served_does_not_hold_the_loop() -> None:
     clock = FakeClock()
-    informer = Informer(DEVICES)
-    informer.begin_cycle().replace([], "5")
+    informer, _ = devices_synced_at("5")
     script, driver = make(clock, cache=Informers(informer))
     script.writes = {DEVICES.key: "12"}
     async with running(driver):
@@ -403,9 +405,7 @@ def test_writes_keep_the_latest_resource_version_per_kind() -> None:
 
 async def test_lane_work_runs_each_lanes_own_pass_and_keeps_what_it_wrote() -> None:
     clock = FakeClock()
-    informer = Informer(DEVICES)
-    feed = informer.begin_cycle()
-    feed.replace([], "5")
+    informer, feed = devices_synced_at("5")
     ran: list[str] = []
 
     async def full(writes: Writes) -> None:

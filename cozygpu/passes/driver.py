@@ -339,8 +339,9 @@ class PassDriver(Generic[ViewT, PlanT]):
             await self._work.apply(plan, writes)
         except Exception as err:
             error = err
-        if self._cache is not None:
-            self._unseen.merge(writes)
+        finally:  # also when cancelled: the next term's first pass waits for them too
+            if self._cache is not None:
+                self._unseen.merge(writes)
         outcome = Outcome.OK if error is None else classify(error)
         ended = self._clock.now()
         self._metrics.duration.labels(self.name, lane.value).observe(ended - started)
@@ -349,7 +350,10 @@ class PassDriver(Generic[ViewT, PlanT]):
             self._resync_at = ended + self._config.resync
         self._settle(state, outcome, error, reasons)
         if self._on_outcome is not None:
-            self._on_outcome(lane, outcome, error)
+            try:
+                self._on_outcome(lane, outcome, error)
+            except Exception:
+                self._log.exception("the outcome hook failed", lane=lane.value, outcome=outcome.value)
 
     def _settle(self, state: _LaneState, outcome: Outcome, error: Exception | None, reasons: list[str]) -> None:
         log = self._log.bind(lane=state.lane.value, reasons=reasons)

@@ -332,6 +332,23 @@ async def test_the_writes_of_a_pass_that_failed_half_way_are_waited_for_too() ->
     assert script.passes == [Lane.FULL, Lane.FULL]
 
 
+async def test_the_writes_of_a_pass_cancelled_with_its_term_are_waited_for_in_the_next_term() -> None:
+    clock = FakeClock()
+    informer, feed = devices_synced_at("5")
+    script, driver = make(clock, cache=Informers(informer))
+    script.writes = {DEVICES.key: "12"}
+    script.gate = asyncio.Event()
+    async with running(driver):
+        assert script.running == 1
+    assert driver.unseen_writes == {DEVICES.key: "12"}
+    script.gate.set()
+    async with running(driver):
+        assert script.passes == [Lane.FULL], "the next term's first pass waits for the cache"
+        feed.advance("12")
+        await settle()
+    assert script.passes == [Lane.FULL, Lane.FULL]
+
+
 async def test_a_write_to_a_kind_no_longer_served_does_not_hold_the_loop() -> None:
     clock = FakeClock()
     informer, _ = devices_synced_at("5")

@@ -11,8 +11,8 @@ everything around it, once for every loop (docs/passes.md has the story):
   pending answer lane goes before a pending full pass, except that after
   ``answer_streak`` answer passes that a due full pass waited behind, the full
   pass goes next. The full lane is also requested ``resync`` seconds after
-  each full pass ends, and once when ``run()`` starts (covering whatever fired
-  before: the triggers are drained first).
+  each full pass ends, and once when ``run()`` starts; what a lane's triggers
+  gathered before then joins that lane's first pass.
 - Read-your-writes (R-BIND-2). ``apply`` records what it wrote in ``Writes``
   (kept even when it raises half way); before the next pass starts, the cache
   must have seen each kind's latest written resourceVersion. The wait is
@@ -233,16 +233,20 @@ class PassDriver(Generic[ViewT, PlanT]):
             raise RuntimeError(f"{self.name}: the pass driver is already running")
         self._running = True
         try:
-            for triggers in self._triggers.values():
-                for trigger in triggers:
-                    trigger.poll()  # what fired before now is covered by the first full pass
+            now = self._clock.now()
             for state in self._lanes.values():
                 state.hold_until, state.hold_lifts_on_request = -math.inf, True
                 state.requeue.reset()
                 state.failure.reset()
+                state.since = now  # a request made while not running waited for the term, not the queue
             self._resync_at = math.inf
             self._full_waited = 0
             self.request(Lane.FULL, "start")
+            for lane, triggers in self._triggers.items():
+                for trigger in triggers:
+                    # What fired before now joins the first pass of its lane (the full one: the start pass).
+                    if (reasons := trigger.poll()) is not None:
+                        self.request(lane, ",".join(sorted(reasons)))
             async with asyncio.TaskGroup() as group:
                 for lane, triggers in self._triggers.items():
                     for trigger in triggers:

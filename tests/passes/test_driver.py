@@ -127,6 +127,16 @@ async def test_the_loop_starts_with_one_full_pass_covering_what_fired_before() -
     assert script.passes == [Lane.FULL]
 
 
+async def test_an_answer_asked_for_before_the_term_goes_first() -> None:
+    clock = FakeClock()
+    answers = Trigger("answers")
+    script, driver = make(clock, triggers={Lane.ANSWER: [answers]})
+    answers.fire("bind request")
+    async with running(driver):
+        await settle()
+    assert script.passes == [Lane.ANSWER, Lane.FULL]
+
+
 async def test_many_requests_and_events_while_a_pass_runs_make_one_more_pass() -> None:
     clock = FakeClock()
     trigger = Trigger("devices")

@@ -42,6 +42,7 @@ from typing import Any, Final
 
 import attrs
 
+from cozygpu import keys
 from cozygpu.base.clock import Clock
 from cozygpu.base.logging import get_logger
 from cozygpu.binder import attachments, finalizers, reports, usage
@@ -89,6 +90,12 @@ def _unanswered(obj: Mapping[str, Any] | None) -> str:
         return ""
     answered = answer.get("id") if isinstance(answer, Mapping) else None
     return "" if answered == request_id else str(request_id)
+
+
+def _unverified(obj: Mapping[str, Any]) -> bool:
+    conditions = (obj.get("status") or {}).get("conditions") or ()
+    return any(isinstance(c, Mapping) and c.get("type") == ATTACHMENT_VERIFIED and c.get("status") == "False"
+               for c in conditions)
 
 
 def _key(obj: Mapping[str, Any]) -> DeviceKey:
@@ -223,14 +230,17 @@ class Binder:
             await self._attachments(snapshot, objects, written, writes)
             # A report refused on its resourceVersion is not a reason to requeue: the agent reports often,
             # and the change that beat it is itself an event of a watched kind, which queues a pass.
-            await reports.apply_reports(self._client, reports.report_writes(
+            reported = await reports.apply_reports(self._client, reports.report_writes(
                 snapshot, self._cache.store(specs.GPU_CLASSES).list(), self._cache.store(specs.GPU_NODES).list(),
                 now=snapshot.now))
+            by_kind = {keys.GPUCLASS_KIND: specs.GPU_CLASSES, keys.GPUNODE_KIND: specs.GPU_NODES}
+            for kind, version in reported.versions:
+                writes.record(by_kind[kind], version)
             if self._metrics is not None:
                 self._metrics.observe_units(snapshot)
             if report.error is not None:
                 raise report.error
-        await self._reconcile()
+        await self._reconcile(writes)
         self._requeue_if_stale()
 
     def _requeue_if_stale(self) -> None:
@@ -278,11 +288,9 @@ class Binder:
                                 "until the kind is served"}
         for key in plan.unverified:
             obj = objects[key]
-            current = (obj.get("status") or {}).get("conditions")
-            if any(isinstance(c, Mapping) and c.get("type") == ATTACHMENT_VERIFIED and c.get("status") == "False"
-                   for c in current or ()):
+            if _unverified(obj):
                 continue
-            merged = reports.merge_conditions(current, [condition], snapshot.now)
+            merged = reports.merge_conditions((obj.get("status") or {}).get("conditions"), [condition], snapshot.now)
             try:
                 answer = await self._client.merge_patch(device_status_path(key), {"status": {"conditions": merged}},
                                                         resource_version=str(obj["metadata"]["resourceVersion"]))
@@ -290,6 +298,22 @@ class Binder:
                 continue
             writes.record_object(specs.GPU_DEVICES, answer)
         raise error
+
+    async def _mark_verified(self, keys_: Sequence[DeviceKey], objects: Mapping[DeviceKey, Obj], writes: Writes,
+                             now: datetime) -> None:
+        """Flip ``AttachmentVerified`` back to True on devices the binder can judge again."""
+        condition = {"type": ATTACHMENT_VERIFIED, "status": "True", "reason": "VMIKindServed",
+                     "message": "virtualmachineinstances.kubevirt.io is served: the attachment is judged again"}
+        for key in keys_:
+            obj = objects[key]
+            merged = reports.merge_conditions((obj.get("status") or {}).get("conditions"), [condition], now)
+            try:
+                answer = await self._client.merge_patch(device_status_path(key), {"status": {"conditions": merged}},
+                                                        resource_version=str(obj["metadata"]["resourceVersion"]))
+            except (errors.Conflict, errors.NotFound):
+                self._stale += 1
+                continue
+            writes.record_object(specs.GPU_DEVICES, answer)
 
     async def _attachments(self, snapshot: Snapshot, objects: Mapping[DeviceKey, Obj], skip: Iterable[DeviceKey],
                            writes: Writes) -> None:
@@ -304,11 +328,14 @@ class Binder:
         for version in report.written:
             writes.record(specs.GPU_DEVICES, version)
         self._stale += report.dropped
+        done = {*skip, *(d.device for d in plan.detaches)}
+        await self._mark_verified([k for k, o in objects.items() if k not in done and _unverified(o)], objects,
+                                  writes, snapshot.now)
         if self._metrics is not None:
             for detach in plan.detaches:
                 self._metrics.detaches.labels(reason=detach.reason, deleted=str(detach.delete).lower()).inc()
 
-    async def _reconcile(self) -> None:
+    async def _reconcile(self, writes: Writes) -> None:
         """The always-on reconcilers: finalizers and usage records (R-BIND-9)."""
         classes = self._cache.store(specs.GPU_CLASSES).list()
         devices = self._cache.store(specs.GPU_DEVICES).list()
@@ -316,9 +343,17 @@ class Binder:
         changes = (*finalizers.class_finalizer_changes(classes, devices),
                    *finalizers.device_finalizer_changes(devices, finalizers.vmi_uids(vmis)
                                                         if vmis is not None else None))
-        self._stale += len((await finalizers.apply_finalizers(self._client, changes)).stale)
+        done = await finalizers.apply_finalizers(self._client, changes)
+        self._stale += len(done.stale)
+        by_plural = {keys.GPUCLASS_PLURAL: specs.GPU_CLASSES, keys.GPUDEVICE_PLURAL: specs.GPU_DEVICES}
+        for plural, version in done.versions:
+            writes.record(by_plural[plural], version)
         monitors, workloads = self._optional(WORKLOAD_MONITORS), self._optional(WORKLOADS)
         if monitors is None or workloads is None:
             return  # Cozystack's usage kinds are not served here: nothing to record into
-        self._stale += (await usage.apply_usage(self._client, usage.usage_plan(devices, classes, monitors,
-                                                                                workloads))).stale
+        recorded = await usage.apply_usage(self._client, usage.usage_plan(devices, classes, monitors, workloads))
+        self._stale += recorded.stale
+        by_kind = {WORKLOAD_MONITORS.kind: WORKLOAD_MONITORS, WORKLOADS.kind: WORKLOADS}
+        for kind, version in recorded.versions:
+            if kind in by_kind:
+                writes.record(by_kind[kind], version)

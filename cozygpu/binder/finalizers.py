@@ -57,6 +57,8 @@ class FinalizerChange:
 @attrs.frozen(kw_only=True)
 class FinalizerReport:
     applied: tuple[FinalizerChange, ...] = ()
+    #: (plural, resourceVersion) the server answered each applied change with: for read-your-writes.
+    versions: tuple[tuple[str, str], ...] = ()
     #: Changes refused by a Conflict or a vanished object: the next pass decides again.
     stale: tuple[FinalizerChange, ...] = ()
 
@@ -136,11 +138,12 @@ def device_finalizer_changes(devices: Iterable[Obj], vmis: Mapping[tuple[str, st
 
 async def apply_finalizers(client: Client, changes: Sequence[FinalizerChange]) -> FinalizerReport:
     applied: list[FinalizerChange] = []
+    versions: list[tuple[str, str]] = []
     stale: list[FinalizerChange] = []
     for change in changes:
         patch = {"metadata": {"finalizers": list(change.finalizers)}}
         try:
-            await client.merge_patch(change.path, patch, resource_version=change.resource_version)
+            answer = await client.merge_patch(change.path, patch, resource_version=change.resource_version)
         except (errors.Conflict, errors.NotFound) as error:
             log.info("finalizer change stale, requeued", object=change.path, error=type(error).__name__)
             stale.append(change)
@@ -148,4 +151,5 @@ async def apply_finalizers(client: Client, changes: Sequence[FinalizerChange]) -
         log.info("finalizer added" if change.add else "finalizer released", object=change.path,
                  finalizer=change.finalizer)
         applied.append(change)
-    return FinalizerReport(applied=tuple(applied), stale=tuple(stale))
+        versions.append((change.plural, str((answer.get("metadata") or {}).get("resourceVersion") or "")))
+    return FinalizerReport(applied=tuple(applied), versions=tuple(versions), stale=tuple(stale))

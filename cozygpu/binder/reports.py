@@ -137,13 +137,15 @@ def node_conditions(snapshot: Snapshot, name: str) -> list[dict[str, str]]:
 
 @attrs.frozen(kw_only=True)
 class StatusWrite:
+    kind: str
     path: str
     resource_version: str
     status: Mapping[str, Any]
     what: str
 
 
-def _write_if_changed(obj: Obj, path: str, fields: Mapping[str, Any], now: datetime, what: str) -> StatusWrite | None:
+def _write_if_changed(obj: Obj, kind: str, path: str, fields: Mapping[str, Any], now: datetime,
+                      what: str) -> StatusWrite | None:
     current: Mapping[str, Any] = obj.get("status") or {}
     changed = any(current.get(k) != v for k, v in fields.items() if k != "conditions")
     if _comparable(current.get("conditions")) != _comparable(
@@ -154,7 +156,7 @@ def _write_if_changed(obj: Obj, path: str, fields: Mapping[str, Any], now: datet
     patch = dict(fields)
     patch["conditions"] = merge_conditions(current.get("conditions"), fields.get("conditions", ()), now)
     version = str((obj.get("metadata") or {}).get("resourceVersion") or "")
-    return StatusWrite(path=path, resource_version=version, status=patch, what=what)
+    return StatusWrite(kind=kind, path=path, resource_version=version, status=patch, what=what)
 
 
 def report_writes(snapshot: Snapshot, classes: Iterable[Obj], gpunodes: Iterable[Obj], *,
@@ -167,13 +169,15 @@ def report_writes(snapshot: Snapshot, classes: Iterable[Obj], gpunodes: Iterable
         if view is None:
             continue  # unreadable: the snapshot left it out and logged why
         path = resource_path(keys.GROUP, keys.VERSION, keys.GPUCLASS_PLURAL, name=name, subresource="status")
-        write = _write_if_changed(obj, path, class_status(snapshot, view), now, f"GPUClass {name}")
+        write = _write_if_changed(obj, keys.GPUCLASS_KIND, path, class_status(snapshot, view), now,
+                                  f"GPUClass {name}")
         if write is not None:
             writes.append(write)
     for obj in gpunodes:
         name = str((obj.get("metadata") or {}).get("name") or "")
         path = resource_path(keys.GROUP, keys.VERSION, keys.GPUNODE_PLURAL, name=name, subresource="status")
-        write = _write_if_changed(obj, path, {"conditions": node_conditions(snapshot, name)}, now, f"GPUNode {name}")
+        write = _write_if_changed(obj, keys.GPUNODE_KIND, path, {"conditions": node_conditions(snapshot, name)}, now,
+                                  f"GPUNode {name}")
         if write is not None:
             writes.append(write)
     return tuple(writes)
@@ -183,18 +187,22 @@ def report_writes(snapshot: Snapshot, classes: Iterable[Obj], gpunodes: Iterable
 class ReportResult:
     written: int = 0
     dropped: int = 0
+    #: (kind, resourceVersion) of every write the server took: for read-your-writes.
+    versions: tuple[tuple[str, str], ...] = ()
 
 
 async def apply_reports(client: Client, writes: Sequence[StatusWrite]) -> ReportResult:
     """Send ``writes``, each on its resourceVersion; a Conflict or a vanished object is left to the next pass."""
     written = dropped = 0
+    versions: list[tuple[str, str]] = []
     for write in writes:
         try:
-            await client.merge_patch(write.path, {"status": dict(write.status)},
-                                     resource_version=write.resource_version)
+            answer = await client.merge_patch(write.path, {"status": dict(write.status)},
+                                              resource_version=write.resource_version)
         except (errors.Conflict, errors.NotFound) as error:
             dropped += 1
             log.info("report dropped", object=write.what, why=type(error).__name__)
             continue
         written += 1
-    return ReportResult(written=written, dropped=dropped)
+        versions.append((write.kind, str((answer.get("metadata") or {}).get("resourceVersion") or "")))
+    return ReportResult(written=written, dropped=dropped, versions=tuple(versions))

@@ -193,39 +193,48 @@ def usage_plan(devices: Iterable[Obj], classes: Iterable[Obj], monitors: Iterabl
 class UsageReport:
     written: int = 0
     stale: int = 0
+    #: (kind, resourceVersion) of each create or replace the server answered: for read-your-writes.
+    versions: tuple[tuple[str, str], ...] = ()
 
     @property
     def requeue(self) -> bool:
         return self.stale > 0
 
 
-async def _put(client: Client, body: Obj, path_of: Callable[..., str]) -> None:
+async def _put(client: Client, body: Obj, path_of: Callable[..., str]) -> Obj:
     namespace, name = _key(body)
     if body["metadata"].get("resourceVersion"):
-        await client.replace(path_of(namespace, name), dict(body))
+        answer = await client.replace(path_of(namespace, name), dict(body))
     else:
-        await client.create(path_of(namespace), dict(body))
+        answer = await client.create(path_of(namespace), dict(body))
     log.info("usage record written", object=f"{namespace}/{name}", kind=body.get("kind"))
+    return answer
 
 
-async def _remove(client: Client, removal: Removal) -> None:
+async def _remove(client: Client, removal: Removal) -> Obj | None:
     await client.delete(removal.path, resource_version=removal.resource_version or None)
     log.info("usage record removed", object=removal.path)
+    return None
 
 
 async def apply_usage(client: Client, plan: UsagePlan) -> UsageReport:
     """Write ``plan`` in its order; a stale step is counted and the rest still run."""
-    steps: list[Callable[[], Awaitable[None]]] = [
+    steps: list[Callable[[], Awaitable[Obj | None]]] = [
         *(functools.partial(_put, client, body, monitor_path) for body in plan.put_monitors),
         *(functools.partial(_put, client, body, workload_path) for body in plan.put_workloads),
         *(functools.partial(_remove, client, r) for r in (*plan.remove_workloads, *plan.remove_monitors)),
     ]
     written = stale = 0
+    versions: list[tuple[str, str]] = []
     for step in steps:
         try:
-            await step()
+            answer = await step()
             written += 1
         except (errors.Conflict, errors.AlreadyExists, errors.NotFound) as error:
             log.info("usage record change stale, requeued", error=str(error))
             stale += 1
-    return UsageReport(written=written, stale=stale)
+            continue
+        if answer is not None:
+            versions.append((str(answer.get("kind") or ""),
+                             str((answer.get("metadata") or {}).get("resourceVersion") or "")))
+    return UsageReport(written=written, stale=stale, versions=tuple(versions))

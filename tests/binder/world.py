@@ -9,9 +9,10 @@ nodes of the full plane.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -23,6 +24,7 @@ from cozygpu.base.clock import LoopClock
 from cozygpu.binder.binder import Binder, BinderConfig
 from cozygpu.binder.metrics import BinderMetrics
 from cozygpu.cache.cache import Cache
+from cozygpu.cache.kinds import KindSpec
 from cozygpu.kube import Client, resource_path
 from cozygpu.passes.writes import Writes
 from tests.binder.support import class_path, device_path
@@ -153,3 +155,15 @@ async def running_binder(admin: Client, *, gpu_enabled: bool = True, **config: A
 async def seen_by(running: RunningBinder, spec_key: str, obj: Mapping[str, Any]) -> None:
     """Wait until the binder's cache holds ``obj`` at its resourceVersion (or later)."""
     await running.cache.wait_for_resource_version(spec_key, str(obj["metadata"]["resourceVersion"]), timeout=30)
+
+
+async def cache_until(running: RunningBinder, spec: KindSpec, predicate: Callable[[], bool],
+                      timeout: float = 30.0) -> None:
+    """Wait, on the kind's trigger, until ``predicate`` holds for the binder's cache."""
+    trigger = running.cache.trigger(spec, name="test")
+    try:
+        async with asyncio.timeout(timeout):
+            while not predicate():
+                await trigger.wait()
+    finally:
+        running.cache.informer(spec).remove_trigger(trigger)

@@ -1,0 +1,165 @@
+"""The binder and VMIs against the real API server: running launchers, attachments, templates, the lazy VMI kind."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from cozygpu import keys
+from cozygpu.binder.attachments import AttachmentsUnverified
+from cozygpu.cache import specs
+from cozygpu.kube import Client, errors, resource_path
+from tests.binder.support import VMI_CRD, VMIS, device_path
+from tests.binder.world import RunningBinder, World, cache_until, running_binder, seen_by, stamp
+from tests.support.crds import install_fixture_crd, uninstall_fixture_crd
+
+CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+
+
+@pytest.fixture
+async def world(admin: Client, namespace: str) -> AsyncIterator[World]:
+    made = await World.make(admin, namespace)
+    yield made
+    await made.cleanup()
+
+
+@pytest.fixture
+async def binder(admin: Client) -> AsyncIterator[RunningBinder]:
+    await install_fixture_crd(admin, VMI_CRD)
+    async with running_binder(admin, attachment_grace=timedelta(seconds=30)) as running:
+        yield running
+
+
+async def vmi(world: World, name: str, *, status: dict[str, Any] | None = None) -> dict[str, Any]:
+    path = resource_path(*VMIS, namespace=world.namespace)
+    made: dict[str, Any] = await world.admin.create(path, {
+        "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance", "metadata": {"name": name},
+        "spec": {"domain": {"devices": {}}}})
+    if status:
+        made = await world.admin.merge_patch(f"{path}/{name}/status", {"status": status})
+    return made
+
+
+async def running_launcher(world: World, vmi_obj: dict[str, Any], node: str) -> dict[str, Any]:
+    """A launcher pod Running on ``node`` and the VMI naming it in ``status.activePods``."""
+    pods = resource_path("", "v1", "pods", namespace=world.namespace)
+    name = vmi_obj["metadata"]["name"]
+    pod = await world.admin.create(pods, {"metadata": {
+        "name": f"virt-launcher-{name}-abcde", "labels": {"kubevirt.io": "virt-launcher",
+                                                          "kubevirt.io/created-by": vmi_obj["metadata"]["uid"]}},
+        "spec": {"nodeName": node, "containers": [{"name": "compute", "image": "virt-launcher"}]}})
+    await world.admin.merge_patch(f"{pods}/{pod['metadata']['name']}/status", {"status": {"phase": "Running"}})
+    updated: dict[str, Any] = await world.admin.merge_patch(
+        resource_path(*VMIS, namespace=world.namespace, name=name, subresource="status"),
+        {"status": {"phase": "Running", "nodeName": node, "activePods": {pod["metadata"]["uid"]: node}}})
+    return updated
+
+
+@pytest.mark.xfail(strict=True, reason="R-BIND-7: placement still moves a set whose VMI runs; the keep-or-move "
+                   "rule takes it next")
+async def test_a_running_launchers_device_is_never_moved_off_its_not_ready_node(
+        world: World, binder: RunningBinder) -> None:
+    await world.node("n1", 1)
+    await world.node("n2", 1)
+    vm = await vmi(world, "vm")
+    await world.order("d", status={**world.held("n1"), "attachment": {"vmi": "vm", "uid": vm["metadata"]["uid"],
+                                                                        "attachedAt": stamp()}})
+    vm = await running_launcher(world, vm, world.node_name("n1"))
+    await world.set_ready("n1", False)
+    await seen_by(binder, specs.VMIS.key, vm)
+    await seen_by(binder, specs.NODES.key, await world.admin.get(f"/api/v1/nodes/{world.node_name('n1')}"))
+    await seen_by(binder, specs.GPU_DEVICES.key, await world.device("d"))
+
+    await binder.full_pass()
+
+    kept = await world.device("d")
+    assert (kept["status"]["phase"], kept["status"]["nodeName"]) == ("Bound", world.node_name("n1"))
+    assert kept["status"]["attachment"]["vmi"] == "vm"
+
+
+async def test_an_attachment_is_cleared_when_its_vmi_is_gone_or_never_came_and_the_hold_stays(
+        world: World, binder: RunningBinder) -> None:
+    await world.node("n1", 4)
+    long_ago = stamp(datetime.now(UTC) - timedelta(minutes=5))
+    await world.order("gone", status={**world.held("n1"), "attachment": {"vmi": "vm-gone", "uid": "u-gone"}})
+    await world.order("never", status={**world.held("n1"), "attachment": {"vmi": "vm-never", "attachedAt": long_ago}})
+    await world.order("young", status={**world.held("n1"), "attachment": {"vmi": "vm-young", "attachedAt": stamp()}})
+    await seen_by(binder, specs.GPU_DEVICES.key, await world.device("young"))
+
+    await binder.full_pass()
+
+    for name in ("gone", "never"):
+        cleared = (await world.device(name))["status"]
+        assert "attachment" not in cleared, name
+        assert (cleared["phase"], cleared["nodeName"]) == ("Bound", world.node_name("n1"))
+    assert (await world.device("young"))["status"]["attachment"]["vmi"] == "vm-young"
+
+
+async def test_a_template_device_goes_with_its_vmi(world: World, binder: RunningBinder) -> None:
+    await world.node("n1", 2)
+    vm = await vmi(world, "vm")
+    made = await world.order("tpl", status={**world.held("n1"), "attachment": {
+        "vmi": "vm", "uid": vm["metadata"]["uid"], "attachedAt": stamp()}})
+    await world.admin.merge_patch(device_path(world.namespace, "tpl"),
+                                  {"metadata": {"labels": {keys.TEMPLATE_DEVICE_LABEL: "true"}}})
+    await seen_by(binder, specs.GPU_DEVICES.key, await world.device("tpl"))
+    await binder.full_pass()
+    assert (await world.device("tpl"))["metadata"]["uid"] == made["metadata"]["uid"]  # its VMI is there: kept
+
+    await world.admin.delete(resource_path(*VMIS, namespace=world.namespace, name="vm"))
+    await cache_until(binder, specs.VMIS, lambda: binder.cache.store(specs.VMIS).get(world.namespace, "vm") is None)
+    await binder.full_pass()
+    await binder.full_pass()  # the finalizer is released once nothing uses the device
+
+    with pytest.raises(errors.NotFound):
+        await world.device("tpl")
+
+
+async def test_while_the_vmi_kind_is_not_served_an_attached_device_fails_the_pass_and_nothing_is_detached(
+        admin: Client, world: World) -> None:
+    await uninstall_fixture_crd(admin, VMI_CRD)
+    await wait_gone(admin, f"{CRDS}/{VMI_CRD}")
+    try:
+        await world.node("n1", 1)
+        await world.node("n2", 1)
+        await world.order("d", status={**world.held("n1"), "attachment": {"vmi": "vm", "uid": "u-1",
+                                                                            "attachedAt": stamp()}})
+        await world.set_ready("n1", False)  # a node the device would be moved off, were the VMI known
+        async with running_binder(admin) as binder:
+            await seen_by(binder, specs.GPU_DEVICES.key, await world.device("d"))
+            await seen_by(binder, specs.NODES.key, await admin.get(f"/api/v1/nodes/{world.node_name('n1')}"))
+
+            with pytest.raises(AttachmentsUnverified):
+                await binder.full_pass()
+
+            held = await world.device("d")
+            assert (held["status"]["nodeName"], held["status"]["attachment"]["uid"]) == (world.node_name("n1"), "u-1")
+            verified = next(c for c in held["status"]["conditions"] if c["type"] == "AttachmentVerified")
+            assert (verified["status"], verified["reason"]) == ("False", "VMIKindNotServed")
+
+            # KubeVirt arrives: the binder's cache joins the VMI watch, and the VMI is gone for real now.
+            await install_fixture_crd(admin, VMI_CRD)
+            await binder.cache.wait_synced(specs.VMIS, timeout=60)
+            await binder.full_pass()  # moves the device off n1: its VMI runs nowhere
+            await binder.full_pass()  # and clears the attachment of a VMI that is gone
+            await binder.full_pass()  # and says the attachment is judged again
+
+            moved = (await world.device("d"))["status"]
+            assert "attachment" not in moved
+            assert moved["nodeName"] == world.node_name("n2")
+            verified = next(c for c in moved["conditions"] if c["type"] == "AttachmentVerified")
+            assert (verified["status"], verified["reason"]) == ("True", "VMIKindServed")
+    finally:
+        await install_fixture_crd(admin, VMI_CRD)
+
+
+async def wait_gone(admin: Client, path: str, timeout: float = 30.0) -> None:
+    async with asyncio.timeout(timeout):
+        while True:
+            if await admin.get_or_none(path) is None:
+                return
+            await asyncio.sleep(0.1)

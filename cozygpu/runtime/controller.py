@@ -29,6 +29,7 @@ import attrs
 from prometheus_client import CollectorRegistry
 
 from cozygpu import keys
+from cozygpu.base.clock import Clock, LoopClock
 from cozygpu.base.logging import get_logger
 from cozygpu.cache.cache import Cache
 from cozygpu.kube import Client
@@ -48,7 +49,7 @@ SHUTDOWN_GRACE: Final = 25.0
 
 
 async def stop_leader_work(tasks: list[asyncio.Task[None]], *, limit: float,
-                           on_overrun: Callable[[list[str]], None]) -> None:
+                           on_overrun: Callable[[list[str]], None], clock: Clock | None = None) -> None:
     """Cancel ``tasks`` and wait for them; call ``on_overrun`` once if any outlives ``limit`` seconds.
 
     The tasks are always awaited to the end, even if this wait is cancelled
@@ -58,18 +59,22 @@ async def stop_leader_work(tasks: list[asyncio.Task[None]], *, limit: float,
     """
     for task in tasks:
         task.cancel()
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + limit
-    overran = cancelled_again = False
-    while pending := [task for task in tasks if not task.done()]:
-        try:
-            await asyncio.wait(pending, timeout=None if overran else max(0.0, deadline - loop.time()))
-        except asyncio.CancelledError:
-            cancelled_again = True
-            continue
-        if not overran and loop.time() >= deadline and any(not task.done() for task in tasks):
-            overran = True
-            on_overrun(sorted(task.get_name() for task in tasks if not task.done()))
+    time_source: Clock = clock if clock is not None else LoopClock()
+
+    def overran() -> None:
+        if names := sorted(task.get_name() for task in tasks if not task.done()):
+            on_overrun(names)
+
+    overrun = time_source.call_later(limit, overran)
+    cancelled_again = False
+    try:
+        while pending := [task for task in tasks if not task.done()]:
+            try:
+                await asyncio.wait(pending)
+            except asyncio.CancelledError:
+                cancelled_again = True
+    finally:
+        overrun.cancel()
     for task in tasks:
         if not task.cancelled() and task.exception() is not None:
             _log.error("leader work failed while stopping", runnable=task.get_name(), exc_info=task.exception())

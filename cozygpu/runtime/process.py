@@ -28,6 +28,8 @@ from typing import Any
 
 import attrs
 
+from cozygpu.base.clock import Clock, LoopClock
+from cozygpu.base.deadline import deadline
 from cozygpu.base.logging import get_logger
 from cozygpu.runtime.metrics import ProcessMetrics
 
@@ -43,11 +45,13 @@ class Stage:
 
 
 class Supervisor:
-    def __init__(self, stages: Sequence[Stage], *, grace: float, metrics: ProcessMetrics | None = None) -> None:
+    def __init__(self, stages: Sequence[Stage], *, grace: float, metrics: ProcessMetrics | None = None,
+                 clock: Clock | None = None) -> None:
         if len({s.name for s in stages}) != len(stages):
             raise ValueError("stage names must be unique")
         self._stages = list(stages)
         self._grace = grace
+        self._clock: Clock = clock if clock is not None else LoopClock()
         self._metrics = metrics
         self._stop = asyncio.Event()
         self._stop_reason = ""
@@ -122,7 +126,7 @@ class Supervisor:
         if not self._stop.is_set():
             self._stop.set()  # cancelled from outside: still stop in order
         try:
-            async with asyncio.timeout(self._grace):
+            async with deadline(self._clock, self._grace):
                 for stage, task in reversed(started):
                     task.cancel()
                     await asyncio.wait({task})

@@ -15,17 +15,23 @@ Contract:
   by node name, so two planners on the same snapshot choose the same node.
 - **Pass order (R-BIND-5).** restore set invariants -> move held sets off
   nodes that cannot keep them (gone, not Ready, untolerated taint,
-  selector, cordon, capacity lost) -> rebind Lost sets -> answer bind
+  selector, cordon, then capacity lost) -> rebind Lost sets -> answer bind
   requests -> bind new orders (oldest first). An answer pass does only the
   answers (R-BIND-3).
-- **Cordon (R-BIND-6).** A set held entirely on a node whose only problem is
-  a cordon stays there when a member's class says ``onCordon: Stay`` or
-  when no other node has room; a request for it is answered Succeeded.
-  Any other problem moves the set, or sends it to Lost when no node has
-  room. An unknown (stale) report is never a reason to move.
-- **Capacity lost.** On a node whose fresh report serves fewer units than
-  are held and used, sets are moved off (sets without a running launcher
-  first, larger first) until it fits.
+- **One rule (R-BIND-5, R-BIND-6).** Whether a held set keeps its node is
+  one policy, ``keep_or_move``: its node first (a problem other than a
+  cordon moves it; a cordon alone keeps it as a ``Stay`` when a member's
+  class says ``onCordon: Stay`` or no other node has room), then its node's
+  capacity (on a node whose fresh report serves fewer units than are held
+  and used, sets without a running launcher leave first, larger first,
+  until it fits). Where a set goes is one choice, ``destination``: the
+  fullest node with room, else Lost. The full pass and the answer path
+  both use them, and every move carries its cause. A stale report is never
+  a reason to move.
+- **One answer.** ``place_set``, an answer pass and a full pass answer a
+  request alike wherever nothing earlier in the plan changed the units,
+  budgets or devices its answer reads (a property test pins it); a
+  Succeeded answer on a cordoned node carries its ``Stay``.
 - **Re-checks.** New orders pass the same class, count and budget checks as
   admission, against the snapshot plus what this pass already accepted, so
   two orders cannot race past a budget or a node's free units.
@@ -34,7 +40,7 @@ The plan is a list of actions; the binder writes them. Nothing here writes.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from typing import TypeVar
 
 import attrs
@@ -146,6 +152,8 @@ class SetPlacement:
     node: str | None
     refusal: Refusal | None
     moves: tuple[Bind, ...] = ()
+    #: The set stays on its cordoned node (R-BIND-6): a Succeeded answer says "stays", not "bound".
+    stay: Stay | None = None
 
 
 def device_sets(snapshot: Snapshot) -> tuple[DeviceSet, ...]:
@@ -166,6 +174,41 @@ def device_sets(snapshot: Snapshot) -> tuple[DeviceSet, ...]:
     return tuple(sets)
 
 
+@attrs.frozen
+class _Keep:
+    """The set keeps its node."""
+
+
+@attrs.frozen(kw_only=True)
+class _Stay:
+    """The set stays on its cordoned node (R-BIND-6)."""
+
+    cause: Refusal
+    why: str
+
+
+@attrs.frozen(kw_only=True)
+class _Move:
+    """The set goes to ``node``; ``cause`` is why it leaves the node it holds (None for a gather or a rebind)."""
+
+    node: str
+    cause: Refusal | None
+
+
+@attrs.frozen(kw_only=True)
+class _Lost:
+    """No node has room: the held set goes Lost for ``cause``; a request for it is refused with ``no_room``."""
+
+    cause: Refusal
+    no_room: Refusal
+
+
+_Decision = _Keep | _Stay | _Move | _Lost
+_KEEP = _Keep()
+ON_CORDON_STAY = "onCordon: Stay"
+NO_ROOM_ELSEWHERE = "no other node has room"
+
+
 @attrs.define
 class _Work:
     """A set being planned: its members as views, its VMI if known."""
@@ -178,7 +221,7 @@ class _Work:
 class _Planner:
     """One planning run over a snapshot. Mutable scratch state, local to one call."""
 
-    def __init__(self, snapshot: Snapshot) -> None:
+    def __init__(self, snapshot: Snapshot, works: Sequence[_Work] | None = None) -> None:
         self.s = snapshot
         self.state: dict[DeviceKey, tuple[Phase, str | None]] = {}
         # Resource name -> node -> free units now (fresh reports only), kept
@@ -188,6 +231,9 @@ class _Planner:
         self.budget = BudgetLedger(snapshot)
         self.actions: list[Action] = []
         self.lost_now: set[DeviceKey] = set()
+        #: Stays written in this pass, by their devices: a set is decided once a pass.
+        self._stays: dict[tuple[DeviceKey, ...], Stay] = {}
+        self._works = works
         self._eligible_cache: dict[tuple[object, ...], tuple[str, ...]] = {}
 
     # -- state ---------------------------------------------------------------
@@ -281,14 +327,10 @@ class _Planner:
         self._eligible_cache[cache_key] = result
         return result
 
-    # -- choosing and applying -------------------------------------------------
+    # -- choosing a node, else Lost --------------------------------------------
 
-    def choose(self, work: _Work, *, exclude: Iterable[str] = ()) -> tuple[str | None, Refusal | None]:
-        """The node for the whole set, or why there is none."""
-        classes = self.classes_of(work)
-        if classes is None:
-            missing = next(d.class_name for d in work.members if d.class_name not in self.s.classes)
-            return None, refusals.unknown_class(missing)
+    def _demand(self, work: _Work) -> tuple[dict[str, int], dict[str, dict[str, int]]]:
+        """Units the set needs per resource name, and the units it already holds per node."""
         need: dict[str, int] = {}
         held_on: dict[str, dict[str, int]] = {}
         for device in work.members:
@@ -299,6 +341,15 @@ class _Planner:
             if phase is Phase.BOUND and node:
                 per = held_on.setdefault(node, {})
                 per[name] = per.get(name, 0) + device.count
+        return need, held_on
+
+    def choose(self, work: _Work, *, exclude: Iterable[str] = ()) -> tuple[str | None, Refusal | None]:
+        """The node for the whole set, or why there is none."""
+        classes = self.classes_of(work)
+        if classes is None:
+            missing = next(d.class_name for d in work.members if d.class_name not in self.s.classes)
+            return None, refusals.unknown_class(missing)
+        need, held_on = self._demand(work)
         names = sorted(need)
         skip = set(exclude)
         candidates = self.eligible(work, classes, names)
@@ -306,6 +357,7 @@ class _Planner:
         # Nothing held yet and a name no node has room for: no need to look.
         hopeless = not held_on and any(need[name] > self.max_free(name) for name in names)
         tables = [(name, need[name], self._table(name)) for name in names]
+        # The hot loop of a pass (every candidate node of every set): kept inline.
         for node in () if hopeless else candidates:
             if node in skip:
                 continue
@@ -328,6 +380,25 @@ class _Planner:
             return None, refusals.no_node_for_set(work.label, needs=needs, candidates=len(candidates))
         return best[2], None
 
+    def destination(self, work: _Work, *, leaving: str | None = None, cause: Refusal | None = None) -> _Move | _Lost:
+        """Choose a node, else Lost: the fullest node with room other than ``leaving``.
+
+        ``cause`` is why the set leaves ``leaving`` (None for a gather or a
+        rebind, where a Lost set is lost for want of room).
+        """
+        node, no_room = self.choose(work, exclude=(leaving,) if leaving else ())
+        if node is not None:
+            return _Move(node=node, cause=cause)
+        assert no_room is not None
+        return _Lost(cause=cause or no_room, no_room=no_room)
+
+    def carry_out(self, work: _Work, decision: _Move | _Lost) -> None:
+        """Write a move or a loss into the plan (a member already Lost stays so)."""
+        if isinstance(decision, _Move):
+            self.apply(work, decision.node, cause=decision.cause)
+        else:
+            self.send_to_lost(work, decision.cause)
+
     def apply(self, work: _Work, node: str, *, cause: Refusal | None = None) -> list[Bind]:
         moves: list[Bind] = []
         for device in work.members:
@@ -346,14 +417,6 @@ class _Planner:
             self.actions.append(bind)
         return moves
 
-    def move_off(self, work: _Work, node: str, *, cause: Refusal) -> None:
-        """Move a set off ``node`` to the fullest other node with room, or send it to Lost."""
-        target, _ = self.choose(work, exclude=(node,))
-        if target is None:
-            self.send_to_lost(work, cause)
-        else:
-            self.apply(work, target, cause=cause)
-
     def send_to_lost(self, work: _Work, cause: Refusal) -> None:
         for device in work.members:
             phase, current = self.where(device)
@@ -365,6 +428,107 @@ class _Planner:
             self.state[device.key] = (Phase.LOST, None)
             self.lost_now.add(device.key)
             self.actions.append(MarkLost(device=device.key, previous=current, cause=cause))
+
+    def record_stay(self, work: _Work, node: str, decision: _Stay) -> Stay:
+        """The Stay of a set kept on its cordoned node, written into the plan once."""
+        devices = tuple(d.key for d in work.members)
+        stay = self._stays.get(devices)
+        if stay is None:
+            stay = Stay(devices=devices, node=node, cause=decision.cause, why=decision.why)
+            self._stays[devices] = stay
+            self.actions.append(stay)
+        return stay
+
+    def stayed(self, work: _Work) -> _Stay | None:
+        """The Stay this pass already decided for the set, if any."""
+        stay = self._stays.get(tuple(d.key for d in work.members))
+        return _Stay(cause=stay.cause, why=stay.why) if stay is not None else None
+
+    # -- keep or move: the one rule ---------------------------------------------
+
+    def node_rule(self, work: _Work, node: str, classes: Sequence[GPUClassView]) -> _Decision:
+        """What the set's node itself decides (R-BIND-5, R-BIND-6): keep, stay on a cordon, move or Lost."""
+        problem = self.node_problem(work, node, classes)
+        if problem is None:
+            return _KEEP
+        if problem.reason is not Reason.NODE_CORDONED:
+            return self.destination(work, leaving=node, cause=problem)
+        if any(c.on_cordon is OnCordon.STAY for c in classes):
+            return _Stay(cause=problem, why=ON_CORDON_STAY)
+        decision = self.destination(work, leaving=node, cause=problem)
+        if isinstance(decision, _Lost):
+            return _Stay(cause=problem, why=NO_ROOM_ELSEWHERE)
+        return decision
+
+    def capacity_victims(self, node: str, kept: Sequence[_Work]) -> list[tuple[_Work, Refusal]]:
+        """The capacity-lost rule: which of the sets ``kept`` on ``node`` leave it, and why.
+
+        Per resource name (sorted) whose fresh report serves fewer units than
+        are held and used: sets without a running launcher first, then larger
+        ones, then by label, until what is left fits. A set leaving frees all
+        its names. Nothing is written; the caller moves the sets in order.
+        """
+        entries = self.s.capacity.get(node, {})
+        leaving: list[tuple[_Work, Refusal]] = []
+        gone: set[int] = set()
+        freed: dict[str, int] = {}
+        for name in sorted(entries):
+            entry = entries[name]
+            deficit = -(self.free(node, name) + freed.get(name, 0))
+            if not entry.fresh or deficit <= 0:
+                continue
+            cause = refusals.capacity_lost(node, resource_name=name, served=entry.served, in_use=entry.served + deficit)
+            holding = [
+                (w, sum(d.count for d in w.members if self.resource(d) == name)) for w in kept if id(w) not in gone
+            ]
+            ranked = sorted(
+                ((w, units) for w, units in holding if units > 0),
+                key=lambda item: (_running(self.s, item[0]), -item[1], item[0].label),
+            )
+            for work, units in ranked:
+                if deficit <= 0:
+                    break
+                leaving.append((work, cause))
+                gone.add(id(work))
+                for device in work.members:
+                    held = self.resource(device)
+                    if held is not None:
+                        freed[held] = freed.get(held, 0) + device.count
+                deficit -= units
+        return leaving
+
+    def keep_or_move(self, work: _Work, node: str, classes: Sequence[GPUClassView]) -> _Decision:
+        """The one keep-or-move policy for a set held whole on ``node``: its node, then its node's capacity.
+
+        A full pass applies the same two rules in two steps over every set
+        (``_move_off``); this is the same decision for one set, as the
+        answer path needs it.
+        """
+        decision = self.node_rule(work, node, classes)
+        if isinstance(decision, _Keep | _Stay):
+            cause = self._capacity_cause(work, node)
+            if cause is not None:
+                return self.destination(work, leaving=node, cause=cause)
+        return decision
+
+    def _capacity_cause(self, work: _Work, node: str) -> Refusal | None:
+        """Why the capacity-lost rule takes this set off ``node``, if it does."""
+        names = {self.resource(d) for d in work.members}
+        if all(self.free(node, name) >= 0 for name in names if name is not None):
+            return None
+        mine = {d.key for d in work.members}
+        kept: list[_Work] = []
+        for other in self.works():
+            whole = self.held_part(other)
+            if whole is None or self.held_node(whole) != node:
+                continue
+            classes = self.classes_of(whole)
+            if classes is not None and isinstance(self.node_rule(whole, node, classes), _Keep | _Stay):
+                kept.append(whole)
+        for victim, cause in self.capacity_victims(node, kept):
+            if mine & {d.key for d in victim.members}:
+                return cause
+        return None
 
     # -- the checks admission also makes -------------------------------------
 
@@ -401,6 +565,17 @@ class _Planner:
                 nodes.add(node)
         return nodes.pop() if len(nodes) == 1 else None
 
+    def held_part(self, work: _Work) -> _Work | None:
+        """The set's accepted members (what it holds or lost) as a set of their own, None when there are none."""
+        accepted = self.accepted(work)
+        return _Work(label=work.label, vmi=work.vmi, members=accepted) if accepted else None
+
+    def works(self) -> Sequence[_Work]:
+        """Every set of the snapshot (built on first use: only the capacity-lost rule needs them all)."""
+        if self._works is None:
+            self._works = [_work(self.s, s) for s in device_sets(self.s)]
+        return self._works
+
     def accepted(self, work: _Work) -> list[DeviceView]:
         return [d for d in work.members if self.where(d)[0] is not Phase.PENDING]
 
@@ -412,9 +587,10 @@ class _Planner:
     def place(self, work: _Work) -> SetPlacement:
         """Gather the whole set (held, Lost and new members) onto one node, or refuse.
 
-        A set whose accepted members are held on a node whose only problem
-        is a cordon stays there with onCordon Stay, or when no other node
-        has room (R-BIND-6).
+        A set held whole on one node gets what :meth:`keep_or_move` decides for
+        it with its new members: kept (new members join it there, or the
+        whole set goes where they all fit), stayed on a cordon (new members
+        join it there or are refused), moved, or refused when it would go Lost.
         """
         pending = self.pending(work)
         if pending:
@@ -427,43 +603,48 @@ class _Planner:
         target = _Work(label=work.label, vmi=work.vmi, members=members)
         held = self.held_node(target)
         classes = self.classes_of(target)
-        if held is not None and classes is not None:
-            problem = self.node_problem(target, held, classes)
-            names = {self.resource(d) or "" for d in members}
-            if problem is None and not pending and all(self.free(held, n) >= 0 for n in names):
+        if held is None or classes is None:
+            return self._settle(target, pending, self.destination(target))
+        held_part = self.held_part(target)
+        assert held_part is not None
+        decision = self.stayed(held_part) or self.keep_or_move(target, held, classes)
+        if isinstance(decision, _Keep):
+            if not pending:
                 return SetPlacement(node=held, refusal=None)
-            if problem is not None and problem.reason is Reason.NODE_CORDONED:
-                if not any(c.on_cordon is OnCordon.STAY for c in classes):
-                    node, _ = self.choose(target, exclude=(held,))
-                    if node is not None:
-                        return self._commit(target, pending, node)
-                stay, refusal = self._fits_only(target, held)
-                if stay is None:
-                    return SetPlacement(node=None, refusal=refusal)
-                return self._commit(target, pending, stay)
-        node, refusal = self.choose(target)
-        if node is None:
-            return SetPlacement(node=None, refusal=refusal)
-        return self._commit(target, pending, node)
+            return self._settle(target, pending, self.destination(target))
+        if isinstance(decision, _Stay):
+            stay = self.record_stay(held_part, held, decision)
+            problem = self._room_on(target, held)
+            if problem is not None:
+                return SetPlacement(node=None, refusal=problem, stay=stay)
+            return self._commit(target, pending, held, cause=None, stay=stay)
+        return self._settle(target, pending, decision)
 
-    def _commit(self, work: _Work, pending: Sequence[DeviceView], node: str) -> SetPlacement:
+    def _settle(self, work: _Work, pending: Sequence[DeviceView], decision: _Move | _Lost) -> SetPlacement:
+        if isinstance(decision, _Lost):
+            return SetPlacement(node=None, refusal=decision.no_room)
+        return self._commit(work, pending, decision.node, cause=decision.cause)
+
+    def _commit(
+        self, work: _Work, pending: Sequence[DeviceView], node: str, *, cause: Refusal | None, stay: Stay | None = None
+    ) -> SetPlacement:
         self.accept(pending)
-        moves = self.apply(work, node)
-        return SetPlacement(node=node, refusal=None, moves=tuple(moves))
+        moves = self.apply(work, node, cause=cause)
+        return SetPlacement(node=node, refusal=None, moves=tuple(moves), stay=stay)
 
-    def _fits_only(self, work: _Work, node: str) -> tuple[str | None, Refusal | None]:
-        need: dict[str, int] = {}
-        for device in work.members:
-            phase, current = self.where(device)
-            if phase is Phase.BOUND and current == node:
-                continue
-            name = self.resource(device) or ""
-            need[name] = need.get(name, 0) + device.count
-        for name, want in need.items():
-            if self.free(node, name) < want:
-                needs = ", ".join(f"{n} of {r}" for r, n in sorted(need.items()))
-                return None, refusals.no_node_for_set(work.label, needs=needs, candidates=1)
-        return node, None
+    def _room_on(self, work: _Work, node: str) -> Refusal | None:
+        """Why the members joining a set that stays on ``node`` do not fit there (None when they do).
+
+        What the set holds there stays whatever the node's free units say:
+        the capacity-lost rule has already decided it is not to leave.
+        """
+        need, held_on = self._demand(work)
+        here = held_on.get(node, {})
+        joining = {name: units - here.get(name, 0) for name, units in need.items() if units > here.get(name, 0)}
+        if all(self.free(node, name) >= units for name, units in joining.items()):
+            return None
+        needs = ", ".join(f"{n} of {r}" for r, n in sorted(joining.items()))
+        return refusals.no_node_for_set(work.label, needs=needs, candidates=1)
 
 
 # ---------------------------------------------------------------------------
@@ -484,8 +665,8 @@ def _running(snapshot: Snapshot, work: _Work) -> bool:
 
 def plan_pass(snapshot: Snapshot, *, answers_only: bool = False) -> PassPlan:
     """Everything one binder pass decides, in the order of R-BIND-5 (or only the answers, R-BIND-3)."""
-    planner = _Planner(snapshot)
     works = [_work(snapshot, s) for s in device_sets(snapshot)]
+    planner = _Planner(snapshot, works)
     if not answers_only:
         _restore_sets(planner, works)
         _move_off(planner, works)
@@ -499,94 +680,53 @@ def plan_pass(snapshot: Snapshot, *, answers_only: bool = False) -> PassPlan:
 def _restore_sets(planner: _Planner, works: Sequence[_Work]) -> None:
     """R-BIND-4: a set partly Lost or split over nodes is gathered onto one node or sent to Lost whole."""
     for work in works:
-        accepted = planner.accepted(work)
-        if len(accepted) < 2:
+        whole = planner.held_part(work)
+        if whole is None or len(whole.members) < 2:
             continue
-        states = {planner.where(d) for d in accepted}
-        if len(states) == 1:
-            continue
-        whole = _Work(label=work.label, vmi=work.vmi, members=accepted)
-        node, refusal = planner.choose(whole)
-        if node is not None:
-            planner.apply(whole, node)
-        else:
-            assert refusal is not None
-            planner.send_to_lost(whole, refusal)
+        if len({planner.where(d) for d in whole.members}) > 1:
+            planner.carry_out(whole, planner.destination(whole))
 
 
 def _move_off(planner: _Planner, works: Sequence[_Work]) -> None:
-    """Move held sets off nodes that cannot keep them; apply R-BIND-6 to cordons."""
-    on_node: dict[str, list[_Work]] = {}
+    """Move held sets off nodes that cannot keep them: the one rule of ``keep_or_move``, in two steps.
+
+    First each set's node (``node_rule``), then, over the sets every node
+    keeps, its capacity (``capacity_victims``), so that the sets moved off
+    for a node problem are gone before a deficit is counted. A Stay is
+    written only for a set still on its node after both.
+    """
+    kept: dict[str, list[_Work]] = {}
+    stays: list[tuple[_Work, str, _Stay]] = []
     for work in works:
-        accepted = planner.accepted(work)
-        if not accepted:
+        whole = planner.held_part(work)
+        node = planner.held_node(whole) if whole is not None else None
+        classes = planner.classes_of(whole) if whole is not None else None
+        if whole is None or node is None or classes is None:
             continue
-        whole = _Work(label=work.label, vmi=work.vmi, members=accepted)
-        node = planner.held_node(whole)
-        if node is None:
+        decision = planner.node_rule(whole, node, classes)
+        if isinstance(decision, _Move | _Lost):
+            planner.carry_out(whole, decision)
             continue
-        classes = planner.classes_of(whole)
-        if classes is None:
-            continue
-        problem = planner.node_problem(whole, node, classes)
-        if problem is None:
-            on_node.setdefault(node, []).append(whole)
-            continue
-        if problem.reason is Reason.NODE_CORDONED:
-            if any(c.on_cordon is OnCordon.STAY for c in classes):
-                planner.actions.append(
-                    Stay(devices=tuple(d.key for d in accepted), node=node, cause=problem, why="onCordon: Stay")
-                )
-                on_node.setdefault(node, []).append(whole)
-                continue
-            target, _ = planner.choose(whole, exclude=(node,))
-            if target is None:
-                planner.actions.append(
-                    Stay(devices=tuple(d.key for d in accepted), node=node, cause=problem, why="no other node has room")
-                )
-                on_node.setdefault(node, []).append(whole)
-            else:
-                planner.apply(whole, target, cause=problem)
-            continue
-        planner.move_off(whole, node, cause=problem)
-    _relieve_capacity(planner, on_node)
-
-
-def _relieve_capacity(planner: _Planner, on_node: Mapping[str, list[_Work]]) -> None:
-    for node in sorted(planner.s.capacity):
-        for name in sorted(planner.s.capacity[node]):
-            entry = planner.s.capacity[node][name]
-            if not entry.fresh:
-                continue
-            deficit = -planner.free(node, name)
-            if deficit <= 0:
-                continue
-            cause = refusals.capacity_lost(node, resource_name=name, served=entry.served, in_use=entry.served + deficit)
-            holding = [
-                (w, sum(d.count for d in w.members if planner.resource(d) == name))
-                for w in on_node.get(node, [])
-                if planner.held_node(w) == node
-            ]
-            holding = [(w, units) for w, units in holding if units > 0]
-            holding.sort(key=lambda item: (_running(planner.s, item[0]), -item[1], item[0].label))
-            for work, units in holding:
-                if deficit <= 0:
-                    break
-                planner.move_off(work, node, cause=cause)
-                deficit -= units
+        kept.setdefault(node, []).append(whole)
+        if isinstance(decision, _Stay):
+            stays.append((whole, node, decision))
+    for node in sorted(kept):
+        for victim, cause in planner.capacity_victims(node, kept[node]):
+            planner.carry_out(victim, planner.destination(victim, leaving=node, cause=cause))
+    for whole, node, stay in stays:
+        if planner.held_node(whole) == node:
+            planner.record_stay(whole, node, stay)
 
 
 def _rebind_lost(planner: _Planner, works: Sequence[_Work]) -> None:
+    """A set wholly Lost (before this pass) is rebound on the fullest node with room; else it stays Lost."""
     for work in works:
-        accepted = planner.accepted(work)
-        if not accepted or any(planner.where(d)[0] is not Phase.LOST for d in accepted):
+        whole = planner.held_part(work)
+        if whole is None or any(planner.where(d)[0] is not Phase.LOST for d in whole.members):
             continue
-        if any(d.key in planner.lost_now for d in accepted):
+        if any(d.key in planner.lost_now for d in whole.members):
             continue
-        whole = _Work(label=work.label, vmi=work.vmi, members=accepted)
-        node, _ = planner.choose(whole)
-        if node is not None:
-            planner.apply(whole, node)
+        planner.carry_out(whole, planner.destination(whole))
 
 
 def _answer_requests(planner: _Planner, works: Sequence[_Work]) -> set[int]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import uvloop
 
@@ -22,7 +22,8 @@ from cozygpu.runtime.controller import Controller
 _log = get_logger("cozygpu.command")
 
 
-def main(argv: Sequence[str]) -> int:
+def main(argv: Sequence[str], *, prepare: Callable[[Controller], None] | None = None) -> int:
+    """Run one replica; ``prepare`` (tests only) may add to the controller before it runs."""
     try:
         options = flags.parse(argv)
     except flags.FlagError as err:
@@ -32,12 +33,12 @@ def main(argv: Sequence[str]) -> int:
         return int(done.code or 0)
     stop_logging = configure(fmt=options.log_format, level=options.log_level)
     try:
-        return uvloop.run(_run(options))
+        return uvloop.run(_run(options, prepare))
     finally:
         stop_logging()
 
 
-async def _run(options: flags.Options) -> int:
+async def _run(options: flags.Options, prepare: Callable[[Controller], None] | None) -> int:
     try:
         client = await Client.auto(options.kubeconfig, user_agent=f"cozygpu-controller/{options.identity}")
     except Exception as err:  # kubernetes-asyncio's ConfigException, a missing file, a bad certificate
@@ -46,6 +47,8 @@ async def _run(options: flags.Options) -> int:
         return 1
     async with client:
         controller = Controller(options, client)
+        if prepare is not None:
+            prepare(controller)
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, controller.stop, signal.Signals(signum).name)

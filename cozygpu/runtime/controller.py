@@ -37,7 +37,7 @@ from cozygpu.runtime import kinds
 from cozygpu.runtime.flags import Address, Options
 from cozygpu.runtime.leader import ElectionConfig, LeaderElector
 from cozygpu.runtime.metrics import LeaderMetrics, ProcessMetrics, SettingsMetrics
-from cozygpu.runtime.process import Stage, Supervisor
+from cozygpu.runtime.process import Stage, Supervisor, Watchdog
 from cozygpu.runtime.servers import Endpoint, Readiness, probe_and_metrics, serve
 from cozygpu.runtime.settings import SettingsPublisher
 from cozygpu.runtime.webhook import ServingCertificate, webhook_app
@@ -54,8 +54,9 @@ async def stop_leader_work(tasks: list[asyncio.Task[None]], *, limit: float,
 
     The tasks are always awaited to the end, even if this wait is cancelled
     again (then the cancellation is re-raised afterwards): no task outlives its
-    owner. The overrun callback is how the owner learns it must stop the whole
-    process. An error a task raises while stopping is logged, not lost.
+    owner. The overrun callback is how the owner learns it must end the whole
+    process (the controller's ends it hard). An error a task raises while
+    stopping is logged, not lost.
     """
     for task in tasks:
         task.cancel()
@@ -104,12 +105,14 @@ class Controller:
             self.cache.add(spec)
         self.readiness = Readiness(self.process_metrics)
         self.webhook_app = webhook_app() if options.enable_gpu else None
+        #: Ends the process hard when leader work outlives its term (armed by the elector).
+        self.watchdog = Watchdog()
         self.elector = LeaderElector(
             client,
             ElectionConfig(namespace=options.namespace, name=keys.LEADER_LEASE, identity=options.identity,
                            lease_duration=options.lease_duration, renew_deadline=options.renew_deadline,
                            retry_period=options.retry_period),
-            metrics=LeaderMetrics.on(self.registry),
+            metrics=LeaderMetrics.on(self.registry), guard=self.watchdog,
         )
         publisher = SettingsPublisher(
             client, self.cache, namespace=options.namespace, hoster_names=options.gpu_resource_names,
@@ -195,7 +198,9 @@ class Controller:
         cancelled and have ``lease_duration - renew_deadline`` to unwind: the
         time before another replica may take the lease. Work that is still
         running then is a hazard (leader election does not fence), so the
-        process stops rather than let it act beside the next leader.
+        watchdog ends the process hard (exit 1) rather than let it act beside
+        the next leader; it does so too, from its own thread, if the work
+        blocks the event loop past the lease's end.
         """
         identity = self.options.identity
         _log.info("leader-work-started", event="leader-work-started", identity=identity, monotonic=time.monotonic())
@@ -212,9 +217,8 @@ class Controller:
                       monotonic=time.monotonic())
 
     def _leader_work_overran(self, names: list[str]) -> None:
-        _log.error("leader work did not stop before another replica may lead; stopping the process",
-                   runnables=names)
-        self.stop("leader work overran its term")
+        _log.error("leader work did not stop before another replica may lead", runnables=names)
+        self.watchdog.expire(f"leader work overran its term: {', '.join(names)}")
 
     # -- running --------------------------------------------------------------------------
 
@@ -225,4 +229,7 @@ class Controller:
         """Run until stopped; True when every stage stopped cleanly."""
         _log.info("starting", identity=self.options.identity, namespace=self.options.namespace,
                   enable_gpu=self.options.enable_gpu)
-        return await self.supervisor.run()
+        try:
+            return await self.supervisor.run()
+        finally:
+            self.watchdog.close()

@@ -73,6 +73,14 @@ class LeaseClient(Protocol):
     async def replace(self, path: str, body: Obj, *, timeout: float | None = ..., attempts: int = ...) -> Obj: ...
 
 
+class TermGuard(Protocol):
+    """Ends the process if leader work outlives its term (``cozygpu.runtime.process.Watchdog``)."""
+
+    def arm(self, seconds: float, reason: str) -> None: ...
+
+    def disarm(self) -> None: ...
+
+
 def micro_time(when: dt.datetime) -> str:
     """Kubernetes MicroTime: RFC 3339 in UTC with microseconds."""
     if when.tzinfo is None:
@@ -151,8 +159,10 @@ class LeaderElector:
         clock: Clock | None = None,
         metrics: LeaderMetrics | None = None,
         rng: random.Random | None = None,
+        guard: TermGuard | None = None,
     ) -> None:
         self._client = client
+        self._guard = guard
         self.config = config
         self._clock: Clock = clock if clock is not None else LoopClock()
         self._wall = self._clock.wall
@@ -190,14 +200,19 @@ class LeaderElector:
     # -- the campaign ----------------------------------------------------------------------
 
     async def run(self, work: LeaderWork) -> None:
-        """Campaign, lead, stop and release, until cancelled."""
+        """Campaign, lead one term, stop and release; raise ``LeadershipLost`` when the term was lost.
+
+        Never campaigns twice: a process whose term ended has leader state it
+        cannot trust, so it ends and starts afresh (as controller-runtime's
+        manager exits on "leader election lost").
+        """
         try:
-            while True:
-                await self._acquire()
-                await self._lead(work)
+            await self._acquire()
+            reason = await self._lead(work)
         finally:
             # Stopped while campaigning: a write that was cut short may still have taken the lease.
             await self._release()
+        raise LeadershipLost(reason)
 
     async def _acquire(self) -> None:
         self._log.info("campaigning for the lease")
@@ -207,31 +222,62 @@ class LeaderElector:
             period = self.config.retry_period
             await self._clock.sleep(period + self._rng.random() * JITTER_FACTOR * period)
 
-    async def _lead(self, work: LeaderWork) -> None:
+    async def _lead(self, work: LeaderWork) -> str:
+        """Run ``work`` for one term; return why the term was lost (cancellation and errors propagate)."""
         cfg = self.config
         self._leading = True
         self._log.info("started leading")
         if self._metrics is not None:
             self._metrics.terms.inc()
             self._metrics.is_leader.set(1)
+        self._guard_term()
         try:
             try:
                 async with asyncio.TaskGroup() as group:
                     group.create_task(work(), name=f"leader work of {cfg.identity}")
-                    reason = await self._renew_until_lost()
+                    try:
+                        reason = await self._renew_until_lost()
+                    finally:
+                        self._term_ending()
                     raise _TermLost(reason)
             except* _TermLost as lost:
                 reason = str(lost.exceptions[0])
                 self._log.warning("lost the lease; leader work stopped", reason=reason)
                 if self._metrics is not None:
                     self._metrics.lost.inc()
+            return reason
         finally:
             # Leader work has finished here, in every path: the task group waited for it.
             self._leading = False
+            if self._guard is not None:
+                self._guard.disarm()
             if self._metrics is not None:
                 self._metrics.is_leader.set(0)
             self._log.info("stopped leading; leader work has finished")
             await self._release()
+
+    # -- the term's hard end -----------------------------------------------------------------
+
+    def _term_end(self) -> float:
+        """When another candidate may take the lease at the earliest (local monotonic time)."""
+        assert self._renewed_at is not None
+        return self._renewed_at + self.config.lease_duration
+
+    def _guard_term(self) -> None:
+        """(Re)arm the guard for the lease's end: renewals move it on while the term runs."""
+        if self._guard is not None:
+            self._guard.arm(self._term_end() - self._clock.now(),
+                            "leader work still ran when another replica could take the lease")
+
+    def _term_ending(self) -> None:
+        """The term is over: leader work has until the lease's end, and never more than
+        ``lease_duration - renew_deadline``, to stop."""
+        if self._guard is None:
+            return
+        cfg = self.config
+        now = self._clock.now()
+        limit = min(self._term_end() - now, cfg.lease_duration - cfg.renew_deadline)
+        self._guard.arm(limit, f"leader work did not stop within {limit:.3g}s of the end of its term")
 
     async def _renew_until_lost(self) -> str:
         """Renew every retry period; return why the term ended."""
@@ -361,6 +407,8 @@ class LeaderElector:
         self._observe(lease, self._clock.now())
         self._renewed_at = sent
         self._may_hold = True
+        if self._leading:
+            self._guard_term()
         if self._metrics is not None:
             self._metrics.last_renew.set(self._wall().timestamp())
 
@@ -407,6 +455,10 @@ class LeaderElector:
         finally:
             self._may_hold = False
             self._renewed_at = None
+
+
+class LeadershipLost(Exception):
+    """The term ended without being asked to: the process must not campaign again."""
 
 
 class _TermLost(Exception):

@@ -18,13 +18,26 @@ Structured concurrency: every stage runs in a task of one TaskGroup owned by
 ``run()``; when ``run()`` returns, no stage task is left. Stage failures never
 escape into the TaskGroup (they would cancel every stage at once, in no
 order); they are recorded and turn into an ordered stop.
+
+``Watchdog`` is the one way out that nothing in the process can hold up: a
+daemon thread with its own monotonic deadline that ends the process with
+``os._exit``. Leader election arms it for the end of each term, so work that
+ignores cancellation, or blocks the event loop, cannot outlive the lease beside
+the next leader.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
+import logging.handlers
+import os
+import sys
+import threading
+import time
 from collections.abc import Callable, Coroutine, Sequence
-from typing import Any
+from typing import Any, Final
 
 import attrs
 
@@ -34,6 +47,11 @@ from cozygpu.base.logging import get_logger
 from cozygpu.runtime.metrics import ProcessMetrics
 
 _log = get_logger("cozygpu.process")
+
+#: The exit code of a process the watchdog ended: a part failed (see ``cozygpu.runtime.command``).
+HARD_EXIT_CODE: Final = 1
+#: How long the watchdog lets the log writer thread drain before it ends the process.
+LOG_DRAIN: Final = 1.0
 
 StageRun = Callable[[Callable[[], None]], Coroutine[Any, Any, None]]
 
@@ -139,3 +157,85 @@ class Supervisor:
             _log.error("grace period exceeded; cancelling what is left", stages=left)
             for _, task in started:
                 task.cancel()
+
+
+class Watchdog:
+    """Ends the process once a deadline passes, whatever the event loop is doing.
+
+    ``arm(seconds, reason)`` sets the deadline (replacing any earlier one) on
+    the host's monotonic clock; ``disarm()`` clears it; ``expire(reason)`` ends
+    the process now; ``close()`` stops the thread (started by the first
+    ``arm``). When the deadline passes, the thread logs ``reason`` at critical
+    level, lets the log writer drain for up to ``LOG_DRAIN`` seconds, and calls
+    ``exit(HARD_EXIT_CODE)`` (``os._exit``: no cleanup runs, nothing can wedge
+    it). Every method is safe from the loop and from other threads.
+    """
+
+    def __init__(self, *, exit: Callable[[int], object] = os._exit) -> None:
+        self._exit = exit
+        self._changed = threading.Condition()
+        self._deadline: float | None = None
+        self._reason = ""
+        self._closed = False
+        self._thread: threading.Thread | None = None
+        #: Why the watchdog fired, once it has (tests inject an ``exit`` that returns).
+        self.fired: str | None = None
+
+    def arm(self, seconds: float, reason: str) -> None:
+        with self._changed:
+            self._deadline = time.monotonic() + max(0.0, seconds)
+            self._reason = reason
+            if self._thread is None and not self._closed:
+                self._thread = threading.Thread(target=self._watch, name="cozygpu watchdog", daemon=True)
+                self._thread.start()
+            self._changed.notify_all()
+
+    def disarm(self) -> None:
+        with self._changed:
+            self._deadline = None
+            self._changed.notify_all()
+
+    def expire(self, reason: str) -> None:
+        self.arm(0.0, reason)
+
+    def close(self) -> None:
+        with self._changed:
+            self._closed = True
+            self._changed.notify_all()
+            thread = self._thread
+        if thread is not None:
+            thread.join()
+
+    def _watch(self) -> None:
+        with self._changed:
+            while not self._closed:
+                if self._deadline is None:
+                    self._changed.wait()
+                    continue
+                left = self._deadline - time.monotonic()
+                if left > 0:
+                    self._changed.wait(left)
+                    continue
+                self.fired = reason = self._reason
+                break
+            else:
+                return
+        _log.critical("ending the process hard", reason=reason, exit_code=HARD_EXIT_CODE)
+        _drain_logs(LOG_DRAIN)
+        self._exit(HARD_EXIT_CODE)
+
+
+def _drain_logs(limit: float) -> None:
+    """Wait (up to ``limit`` seconds) until the log queues are empty, then flush stderr.
+
+    ``cozygpu.base.logging`` writes from a thread of its own; ``os._exit`` would
+    drop what it has not written yet, and the line saying why is the one that matters.
+    """
+    queues = [h.queue for h in logging.getLogger().handlers if isinstance(h, logging.handlers.QueueHandler)]
+    until = time.monotonic() + limit
+    while any(not q.empty() for q in queues if hasattr(q, "empty")) and time.monotonic() < until:
+        time.sleep(0.01)
+    time.sleep(min(0.05, max(0.0, until - time.monotonic())))  # the writer may hold the last record
+    for stream in (sys.stderr, sys.stdout):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()

@@ -1,6 +1,6 @@
 """Controller processes for the tests: ``python -m cozygpu controller`` with its JSON log lines parsed.
 
-``ControllerProcesses`` is a factory fixture's object: ``start(identity,
+``ControllerProcesses`` is the ``controllers`` fixture's object: ``start(identity,
 *flags)`` spawns one replica against the test's control plane; every JSON
 line it logs is kept with the host's monotonic time of arrival; ``wait_for``
 waits for a line matching a predicate. Every process still running when the
@@ -16,9 +16,13 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
+
+import pytest
+
+from cozygpu.devcluster.plane import ControlPlane
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -110,10 +114,15 @@ class ControllerProcess:
             await self._reader
 
 
-async def spawn(argv: Sequence[str], *, env: dict[str, str] | None = None) -> asyncio.subprocess.Process:
+#: How a replica is started: ``python -m cozygpu controller``, or a test's own entry module.
+CONTROLLER: Final = ("cozygpu", "controller")
+
+
+async def spawn(argv: Sequence[str], *, env: dict[str, str] | None = None,
+                entry: Sequence[str] = CONTROLLER) -> asyncio.subprocess.Process:
     environ = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
     return await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "cozygpu", "controller", *argv,
+        sys.executable, "-m", *entry, *argv,
         cwd=REPO, env=environ, stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
     )
@@ -125,17 +134,28 @@ class ControllerProcesses:
         self.namespace = namespace
         self.started: list[ControllerProcess] = []
 
-    async def start(self, identity: str, *extra: str, env: dict[str, str] | None = None) -> ControllerProcess:
+    async def start(self, identity: str, *extra: str, env: dict[str, str] | None = None,
+                    entry: Sequence[str] = CONTROLLER) -> ControllerProcess:
         argv = ["--kubeconfig", str(self.kubeconfig), "--namespace", self.namespace, "--identity", identity,
                 "--health-addr", "127.0.0.1:0", "--metrics-addr", "127.0.0.1:0", "--log-format", "json",
                 *SHORT_ELECTION, *extra]
-        process = ControllerProcess(identity, await spawn(argv, env=env))
+        process = ControllerProcess(identity, await spawn(argv, env=env, entry=entry))
         self.started.append(process)
         return process
 
     async def close(self) -> None:
         for process in self.started:
             await process.close()
+
+
+@pytest.fixture(name="controllers")
+async def controllers_fixture(plane: ControlPlane, namespace: str) -> AsyncIterator[ControllerProcesses]:
+    """Replicas against the test's control plane, in the test's namespace; all killed at the end."""
+    processes = ControllerProcesses(plane.kubeconfig, namespace)
+    try:
+        yield processes
+    finally:
+        await processes.close()
 
 
 def leader_intervals(processes: Sequence[ControllerProcess]) -> list[tuple[str, float, float]]:

@@ -10,33 +10,21 @@ import asyncio
 import datetime as dt
 import itertools
 import time
-from collections.abc import AsyncIterator
-
-import pytest
 
 from cozygpu import keys
-from cozygpu.devcluster.plane import ControlPlane
 from cozygpu.kube import Client, resource_path
 from tests.runtime.processes import (
     LEASE_DURATION,
     RETRY_PERIOD,
     ControllerProcess,
     ControllerProcesses,
+    controllers_fixture,  # noqa: F401 - the ``controllers`` fixture
     leader_intervals,
 )
 
 #: The longest a candidate waits between two tries.
 MAX_RETRY_WAIT = RETRY_PERIOD * 2.2
 STARTED = "leader-work-started"
-
-
-@pytest.fixture
-async def controllers(plane: ControlPlane, namespace: str) -> AsyncIterator[ControllerProcesses]:
-    processes = ControllerProcesses(plane.kubeconfig, namespace)
-    try:
-        yield processes
-    finally:
-        await processes.close()
 
 
 async def first_leader(*candidates: ControllerProcess, timeout: float = 60) -> ControllerProcess:

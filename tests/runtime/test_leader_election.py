@@ -12,7 +12,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from cozygpu.kube.client import resource_path
-from cozygpu.runtime.leader import ElectionConfig, LeaderElector, micro_time
+from cozygpu.runtime.leader import ElectionConfig, LeaderElector, LeadershipLost, micro_time
 from cozygpu.runtime.metrics import LeaderMetrics
 from tests.runtime.fakes import FakeClock, FakeLeaseApi, Link, settle
 
@@ -50,12 +50,28 @@ class Work:
                 self.api.calls.append(("WORK-STOPPED", ""))
 
 
+class Guard:
+    """A ``TermGuard`` on the fake clock: when it would end the process, and whether it is armed."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        self.clock = clock
+        self.deadline: float | None = None
+        self.armed_at: list[float] = []
+
+    def arm(self, seconds: float, reason: str) -> None:
+        self.deadline = self.clock.now() + seconds
+        self.armed_at.append(self.clock.now())
+
+    def disarm(self) -> None:
+        self.deadline = None
+
+
 def make_elector(api: FakeLeaseApi | Link, clock: FakeClock, identity: str, *,
-                 registry: CollectorRegistry | None = None) -> LeaderElector:
+                 registry: CollectorRegistry | None = None, guard: Guard | None = None) -> LeaderElector:
     config = ElectionConfig(namespace=NAMESPACE, name="cozygpu-leader", identity=identity,
                             lease_duration=LEASE_DURATION, renew_deadline=RENEW_DEADLINE, retry_period=RETRY_PERIOD)
     metrics = LeaderMetrics.on(registry) if registry is not None else None
-    return LeaderElector(api, config, clock=clock, rng=random.Random(identity), metrics=metrics)
+    return LeaderElector(api, config, clock=clock, rng=random.Random(identity), metrics=metrics, guard=guard)
 
 
 @asynccontextmanager
@@ -69,7 +85,7 @@ async def campaigning(elector: LeaderElector, work: Work) -> AsyncIterator[async
         # Releasing may retry on the fake clock: keep time moving until the elector is done.
         while not task.done():
             await work.clock.run_for(0.5)
-        with suppress(asyncio.CancelledError):
+        with suppress(asyncio.CancelledError, LeadershipLost):
             await task
 
 
@@ -284,18 +300,92 @@ async def test_leader_work_that_raises_ends_the_term_releases_the_lease_and_prop
     assert api.spec(LEASE)["holderIdentity"] == ""
 
 
-async def test_a_process_that_lost_the_lease_campaigns_again_once_the_api_answers() -> None:
+async def test_a_process_that_lost_the_lease_never_campaigns_again() -> None:
     clock, api = FakeClock(), FakeLeaseApi()
     work = Work(clock)
-    async with campaigning(make_elector(api, clock, "a"), work):
+    task = asyncio.create_task(make_elector(api, clock, "a").run(work))
+    await clock.run_for(0.1)
+    api.fail_before = 1.0
+    await clock.run_for(RENEW_DEADLINE + 1)
+    assert not work.running
+    await clock.run_for(RENEW_DEADLINE)  # trying to release, bounded by the renew deadline
+    assert task.done()
+    with pytest.raises(LeadershipLost, match="renew deadline"):
+        task.result()
+    api.fail_before = 0.0
+    calls = len(api.calls)
+    await clock.run_for(LEASE_DURATION * 3)
+    assert len(work.starts) == 1
+    assert len(api.calls) == calls
+
+
+async def test_the_guard_ends_a_term_at_the_lease_end_which_each_renewal_moves_on() -> None:
+    clock, api = FakeClock(), FakeLeaseApi()
+    guard = Guard(clock)
+    async with campaigning(make_elector(api, clock, "a", guard=guard), Work(clock)):
         await clock.run_for(0.1)
-        api.fail_before = 1.0
-        await clock.run_for(RENEW_DEADLINE + 1)
-        assert not work.running
-        api.fail_before = 0.0
-        await clock.run_for(RENEW_DEADLINE + MAX_RETRY_WAIT)
-        assert work.running
-        assert len(work.starts) == 2
+        assert guard.deadline == pytest.approx(LEASE_DURATION)  # acquired at t=0
+        await clock.run_for(RETRY_PERIOD * 3)
+        assert guard.deadline == pytest.approx(RETRY_PERIOD * 3 + LEASE_DURATION)  # renewed at 3 x retry
+    assert guard.deadline is None, "disarmed once leader work stopped"
+
+
+async def test_after_a_lost_term_the_guard_gives_leader_work_until_the_lease_ends() -> None:
+    clock, api = FakeClock(), FakeLeaseApi()
+    guard = Guard(clock)
+    work = IgnoresCancellation(clock)
+    task = asyncio.create_task(make_elector(api, clock, "a", guard=guard).run(work))
+    await clock.run_for(0.1)
+    api.fail_before = 1.0
+    await clock.run_for(RENEW_DEADLINE)
+    assert work.cancelled_at == [pytest.approx(RENEW_DEADLINE)]
+    # The work ignores cancellation: the elector still waits, and only the guard can end the process,
+    # at the moment another replica may take the lease (lease duration after the last renewal at t=0).
+    await clock.run_for(LEASE_DURATION * 2)
+    assert not task.done()
+    assert guard.deadline == pytest.approx(LEASE_DURATION)
+    assert guard.deadline == pytest.approx(work.cancelled_at[0] + LEASE_DURATION - RENEW_DEADLINE)
+    api.fail_before = 0.0
+    work.give_up.set()
+    await clock.run_for(0.1)
+    assert task.done()
+    with pytest.raises(LeadershipLost):
+        task.result()
+    assert guard.deadline is None
+
+
+async def test_when_another_holder_is_seen_the_guard_allows_at_most_lease_duration_minus_renew_deadline() -> None:
+    clock, api = FakeClock(), FakeLeaseApi()
+    guard = Guard(clock)
+    work = IgnoresCancellation(clock)
+    task = asyncio.create_task(make_elector(api, clock, "a", guard=guard).run(work))
+    await clock.run_for(0.1)
+    intruder = ghost_lease("intruder", renew_time=micro_time(clock.wall()))
+    intruder["metadata"]["resourceVersion"] = "9999"  # type: ignore[index]
+    api.objects[LEASE] = intruder
+    await clock.run_for(RETRY_PERIOD)
+    assert work.cancelled_at == [pytest.approx(RETRY_PERIOD)]
+    assert guard.deadline == pytest.approx(RETRY_PERIOD + LEASE_DURATION - RENEW_DEADLINE)
+    work.give_up.set()
+    await clock.run_for(0.1)
+    with pytest.raises(LeadershipLost, match="intruder"):
+        task.result()
+
+
+class IgnoresCancellation:
+    """Leader work that swallows every cancellation until ``give_up`` is set."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        self.clock = clock
+        self.cancelled_at: list[float] = []
+        self.give_up = asyncio.Event()
+
+    async def __call__(self) -> None:
+        while not self.give_up.is_set():
+            try:
+                await self.give_up.wait()
+            except asyncio.CancelledError:
+                self.cancelled_at.append(self.clock.now())
 
 
 async def test_leader_metrics_follow_the_terms() -> None:
@@ -317,17 +407,40 @@ async def test_two_candidates_on_a_flaky_partitioned_api_never_run_leader_work_a
     rng = random.Random(seed)
     clock, api = FakeClock(), FakeLeaseApi(rng=rng)
     api.fail_before, api.fail_after = 0.2, 0.1
-    a_link, b_link = Link(api), Link(api)
-    a_work, b_work = Work(clock), Work(clock)
-    async with campaigning(make_elector(a_link, clock, "a"), a_work), \
-            campaigning(make_elector(b_link, clock, "b"), b_work):
+    links = {"a": Link(api), "b": Link(api)}
+    works = {"a": Work(clock), "b": Work(clock)}
+    runs: dict[str, asyncio.Task[None]] = {}
+    restarts = 0
+
+    def start(identity: str) -> None:
+        runs[identity] = asyncio.create_task(make_elector(links[identity], clock, identity).run(works[identity]))
+
+    for identity in links:
+        start(identity)
+    try:
         for _ in range(200):
             # Each candidate's connection breaks and heals at random, for seconds at a time.
-            for link in (a_link, b_link):
+            for link in links.values():
                 if rng.random() < 0.15:
                     link.down = not link.down
             await clock.run_for(3, step=0.25)
-            assert not (a_work.running and b_work.running)
+            assert not (works["a"].running and works["b"].running)
+            for identity, task in runs.items():
+                if task.done():  # a lost term ends the process; Kubernetes starts it again
+                    with pytest.raises(LeadershipLost):
+                        task.result()
+                    restarts += 1
+                    start(identity)
+    finally:
+        for task in runs.values():
+            task.cancel()
+        while not all(task.done() for task in runs.values()):
+            await clock.run_for(0.5)
+        for task in runs.values():
+            with suppress(asyncio.CancelledError, LeadershipLost):
+                await task
+    assert restarts, "no term was lost: the test proved nothing"
+    a_work, b_work = works["a"], works["b"]
     assert a_work.intervals, "a never led: the test proved nothing"
     assert b_work.intervals, "b never led: the test proved nothing"
     for a_start, a_stop in a_work.intervals:

@@ -1,0 +1,58 @@
+"""The watchdog that ends the process when leader work outlives its term: a thread, not a task."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from cozygpu.runtime.process import HARD_EXIT_CODE, Watchdog
+
+
+class Exit:
+    """Stands in for ``os._exit``: records the code instead of ending the test run."""
+
+    def __init__(self) -> None:
+        self.codes: list[int] = []
+        self.called = threading.Event()
+
+    def __call__(self, code: int) -> None:
+        self.codes.append(code)
+        self.called.set()
+
+
+def test_a_deadline_that_passes_ends_the_process_even_while_the_caller_blocks() -> None:
+    exit = Exit()
+    watchdog = Watchdog(exit=exit)
+    watchdog.arm(0.05, "leader work outlived the lease")
+    time.sleep(0.2)  # the caller blocks (as a wedged event loop would): the thread fires all the same
+    assert exit.called.wait(timeout=30)
+    assert exit.codes == [HARD_EXIT_CODE]
+    assert watchdog.fired == "leader work outlived the lease"
+    watchdog.close()
+
+
+def test_a_disarmed_watchdog_never_fires() -> None:
+    exit = Exit()
+    watchdog = Watchdog(exit=exit)
+    watchdog.arm(3600, "term")
+    watchdog.disarm()
+    watchdog.close()  # the thread has ended here, having fired or not
+    assert exit.codes == []
+    assert watchdog.fired is None
+
+
+def test_expire_replaces_a_later_deadline_and_ends_the_process_now() -> None:
+    exit = Exit()
+    watchdog = Watchdog(exit=exit)
+    watchdog.arm(3600, "the lease's end")
+    watchdog.expire("leader work overran its term: binder")
+    assert exit.called.wait(timeout=30)
+    assert watchdog.fired == "leader work overran its term: binder"
+    watchdog.close()
+
+
+def test_a_watchdog_never_armed_starts_no_thread() -> None:
+    before = threading.active_count()
+    watchdog = Watchdog(exit=Exit())
+    assert threading.active_count() == before
+    watchdog.close()

@@ -11,6 +11,7 @@ from cozygpu.model.placement import (
     Bind,
     KeepPending,
     MarkLost,
+    PassPlan,
     Stay,
     device_sets,
     place_set,
@@ -22,8 +23,8 @@ from cozygpu.model.snapshot import BindAnswer, OnCordon, Phase, Taint, Toleratio
 from tests.model.factories import H100, NOW, device, gpu_class, gpu_nodes, inventory, node, pod, snapshot, vmi
 
 
-def binds(plan: object) -> dict[tuple[str, str], str]:
-    return {a.device: a.node for a in plan.actions if isinstance(a, Bind)}  # type: ignore[attr-defined]
+def binds(plan: PassPlan) -> dict[tuple[str, str], str]:
+    return {a.device: a.node for a in plan.of(Bind)}
 
 
 def test_a_new_order_goes_to_the_fullest_node_with_room() -> None:
@@ -52,7 +53,6 @@ def test_new_orders_are_placed_oldest_first_and_the_rest_wait_with_a_reason() ->
     plan = plan_pass(snap)
     assert binds(plan) == {("tenant-a", "old"): "n1"}
     (waiting,) = plan.of(KeepPending)
-    assert isinstance(waiting, KeepPending)
     assert waiting.device == ("tenant-a", "young")
     assert waiting.refusal.reason is Reason.NO_NODE_WITH_ROOM
 
@@ -65,7 +65,6 @@ def test_the_binder_rechecks_budgets_so_two_orders_cannot_race_past_one() -> Non
     plan = plan_pass(snap)
     assert binds(plan) == {("tenant-a", "first"): "n1"}
     (waiting,) = plan.of(KeepPending)
-    assert isinstance(waiting, KeepPending)
     assert waiting.refusal.reason is Reason.BUDGET_EXCEEDED
 
 
@@ -115,7 +114,6 @@ def test_a_set_moves_off_a_node_that_is_not_ready() -> None:
     )
     plan = plan_pass(snap)
     (move,) = plan.of(Bind)
-    assert isinstance(move, Bind)
     assert (move.node, move.previous) == ("n2", "n1")
     assert move.cause is not None
     assert move.cause.reason is Reason.NODE_NOT_READY
@@ -124,7 +122,6 @@ def test_a_set_moves_off_a_node_that_is_not_ready() -> None:
 def test_a_set_whose_node_is_gone_and_that_no_node_can_take_goes_lost() -> None:
     snap = snapshot(nodes=[], inventories=[], devices=[device("d", count=2, phase=Phase.BOUND, node="gone")])
     (lost,) = plan_pass(snap).of(MarkLost)
-    assert isinstance(lost, MarkLost)
     assert lost.cause.reason is Reason.NODE_GONE
 
 
@@ -147,7 +144,6 @@ def test_a_cordon_alone_does_not_move_a_set_with_no_room_elsewhere() -> None:
     assert binds(plan) == {}
     assert not plan.of(MarkLost)
     (stay,) = plan.of(Stay)
-    assert isinstance(stay, Stay)
     assert stay.why == "no other node has room"
 
 
@@ -161,8 +157,71 @@ def test_a_class_with_on_cordon_stay_keeps_its_node_even_with_room_elsewhere() -
     plan = plan_pass(snap)
     assert binds(plan) == {}
     (answer,) = plan.of(Answer)
-    assert isinstance(answer, Answer)
     assert (answer.result, answer.node) == (SUCCEEDED, "n1")
+    (stay,) = plan.of(Stay)
+    assert (stay.node, stay.why) == ("n1", "onCordon: Stay")
+
+
+def test_an_answer_pass_says_a_set_stays_on_its_cordoned_node_as_a_full_pass_does() -> None:
+    snap = snapshot(
+        nodes=[node("n1", unschedulable=True), node("n2")],
+        inventories=[inventory("n1"), inventory("n2", {H100: 1})],
+        devices=[device("d", count=2, phase=Phase.BOUND, node="n1", vmi="vm1", request="r1")],
+        vmis=[vmi("vm1")],
+    )
+    full, answers = plan_pass(snap), plan_pass(snap, answers_only=True)
+    assert [(s.node, s.why) for s in answers.of(Stay)] == [("n1", "no other node has room")]
+    assert answers.of(Stay) == full.of(Stay)
+    assert answers.of(Answer) == full.of(Answer)
+    dry = place_set(snap, [snap.devices[("tenant-a", "d")]], vmi=snap.vmis[("tenant-a", "vm1")])
+    assert (dry.node, dry.refusal, dry.stay) == ("n1", None, full.of(Stay)[0])
+
+
+def test_a_move_an_answer_makes_off_a_cordoned_node_says_it_was_the_cordon() -> None:
+    snap = snapshot(
+        nodes=[node("n1", unschedulable=True), node("n2")],
+        inventories=[inventory("n1"), inventory("n2")],
+        devices=[device("d", count=2, phase=Phase.BOUND, node="n1", vmi="vm1", request="r1")],
+    )
+    (move,) = plan_pass(snap, answers_only=True).of(Bind)
+    assert (move.node, move.previous) == ("n2", "n1")
+    assert move.cause is not None
+    assert move.cause.reason is Reason.NODE_CORDONED
+
+
+def test_an_answer_on_a_node_that_lost_capacity_keeps_a_set_the_capacity_rule_keeps() -> None:
+    # n1 serves one unit for two held sets: the full pass moves the idle one and keeps the running VM,
+    # so a request of the running VM is answered where it is, by either pass.
+    snap = snapshot(
+        nodes=[node("n1"), node("n2")],
+        inventories=[inventory("n1", {H100: 1}), inventory("n2", {H100: 1})],
+        devices=[
+            device("running", count=1, phase=Phase.BOUND, node="n1", vmi="vm1", request="r1"),
+            device("idle", count=1, phase=Phase.BOUND, node="n1"),
+        ],
+        vmis=[vmi("vm1", active=["launcher"])],
+        pods=[pod("virt-launcher-vm1", uid="launcher", node_name="n1", requests={H100: 1})],
+    )
+    full, answers = plan_pass(snap), plan_pass(snap, answers_only=True)
+    assert binds(full) == {("tenant-a", "idle"): "n2"}
+    assert binds(answers) == {}
+    assert [(a.result, a.node) for a in answers.of(Answer)] == [(SUCCEEDED, "n1")]
+    assert answers.of(Answer) == full.of(Answer)
+
+
+def test_a_set_the_capacity_rule_takes_off_a_cordoned_node_goes_lost_and_is_not_said_to_stay() -> None:
+    snap = snapshot(
+        classes=[gpu_class(on_cordon=OnCordon.STAY)],
+        nodes=[node("n1", unschedulable=True)],
+        inventories=[inventory("n1", {H100: 1})],
+        devices=[device("d", count=2, phase=Phase.BOUND, node="n1", vmi="vm1", request="r1")],
+    )
+    full, answers = plan_pass(snap), plan_pass(snap, answers_only=True)
+    assert not full.of(Stay)
+    (lost,) = full.of(MarkLost)
+    assert lost.cause.reason is Reason.CAPACITY_LOST
+    assert [a.result for a in answers.of(Answer)] == [FAILED]
+    assert answers.of(Answer) == full.of(Answer)
 
 
 def test_a_held_set_on_a_node_with_a_stale_report_is_not_moved() -> None:
@@ -190,7 +249,6 @@ def test_lost_capacity_moves_sets_without_a_running_launcher_first() -> None:
     plan = plan_pass(snap)
     assert binds(plan) == {("tenant-a", "idle"): "n2"}
     (lost,) = plan.of(MarkLost)
-    assert isinstance(lost, MarkLost)
     assert lost.device == ("tenant-a", "idle2")
     assert lost.cause.reason is Reason.CAPACITY_LOST
 
@@ -213,7 +271,7 @@ def test_a_bind_request_is_answered_with_the_node_of_the_gathered_set() -> None:
     plan = plan_pass(snap)
     assert binds(plan) == {("tenant-a", "held"): "n2", ("tenant-a", "vm1-gpu"): "n2"}
     answers = plan.of(Answer)
-    assert {(a.device[1], a.result, a.node) for a in answers if isinstance(a, Answer)} == {
+    assert {(a.device[1], a.result, a.node) for a in answers} == {
         ("held", SUCCEEDED, "n2"),
         ("vm1-gpu", SUCCEEDED, "n2"),
     }
@@ -228,7 +286,7 @@ def test_a_refused_request_is_answered_failed_with_the_reason_and_moves_nothing(
     )
     plan = plan_pass(snap)
     assert binds(plan) == {}
-    answers = [a for a in plan.of(Answer) if isinstance(a, Answer)]
+    answers = plan.of(Answer)
     assert {a.result for a in answers} == {FAILED}
     assert all(a.refusal is not None and a.refusal.reason is Reason.NO_NODE_WITH_ROOM for a in answers)
     assert answers[0].refusal is not None
@@ -269,7 +327,6 @@ def test_vmi_tolerations_let_its_set_onto_a_tainted_node() -> None:
     plan = plan_pass(snap)
     assert binds(plan) == {("tenant-a", "vm1-gpu"): "n1"}
     (waiting,) = plan.of(KeepPending)
-    assert isinstance(waiting, KeepPending)
     assert waiting.device == ("tenant-a", "plain")
 
 

@@ -78,9 +78,7 @@ def test_no_placement_exceeds_a_nodes_free_units(snap: Snapshot) -> None:
     for key, (phase, where) in states.items():
         if phase is Phase.BOUND and where:
             held[(where, snap.classes[snap.devices[key].class_name].resource_name)] += snap.devices[key].count
-    for action in plan.actions:
-        if not isinstance(action, Bind):
-            continue
+    for action in plan.of(Bind):
         name = snap.classes[snap.devices[action.device].class_name].resource_name
         entry = snap.capacity[action.node][name]
         assert entry.fresh

@@ -22,8 +22,8 @@ import json
 import math
 import random
 import ssl
-from collections.abc import AsyncIterator, Mapping, Sequence
-from typing import Any, Final
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from typing import Any, Final, TypeVar
 from urllib.parse import quote
 
 import aiohttp
@@ -41,6 +41,12 @@ JSON_PATCH: Final = "application/json-patch+json"
 APPLY_PATCH: Final = "application/apply-patch+yaml"
 
 Obj = dict[str, Any]
+T = TypeVar("T")
+
+
+def _json_or_empty(raw: bytes) -> Obj:
+    decoded: Obj = orjson.loads(raw) if raw else {}
+    return decoded
 
 
 def resource_path(
@@ -160,6 +166,38 @@ class Client:
         headers: Mapping[str, str] | None = None,
     ) -> Obj:
         """Send one request and return the decoded JSON answer (see the module contract)."""
+        return await self._send(method, path, _json_or_empty, params=params, body=body, content_type=content_type,
+                                timeout=timeout, attempts=attempts, headers=headers)
+
+    async def request_bytes(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, str | int | bool] | Sequence[tuple[str, str]] | None = None,
+        body: Any = None,
+        content_type: str = JSON,
+        timeout: float | None = None,
+        attempts: int = 5,
+        headers: Mapping[str, str] | None = None,
+    ) -> bytes:
+        """``request``, but the answer's body undecoded, for a caller that decodes it its own way."""
+        return await self._send(method, path, bytes, params=params, body=body, content_type=content_type,
+                                timeout=timeout, attempts=attempts, headers=headers)
+
+    async def _send(
+        self,
+        method: str,
+        path: str,
+        parse: Callable[[bytes], T],
+        *,
+        params: Mapping[str, str | int | bool] | Sequence[tuple[str, str]] | None,
+        body: Any,
+        content_type: str,
+        timeout: float | None,
+        attempts: int,
+        headers: Mapping[str, str] | None,
+    ) -> T:
         data = None if body is None else json.dumps(body, separators=(",", ":"))
         query = _query(params)
         is_read = method == "GET"
@@ -168,7 +206,7 @@ class Client:
         backoff = Backoff(self._clock, initial=0.2, cap=5.0, jitter=0.0, reset_after=math.inf)
         for attempt in range(1, attempts + 1):
             try:
-                return await self._once(method, path, query, data, content_type, timeout, headers)
+                return await self._once(method, path, query, data, content_type, timeout, headers, parse)
             except errors.TooManyRequests as err:
                 if attempt == attempts:
                     raise
@@ -182,8 +220,9 @@ class Client:
 
     async def _once(
         self, method: str, path: str, query: list[tuple[str, str]], data: str | None,
-        content_type: str, timeout: float | None, extra_headers: Mapping[str, str] | None = None,
-    ) -> Obj:
+        content_type: str, timeout: float | None, extra_headers: Mapping[str, str] | None,
+        parse: Callable[[bytes], T],
+    ) -> T:
         budget = aiohttp.ClientTimeout(total=timeout if timeout is not None else self.default_timeout)
         try:
             headers = [*self._headers, *await self._auth_headers()]
@@ -198,7 +237,7 @@ class Client:
                 raw = await resp.read()
                 if resp.status >= 400:
                     raise _api_error(resp, raw.decode("utf-8", "replace"), method, path)
-                return orjson.loads(raw) if raw else {}
+                return parse(raw)
         except errors.KubeError:
             raise
         except _TRANSPORT_ERRORS as err:
@@ -217,6 +256,11 @@ class Client:
 
     async def list_objects(self, path: str, *, params: Mapping[str, str | int | bool] | None = None, **kw: Any) -> Obj:
         return await self.request("GET", path, params=params, **kw)
+
+    async def list_bytes(self, path: str, *, params: Mapping[str, str | int | bool] | None = None,
+                         **kw: Any) -> bytes:
+        """A list page's JSON undecoded (the cache decodes some kinds into only the fields it keeps)."""
+        return await self.request_bytes("GET", path, params=params, **kw)
 
     async def create(self, path: str, body: Obj, *, dry_run: bool = False, **kw: Any) -> Obj:
         params = {"dryRun": "All"} if dry_run else None

@@ -40,9 +40,10 @@ its own resourceVersion precondition.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 import random
-from collections.abc import Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from typing import Any, Final, Protocol
 
 import attrs
@@ -71,6 +72,9 @@ class LeaseClient(Protocol):
     async def create(self, path: str, body: Obj, *, timeout: float | None = ..., attempts: int = ...) -> Obj: ...
 
     async def replace(self, path: str, body: Obj, *, timeout: float | None = ..., attempts: int = ...) -> Obj: ...
+
+    def watch(self, path: str, *, params: Mapping[str, str | int | bool] | None = ..., read_timeout: float = ...,
+              connect_timeout: float = ...) -> AsyncIterator[Obj]: ...
 
 
 class TermGuard(Protocol):
@@ -216,11 +220,49 @@ class LeaderElector:
 
     async def _acquire(self) -> None:
         self._log.info("campaigning for the lease")
+        released = asyncio.Event()
+        async with asyncio.TaskGroup() as group:
+            watcher = group.create_task(self._watch_for_release(released),
+                                        name=f"lease watch of {self.config.identity}")
+            try:
+                while True:
+                    released.clear()  # a release seen from here on wakes the wait below
+                    if await self._attempt(self.config.renew_deadline):
+                        return
+                    period = self.config.retry_period
+                    with contextlib.suppress(TimeoutError):
+                        async with deadline(self._clock, period + self._rng.random() * JITTER_FACTOR * period):
+                            await released.wait()
+            finally:
+                watcher.cancel()
+
+    async def _watch_for_release(self, released: asyncio.Event) -> None:
+        """Set ``released`` whenever the Lease is seen free (released or deleted); never raises.
+
+        Only an accelerator: the retry period stays the fallback, so a watch
+        that fails is started again after a retry period, quietly.
+        """
+        params: dict[str, str | int | bool] = {"fieldSelector": f"metadata.name={self.config.name}",
+                                               "allowWatchBookmarks": True, "timeoutSeconds": 300}
+        warned = False
         while True:
-            if await self._attempt(self.config.renew_deadline):
-                return
-            period = self.config.retry_period
-            await self._clock.sleep(period + self._rng.random() * JITTER_FACTOR * period)
+            try:
+                async for event in self._client.watch(self._collection, params=params,
+                                                      connect_timeout=self.config.request_timeout):
+                    kind = event.get("type")
+                    lease = event.get("object") or {}
+                    if kind == "DELETED" or (kind in ("ADDED", "MODIFIED")
+                                             and not LeaseRecord.from_lease(lease).holder):
+                        released.set()
+            except Exception as err:  # any failure only slows the hand-over down to the retry period
+                refused = isinstance(err, errors.ApiError) and not isinstance(err, errors.Gone | errors.ServerError)
+                if refused and not warned:  # Forbidden, say: worth saying once, not every retry period
+                    warned = True
+                    self._log.warning("cannot watch the lease; taking it over on the retry period only",
+                                      error=str(err))
+                else:
+                    self._log.debug("watching the lease failed", error=str(err) or type(err).__name__)
+            await self._clock.sleep(self.config.retry_period)
 
     async def _lead(self, work: LeaderWork) -> str:
         """Run ``work`` for one term; return why the term was lost (cancellation and errors propagate)."""

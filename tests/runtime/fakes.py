@@ -4,7 +4,9 @@
 fire in time order as it passes them. ``FakeLeaseApi`` keeps Lease objects in
 memory with the API server's optimistic concurrency (a PUT whose
 resourceVersion is stale is a Conflict), and can fail or hang requests on
-demand, before or after the write takes effect.
+demand, before or after the write takes effect. Its watch streams one Lease
+(``fieldSelector=metadata.name=...``): the current object as ADDED, then every
+write through the API (a test that plants an object in ``objects`` is not seen).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import asyncio
 import copy
 import itertools
 import random
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 from cozygpu.base.clock import START, FakeClock, settle
@@ -36,7 +39,10 @@ class FakeLeaseApi:
         self.fail_after = 0.0
         #: Every request waits until cancelled.
         self.hang = False
+        #: Every watch fails at once (the hand-over then waits for the retry period).
+        self.watch_fails = False
         self._rng = rng if rng is not None else random.Random(0)
+        self._watchers: list[tuple[str, asyncio.Queue[Obj]]] = []
 
     async def _enter(self, verb: str, path: str) -> None:
         self.calls.append((verb, path))
@@ -53,8 +59,31 @@ class FakeLeaseApi:
     def _stored(self, path: str, body: Obj) -> Obj:
         obj = copy.deepcopy(body)
         obj["metadata"]["resourceVersion"] = str(next(self._version))
+        kind = "MODIFIED" if path in self.objects else "ADDED"
         self.objects[path] = obj
+        for watched, events in self._watchers:
+            if watched == path:
+                events.put_nowait({"type": kind, "object": copy.deepcopy(obj)})
         return copy.deepcopy(obj)
+
+    async def watch(self, path: str, *, params: Mapping[str, str | int | bool] | None = None,
+                    **_: Any) -> AsyncIterator[Obj]:
+        selector = str((params or {}).get("fieldSelector", ""))
+        assert selector.startswith("metadata.name="), f"the fake watches one named object, not {selector!r}"
+        watched = f"{path}/{selector.removeprefix('metadata.name=')}"
+        await self._enter("WATCH", path)
+        if self.watch_fails:
+            raise errors.Unavailable(f"WATCH {path}: injected failure")
+        events: asyncio.Queue[Obj] = asyncio.Queue()
+        entry = (watched, events)
+        self._watchers.append(entry)
+        try:
+            if (current := self.objects.get(watched)) is not None:
+                yield {"type": "ADDED", "object": copy.deepcopy(current)}
+            while True:
+                yield await events.get()
+        finally:
+            self._watchers.remove(entry)
 
     async def get_or_none(self, path: str, **_: Any) -> Obj | None:
         await self._enter("GET", path)
@@ -110,3 +139,8 @@ class Link:
     async def replace(self, path: str, body: Obj, **kw: Any) -> Obj:
         self._check("PUT", path)
         return await self.api.replace(path, body, **kw)
+
+    async def watch(self, path: str, **kw: Any) -> AsyncIterator[Obj]:
+        self._check("WATCH", path)
+        async for event in self.api.watch(path, **kw):
+            yield event

@@ -245,12 +245,12 @@ async def test_a_candidate_that_never_wrote_does_not_touch_the_lease_when_stoppe
     api.objects[LEASE] = ghost_lease("ghost", renew_time="2026-12-02T12:00:00.000000Z")
     async with campaigning(make_elector(api, clock, "b"), Work(clock)):
         await clock.run_for(5)
-    assert [verb for verb, _ in api.calls] == ["GET"] * len(api.calls)
+    assert {verb for verb, _ in api.calls} == {"GET", "WATCH"}
     assert api.spec(LEASE)["holderIdentity"] == "ghost"
 
 
-async def test_a_released_lease_is_taken_by_the_other_candidate_on_its_next_try() -> None:
-    clock, api = FakeClock(), FakeLeaseApi()
+async def hand_over(api: FakeLeaseApi, clock: FakeClock, *, wait: float) -> tuple[Work, float]:
+    """a leads, b campaigns, a stops; after ``wait`` more seconds: b's work and when a had stopped."""
     a_work, b_work = Work(clock), Work(clock)
     a_task = asyncio.create_task(make_elector(api, clock, "a").run(a_work))
     await clock.run_for(0.1)
@@ -262,10 +262,23 @@ async def test_a_released_lease_is_taken_by_the_other_candidate_on_its_next_try(
         with suppress(asyncio.CancelledError):
             await a_task
         stopped = clock.now()
-        await clock.run_for(MAX_RETRY_WAIT + 0.01)
-        assert b_work.running
-        assert b_work.starts[0] - stopped <= MAX_RETRY_WAIT
+        await clock.run_for(wait)
     assert api.spec(LEASE)["leaseTransitions"] == 1
+    return b_work, stopped
+
+
+async def test_a_released_lease_is_taken_by_the_watching_candidate_at_once() -> None:
+    clock, api = FakeClock(), FakeLeaseApi()
+    b_work, stopped = await hand_over(api, clock, wait=0)
+    assert b_work.starts == [stopped], "b waited for its retry period instead of the release it watched"
+
+
+async def test_without_its_watch_a_candidate_takes_a_released_lease_on_its_next_try() -> None:
+    clock, api = FakeClock(), FakeLeaseApi()
+    api.watch_fails = True
+    b_work, stopped = await hand_over(api, clock, wait=MAX_RETRY_WAIT + 0.01)
+    assert len(b_work.starts) == 1
+    assert 0 < b_work.starts[0] - stopped <= MAX_RETRY_WAIT
 
 
 async def test_each_change_of_holder_counts_one_transition() -> None:

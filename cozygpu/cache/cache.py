@@ -80,6 +80,7 @@ class Cache:
             # Transforms and indexers are functions, compared by identity: a spec with
             # other indexes under the same key would hand its reader an informer without them.
             if (informer.spec != spec or informer.spec.transform is not spec.transform
+                    or informer.spec.page_decoder is not spec.page_decoder
                     or dict(informer.spec.indexers) != dict(spec.indexers)):
                 raise ValueError(f"{spec.key}: another spec is already registered under this key")
             return informer
@@ -281,6 +282,9 @@ class _CrdFeed:
 
     def prepare(self, raw: dict[str, Any]) -> FrozenDict:
         return self._feed.prepare(raw)
+
+    def adopt(self, obj: FrozenDict) -> FrozenDict:
+        return self._feed.adopt(obj)
 
     def replace(self, objects: list[FrozenDict], resource_version: str) -> None:
         self._feed.replace(objects, resource_version)

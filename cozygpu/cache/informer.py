@@ -228,6 +228,15 @@ class _Feed:
         frozen: FrozenDict = freeze(obj)
         return frozen
 
+    def adopt(self, obj: FrozenDict) -> FrozenDict:
+        meta = obj.get("metadata") or {}
+        stored = self.store.get_by_key((meta.get("namespace") or "", meta.get("name", "")))
+        if stored is not None:
+            rv = meta.get("resourceVersion")
+            if rv and resource_version_of(stored) == rv:
+                return stored  # unchanged since stored: keep the one readers already share
+        return FrozenDict({**obj, "apiVersion": self._api_version, "kind": self._kind})
+
     def replace(self, objects: list[FrozenDict], resource_version: str) -> None:
         informer = self._informer
         if not informer.is_current(self):

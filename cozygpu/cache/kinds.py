@@ -21,6 +21,7 @@ from typing import Any, Final, Protocol
 
 import attrs
 
+from cozygpu.cache.decoders import PageDecoder
 from cozygpu.cache.store import NAMESPACE, IndexFunc, index_namespace
 from cozygpu.cache.transforms import Transform, slim_crd
 from cozygpu.kube import errors, resource_path
@@ -54,6 +55,9 @@ class KindSpec:
     label_selector: str | None = attrs.field(default=None, kw_only=True)
     #: Runs on each decoded object before it is frozen (see ``transforms.py``).
     transform: Transform | None = attrs.field(default=None, kw_only=True, eq=False)
+    #: Decodes a list page straight into transformed, frozen objects (``decoders.py``), in place of
+    #: decoding it whole and running ``transform`` on each item; must agree with ``transform``.
+    page_decoder: PageDecoder | None = attrs.field(default=None, kw_only=True, eq=False)
     indexers: Mapping[str, IndexFunc] = attrs.field(factory=dict, kw_only=True, eq=False)
     needs_crd: bool = attrs.field(
         default=attrs.Factory(_default_needs_crd, takes_self=True), kw_only=True

@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from typing import Final
 
 from cozygpu import keys
+from cozygpu.cache.decoders import decode_pod_page
 from cozygpu.cache.frozen import FrozenDict
 from cozygpu.cache.kinds import KindSpec
 from cozygpu.cache.store import index_field
@@ -56,7 +57,7 @@ GPU_NODES: Final = KindSpec(keys.GROUP, keys.VERSION, keys.GPUNODE_PLURAL, keys.
 
 NODES: Final = KindSpec("", "v1", "nodes", "Node", False, transform=slim_node)
 PODS: Final = KindSpec(
-    "", "v1", "pods", "Pod", True, transform=slim_pod,
+    "", "v1", "pods", "Pod", True, transform=slim_pod, page_decoder=decode_pod_page,
     indexers={PODS_BY_NODE: index_field("spec", "nodeName"), PODS_BY_UID: index_field("metadata", "uid")},
 )
 NAMESPACES: Final = KindSpec("", "v1", "namespaces", "Namespace", False)

@@ -29,7 +29,13 @@ LAST_APPLIED: Final = "kubectl.kubernetes.io/last-applied-configuration"
 #: Pod annotations kept by ``slim_pod``.
 OWN_ANNOTATION_PREFIX: Final = f"{keys.GROUP}/"
 
-#: Pod fields kept by ``slim_pod``: metadata (minus managedFields) and these.
+#: Pod fields kept by ``slim_pod``: these of metadata (every field of v1 ObjectMeta but
+#: managedFields, and of annotations only cozygpu's own), and these of spec, containers and status.
+POD_METADATA_FIELDS: Final = (
+    "name", "generateName", "namespace", "selfLink", "uid", "resourceVersion", "generation",
+    "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "labels", "annotations",
+    "ownerReferences", "finalizers",
+)
 POD_SPEC_FIELDS: Final = ("nodeName", "overhead", "resources", "schedulerName", "priority")
 POD_CONTAINER_FIELDS: Final = ("name", "resources", "restartPolicy")
 POD_STATUS_FIELDS: Final = ("phase",)
@@ -61,21 +67,27 @@ def _pick(source: Any, fields: Iterable[str]) -> Obj:
     return {key: source[key] for key in fields if key in source}
 
 
+def own_annotations(annotations: dict[str, Any]) -> Obj:
+    """The annotations of cozygpu's own group, the only ones ``slim_pod`` keeps."""
+    return {key: value for key, value in annotations.items() if key.startswith(OWN_ANNOTATION_PREFIX)}
+
+
 def slim_pod(pod: Obj) -> Obj:
     """A pod reduced to what GPU accounting reads: identity, owners, node, phase, container resources.
 
-    Kept: metadata except managedFields and annotations (only annotations of
-    cozygpu's own group stay: a launcher pod carries the VMI's, and nobody
-    here reads them from the pod); ``spec.nodeName``, ``overhead``,
+    Kept: metadata (the fields of ``POD_METADATA_FIELDS``: all of ObjectMeta
+    but managedFields) with only the annotations of cozygpu's own group (a
+    launcher pod carries the VMI's, and nobody here reads them from the pod);
+    ``spec.nodeName``, ``overhead``,
     pod-level ``resources``, ``schedulerName``, ``priority``; for every container,
     and init container: ``name``, ``resources``,
     ``restartPolicy`` (an init container with ``restartPolicy: Always`` is a
     sidecar, R-MOD-4); ``status.phase``.
     """
-    strip_metadata(pod)
-    meta = pod.get("metadata")
-    if isinstance(meta, dict) and isinstance(meta.get("annotations"), dict):
-        ours = {key: value for key, value in meta["annotations"].items() if key.startswith(OWN_ANNOTATION_PREFIX)}
+    meta = _pick(pod.get("metadata"), POD_METADATA_FIELDS)
+    annotations = meta.get("annotations")
+    if isinstance(annotations, dict):
+        ours = own_annotations(annotations)
         if ours:
             meta["annotations"] = ours
         else:
@@ -87,7 +99,7 @@ def slim_pod(pod: Obj) -> Obj:
             containers = spec.get(key)
             if isinstance(containers, list):
                 slim_spec[key] = [_pick(c, POD_CONTAINER_FIELDS) for c in containers]
-    out: Obj = {"metadata": pod.get("metadata", {}), "spec": slim_spec}
+    out: Obj = {"metadata": meta, "spec": slim_spec}
     status = _pick(pod.get("status"), POD_STATUS_FIELDS)
     if status:
         out["status"] = status

@@ -16,6 +16,8 @@ import copy
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
+import orjson
+
 from cozygpu.kube import errors
 from tests.support.clock import FakeClock
 
@@ -161,6 +163,10 @@ class FakeApi:
             obj.pop("kind", None)
             obj.pop("apiVersion", None)
         return {"kind": "List", "metadata": meta, "items": result}
+
+    async def list_bytes(self, path: str, *, params: Mapping[str, Any] | None = None, **kw: Any) -> bytes:
+        """``list_objects``, as the JSON the API server would send (for kinds with a page decoder)."""
+        return orjson.dumps(await self.list_objects(path, params=params, **kw))
 
     def watch(self, path: str, *, params: Mapping[str, Any] | None = None, read_timeout: float = 90.0,
               connect_timeout: float = 10.0) -> AsyncIterator[Obj]:

@@ -10,11 +10,13 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
+from cozygpu.cache.decoders import DecodedPage, decode_pod_page
 from cozygpu.cache.informer import Informer
 from cozygpu.cache.kinds import KindSpec
 from cozygpu.cache.metrics import CacheMetrics
 from cozygpu.cache.reflector import Reflector, ReflectorSettings
 from cozygpu.cache.store import Event, index_field
+from cozygpu.cache.transforms import slim_pod
 from cozygpu.kube import errors
 from tests.cache.fakes import FakeApi, FakeClock, until
 
@@ -293,3 +295,42 @@ async def test_cancelling_the_reflector_closes_its_watch(running: Running) -> No
     with pytest.raises(asyncio.CancelledError):
         await running.task
     assert running.api.open_watches == []
+
+
+async def test_a_kind_with_a_page_decoder_stores_the_decoded_pages_and_shares_what_did_not_change(
+        api: FakeApi, clock: FakeClock, registry: CollectorRegistry) -> None:
+    pages: list[int] = []
+
+    def decoder(raw: bytes) -> DecodedPage:
+        pages.append(len(raw))
+        return decode_pod_page(raw)
+
+    pods = KindSpec("", "v1", "pods", "Pod", True, transform=slim_pod, page_decoder=decoder)
+    for i in range(3):
+        api.put(pods.path, {"metadata": {"name": f"p{i}", "namespace": "t", "managedFields": [{"manager": "m"}]},
+                            "spec": {"nodeName": "n1", "volumes": [{"name": "v"}]}, "status": {"phase": "Running"}})
+    informer = Informer(pods)
+    reflector = Reflector(api, pods, informer.begin_cycle(), clock=clock, metrics=CacheMetrics(registry),
+                          settings=ReflectorSettings(page_size=2))
+    task = asyncio.create_task(reflector.run())
+    try:
+        await until(lambda: informer.has_synced and len(api.open_watches) == 1)
+        assert len(pages) == 2, "both pages went through the decoder"
+        listed = informer.store.get("t", "p0")
+        assert listed == {"metadata": {"name": "p0", "namespace": "t", "resourceVersion": "101"},
+                          "spec": {"nodeName": "n1"}, "status": {"phase": "Running"},
+                          "apiVersion": "v1", "kind": "Pod"}
+        api.put(pods.path, {"metadata": {"name": "p1", "namespace": "t"}, "spec": {"nodeName": "n2", "volumes": []}})
+        await until(lambda: informer.resource_version == str(api.rv))
+        watched = informer.store.get("t", "p1")
+        assert watched == {"metadata": {"name": "p1", "namespace": "t", "resourceVersion": str(api.rv)},
+                           "spec": {"nodeName": "n2"}, "apiVersion": "v1", "kind": "Pod"}, "a watch event slims alike"
+
+        api.expire_watches()
+        await until(lambda: len(clock.sleeps) == 1)
+        clock.advance(clock.sleeps[0])
+        await until(lambda: len(pages) == 4 and len(api.open_watches) == 1)
+        assert informer.store.get("t", "p0") is listed, "an unchanged object is kept, not replaced by a copy"
+        assert informer.store.get("t", "p1") is watched
+    finally:
+        task.cancel()

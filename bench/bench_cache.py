@@ -43,6 +43,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+import attrs  # noqa: E402
+
 from cozygpu import keys  # noqa: E402
 from cozygpu.kube import Client, resource_path  # noqa: E402
 
@@ -143,8 +145,8 @@ async def burst(admin: Client, scale: float) -> tuple[int, float, dict[str, str]
 # -- measuring the cache (child process) ---------------------------------------------------
 
 
-async def floor(client: Client, specs: list[Any]) -> float:
-    """Seconds to LIST ``specs`` in pages, concurrently, as the reflectors do, decoding JSON and nothing more."""
+async def floor(client: Client, specs: list[Any]) -> tuple[float, float]:
+    """(wall, CPU) seconds to LIST ``specs`` in pages, concurrently, as the reflectors do, decoding JSON only."""
     from cozygpu.cache.reflector import _LIST_HEADERS, ReflectorSettings
 
     settings = ReflectorSettings()
@@ -162,9 +164,9 @@ async def floor(client: Client, specs: list[Any]) -> float:
 
     gc.disable()
     try:
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         await asyncio.gather(*(one(spec) for spec in specs))
-        return time.perf_counter() - started
+        return time.perf_counter() - started, time.process_time() - cpu
     finally:
         gc.enable()
 
@@ -205,6 +207,11 @@ async def breakdown(client: Client, specs: list[Any], counts: dict[str, int]) ->
             started = time.perf_counter()
             Store(spec.key, spec.all_indexers()).replace(frozen, "1")
             steps["index"] = time.perf_counter() - started
+            if spec.page_decoder is not None:
+                body = orjson.dumps({"metadata": {}, "items": items})
+                started = time.perf_counter()
+                spec.page_decoder(body)
+                steps["page_decoder"] = time.perf_counter() - started
         finally:
             gc.enable()
         out[spec.key] = {step: seconds * scale for step, seconds in steps.items()}
@@ -250,7 +257,7 @@ async def replay(client: Client, spec: Any, *, since: str, until: str) -> tuple[
     return counted / (time.perf_counter() - started), counted, relisted
 
 
-async def measure(kubeconfig: str) -> None:
+async def measure(kubeconfig: str, *, plain_decode: bool = False) -> None:
     from prometheus_client import CollectorRegistry
 
     from cozygpu.cache import Cache
@@ -260,31 +267,33 @@ async def measure(kubeconfig: str) -> None:
         print(json.dumps(fields), flush=True)
 
     baseline, _ = rss_mb()
-    kinds = [known.NODES, known.PODS, known.GPU_DEVICES, known.GPU_CLASSES, known.GPU_NODES, known.NAMESPACES,
+    pods = attrs.evolve(known.PODS, page_decoder=None) if plain_decode else known.PODS
+    kinds = [known.NODES, pods, known.GPU_DEVICES, known.GPU_CLASSES, known.GPU_NODES, known.NAMESPACES,
              known.TENANT_QUOTAS, known.settings_configmap("cozy-gpu")]
     async with await Client.from_kubeconfig(kubeconfig) as client:
-        listed = [known.NODES, known.PODS, known.GPU_DEVICES, known.NAMESPACES]
+        listed = [known.NODES, pods, known.GPU_DEVICES, known.NAMESPACES]
         floor_before = await floor(client, listed)
         cache = Cache(client, registry=CollectorRegistry())
         for spec in kinds:
             cache.add(spec)
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         async with cache.running():
             await cache.wait_synced(*kinds, timeout=300)
-            ready = time.perf_counter() - started
+            ready, ready_cpu = time.perf_counter() - started, time.process_time() - cpu
             gc.collect()
             rss, peak = rss_mb()
             sizes = {spec.key: len(cache.store(spec)) for spec in kinds}
             floor_after = await floor(client, listed)
             steps = await breakdown(client, listed, sizes)
-            emit(stage="ready", ready_s=ready, rss_mb=rss, peak_mb=peak, baseline_mb=baseline, sizes=sizes,
-                 floor_s=[floor_before, floor_after], steps=steps,
-                 pods_rv=cache.informer(known.PODS).resource_version,
+            emit(stage="ready", ready_s=ready, ready_cpu_s=ready_cpu, rss_mb=rss, peak_mb=peak, baseline_mb=baseline,
+                 sizes=sizes, floor_s=[floor_before[0], floor_after[0]], floor_cpu_s=[floor_before[1], floor_after[1]],
+                 steps=steps,
+                 pods_rv=cache.informer(pods).resource_version,
                  devices_rv=cache.informer(known.GPU_DEVICES).resource_version)
 
             order = json.loads(await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline))
             go = time.perf_counter()
-            await cache.wait_for_resource_version(known.PODS, order["last"]["pods"], timeout=600)
+            await cache.wait_for_resource_version(pods, order["last"]["pods"], timeout=600)
             await cache.wait_for_resource_version(known.GPU_DEVICES, order["last"]["devices"], timeout=600)
             emit(stage="live", seen_s=time.perf_counter() - go)
             gc.collect()
@@ -293,7 +302,7 @@ async def measure(kubeconfig: str) -> None:
         # Replay: a fresh informer watches the burst again from before it, as fast as it can take it.
         # Three times each: the API server shares the machine, so single runs are noisy; the best is reported.
         replayed: dict[str, tuple[float, int, bool, list[float]]] = {}
-        for spec, kind in ((known.PODS, "pods"), (known.GPU_DEVICES, "devices")):
+        for spec, kind in ((pods, "pods"), (known.GPU_DEVICES, "devices")):
             runs = [await replay(client, spec, since=order["since"][kind], until=order["last"][kind]) for _ in range(3)]
             best = max(runs)
             replayed[spec.key] = (best[0], best[1], best[2], [run[0] for run in runs])
@@ -315,6 +324,8 @@ def report_ready(ready: dict[str, Any], populated: dict[str, int]) -> None:
     print(f"floor (raw paged LIST, JSON only, same kinds, concurrent): {ready['floor_s'][0]:.2f} s before,"
           f" {ready['floor_s'][1]:.2f} s after; ready is {ready['ready_s'] / low:.2f}x the floor"
           f" (+{ready['ready_s'] - low:.2f} s)")
+    print(f"CPU of this process: {ready['ready_cpu_s']:.2f} s to ready; the floor's"
+          f" {ready['floor_cpu_s'][0]:.2f} s and {ready['floor_cpu_s'][1]:.2f} s (the API server's is not counted)")
     for key, steps in ready["steps"].items():
         print(f"  in-process, {key}: " + ", ".join(f"{step} {seconds:.2f} s" for step, seconds in steps.items()))
     print(f"RSS when ready:  {ready['rss_mb']:.0f} MB   {ratio(ready['rss_mb'], RSS_TARGET_MB)}"
@@ -344,6 +355,7 @@ async def drive(args: argparse.Namespace) -> None:
 
             child = await asyncio.create_subprocess_exec(
                 sys.executable, __file__, "--measure", str(plane.kubeconfig),
+                *(["--plain-decode"] if args.plain_decode else []),
                 stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, cwd=ROOT,
             )
             assert child.stdin is not None
@@ -384,12 +396,14 @@ def main() -> None:
     parser.add_argument("--keep", action="store_true", help="leave the control plane running")
     parser.add_argument("--attach", help="reuse a populated control plane left by --keep")
     parser.add_argument("--ready-only", action="store_true", help="stop after time to ready, its floor and breakdown")
+    parser.add_argument("--plain-decode", action="store_true",
+                        help="decode pod pages whole and slim them (as before the page decoder), to compare")
     parser.add_argument("--measure", metavar="KUBECONFIG", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.measure:
         import uvloop
 
-        uvloop.run(measure(args.measure))
+        uvloop.run(measure(args.measure, plain_decode=args.plain_decode))
     else:
         asyncio.run(drive(args))
 

@@ -183,21 +183,24 @@ def own_moves(plan: PassPlan, device_set: DeviceSet) -> list[Bind]:
 
 
 def changes_what_it_depends_on(
-    snap: Snapshot, device_set: DeviceSet, earlier: Sequence[Action], *, own: Iterable[Action]
+    snap: Snapshot, device_set: DeviceSet, earlier: Sequence[Action], *, own: Iterable[Bind]
 ) -> bool:
     """Whether an earlier Bind or MarkLost changed units, budgets or devices the set's answer reads.
 
     ``own`` are the set's own moves as the answer pass made them in answering
-    it: those, even made first by a full pass, change nothing the answer reads.
+    it: those, even made first by a full pass, change nothing the answer reads
+    (whatever cause the full pass gives them: the outcomes compare causes).
     """
     keys = set(device_set.members)
     names = {snap.classes[snap.devices[k].class_name].resource_name for k in keys}
     namespaces = {k[0] for k in keys}
     budgeted = {tenant for tenant, budget in snap.budgets.items() if budget.declares_gpu_key}
     over_set = {t for ns in namespaces for t in ancestry(ns)} & budgeted
-    allowed = set(own)
+    allowed = {(b.device, b.node, b.previous) for b in own}
     for action in earlier:
-        if not isinstance(action, Bind | MarkLost) or action in allowed:
+        if isinstance(action, Bind) and (action.device, action.node, action.previous) in allowed:
+            continue
+        if not isinstance(action, Bind | MarkLost):
             continue
         if action.device in keys:
             return True

@@ -8,7 +8,7 @@ from datetime import timedelta
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cozygpu.model.placement import Bind, plan_pass, resulting_states
+from cozygpu.model.placement import Bind, MarkLost, Stay, plan_pass, resulting_states
 from cozygpu.model.snapshot import OnCordon, Phase, Snapshot
 from tests.model.factories import NOW, device, gpu_class, inventory, node, pod, snapshot
 
@@ -103,3 +103,13 @@ def test_no_order_a_pass_accepts_breaks_a_budget(snap: Snapshot) -> None:
         assert declared.total is not None
         assert declared.total.amount is not None
         assert after[tenant] <= max(declared.total.amount, before[tenant])
+
+
+@settings(max_examples=300, deadline=None)
+@given(clusters(), st.booleans())
+def test_a_set_said_to_stay_is_not_moved_by_the_same_plan(snap: Snapshot, answers_only: bool) -> None:
+    plan = plan_pass(snap, answers_only=answers_only)
+    stayed = {key: stay for stay in plan.of(Stay) for key in stay.devices}
+    for action in plan.actions:
+        if isinstance(action, Bind | MarkLost):
+            assert action.device not in stayed, (action, stayed[action.device])

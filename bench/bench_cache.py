@@ -145,11 +145,9 @@ async def burst(admin: Client, scale: float) -> tuple[int, float, dict[str, str]
 # -- measuring the cache (child process) ---------------------------------------------------
 
 
-async def floor(client: Client, specs: list[Any]) -> tuple[float, float]:
+async def floor(client: Client, specs: list[Any], settings: Any) -> tuple[float, float]:
     """(wall, CPU) seconds to LIST ``specs`` in pages, concurrently, as the reflectors do, decoding JSON only."""
-    from cozygpu.cache.reflector import _LIST_HEADERS, ReflectorSettings
-
-    settings = ReflectorSettings()
+    from cozygpu.cache.reflector import _LIST_HEADERS
 
     async def one(spec: Any) -> None:
         params: dict[str, Any] = {**spec.selector_params(), "limit": settings.page_size}
@@ -257,11 +255,15 @@ async def replay(client: Client, spec: Any, *, since: str, until: str) -> tuple[
     return counted / (time.perf_counter() - started), counted, relisted
 
 
-async def measure(kubeconfig: str, *, plain_decode: bool = False) -> None:
+async def measure(kubeconfig: str, *, plain_decode: bool = False, page_size: int | None = None) -> None:
     from prometheus_client import CollectorRegistry
 
     from cozygpu.cache import Cache
     from cozygpu.cache import specs as known
+    from cozygpu.cache.kinds import CRDS
+    from cozygpu.cache.reflector import ReflectorSettings
+
+    settings = ReflectorSettings() if page_size is None else ReflectorSettings(page_size=page_size)
 
     def emit(**fields: Any) -> None:
         print(json.dumps(fields), flush=True)
@@ -272,21 +274,29 @@ async def measure(kubeconfig: str, *, plain_decode: bool = False) -> None:
              known.TENANT_QUOTAS, known.settings_configmap("cozy-gpu")]
     async with await Client.from_kubeconfig(kubeconfig) as client:
         listed = [known.NODES, pods, known.GPU_DEVICES, known.NAMESPACES]
-        floor_before = await floor(client, listed)
-        cache = Cache(client, registry=CollectorRegistry())
+        floor_before = await floor(client, listed, settings)
+        cache = Cache(client, registry=CollectorRegistry(), settings=settings)
         for spec in kinds:
             cache.add(spec)
         started, cpu = time.perf_counter(), time.process_time()
+        synced_at: dict[str, float] = {}
+
+        async def synced(spec: Any) -> None:
+            await cache.informer(spec.key).wait_synced()
+            synced_at[spec.key] = time.perf_counter() - started
+
         async with cache.running():
-            await cache.wait_synced(*kinds, timeout=300)
+            async with asyncio.timeout(300):
+                await asyncio.gather(*(synced(spec) for spec in [CRDS, *kinds]))
             ready, ready_cpu = time.perf_counter() - started, time.process_time() - cpu
             gc.collect()
             rss, peak = rss_mb()
             sizes = {spec.key: len(cache.store(spec)) for spec in kinds}
-            floor_after = await floor(client, listed)
+            floor_after = await floor(client, listed, settings)
             steps = await breakdown(client, listed, sizes)
-            emit(stage="ready", ready_s=ready, ready_cpu_s=ready_cpu, rss_mb=rss, peak_mb=peak, baseline_mb=baseline,
-                 sizes=sizes, floor_s=[floor_before[0], floor_after[0]], floor_cpu_s=[floor_before[1], floor_after[1]],
+            emit(stage="ready", ready_s=ready, synced_at=synced_at, ready_cpu_s=ready_cpu, rss_mb=rss, peak_mb=peak,
+                 baseline_mb=baseline, sizes=sizes, floor_s=[floor_before[0], floor_after[0]],
+                 floor_cpu_s=[floor_before[1], floor_after[1]],
                  steps=steps,
                  pods_rv=cache.informer(pods).resource_version,
                  devices_rv=cache.informer(known.GPU_DEVICES).resource_version)
@@ -324,6 +334,8 @@ def report_ready(ready: dict[str, Any], populated: dict[str, int]) -> None:
     print(f"floor (raw paged LIST, JSON only, same kinds, concurrent): {ready['floor_s'][0]:.2f} s before,"
           f" {ready['floor_s'][1]:.2f} s after; ready is {ready['ready_s'] / low:.2f}x the floor"
           f" (+{ready['ready_s'] - low:.2f} s)")
+    order = sorted(ready["synced_at"].items(), key=lambda kv: kv[1])
+    print("synced, seconds from the start: " + ", ".join(f"{key.split('.')[0]} {s:.2f}" for key, s in order))
     print(f"CPU of this process: {ready['ready_cpu_s']:.2f} s to ready; the floor's"
           f" {ready['floor_cpu_s'][0]:.2f} s and {ready['floor_cpu_s'][1]:.2f} s (the API server's is not counted)")
     for key, steps in ready["steps"].items():
@@ -356,6 +368,7 @@ async def drive(args: argparse.Namespace) -> None:
             child = await asyncio.create_subprocess_exec(
                 sys.executable, __file__, "--measure", str(plane.kubeconfig),
                 *(["--plain-decode"] if args.plain_decode else []),
+                *(["--page-size", str(args.page_size)] if args.page_size else []),
                 stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, cwd=ROOT,
             )
             assert child.stdin is not None
@@ -398,12 +411,13 @@ def main() -> None:
     parser.add_argument("--ready-only", action="store_true", help="stop after time to ready, its floor and breakdown")
     parser.add_argument("--plain-decode", action="store_true",
                         help="decode pod pages whole and slim them (as before the page decoder), to compare")
+    parser.add_argument("--page-size", type=int, help="list page size of the cache and its floor (default 500)")
     parser.add_argument("--measure", metavar="KUBECONFIG", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.measure:
         import uvloop
 
-        uvloop.run(measure(args.measure, plain_decode=args.plain_decode))
+        uvloop.run(measure(args.measure, plain_decode=args.plain_decode, page_size=args.page_size))
     else:
         asyncio.run(drive(args))
 

@@ -13,6 +13,7 @@ from cozygpu.cache.informer import Informer, resource_version_at_least
 from cozygpu.cache.kinds import KindSpec
 from cozygpu.cache.store import Event
 from cozygpu.cache.triggers import Trigger
+from tests.support.clock import settle
 
 SPEC = KindSpec("kubevirt.io", "v1", "virtualmachineinstances", "VirtualMachineInstance", True)
 
@@ -161,7 +162,7 @@ async def test_waiting_for_a_resource_version_returns_once_the_store_has_seen_it
     waiter = asyncio.create_task(informer.wait_for_resource_version("12", timeout=60))
     feed.replace([], "10")
     feed.apply("ADDED", feed.prepare(raw("vm1", "11")))
-    await asyncio.sleep(0)
+    await settle()  # long enough for a wrong early return to show
     assert not waiter.done()
     feed.advance("12")  # a bookmark counts
     store = await waiter
@@ -192,7 +193,7 @@ async def test_waiting_for_sync_spans_an_unserved_period() -> None:
     waiter = asyncio.create_task(informer.wait_synced(timeout=60))
     await asyncio.sleep(0)
     feed = informer.begin_cycle()
-    await asyncio.sleep(0)
+    await settle()  # long enough for a wrong early return to show
     assert not waiter.done()
     feed.replace([freeze({"metadata": {"name": "x", "namespace": "a", "resourceVersion": "1"}})], "1")
     await waiter

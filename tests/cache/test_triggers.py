@@ -6,6 +6,7 @@ import asyncio
 
 from cozygpu.cache.triggers import Trigger
 from tests.cache.fakes import until
+from tests.support.clock import settle
 
 
 async def test_many_fires_before_a_wait_make_one_wake_up_with_every_reason() -> None:
@@ -20,7 +21,7 @@ async def test_many_fires_before_a_wait_make_one_wake_up_with_every_reason() -> 
 async def test_a_wait_blocks_until_the_next_fire() -> None:
     trigger = Trigger()
     waiter = asyncio.create_task(trigger.wait())
-    await asyncio.sleep(0)
+    await settle()  # long enough for a wrong early return to show
     assert not waiter.done()
     trigger.fire("nodes")
     assert await waiter == {"nodes"}

@@ -1,7 +1,8 @@
 """``cozygpu controller``: parse and check the flags, then run one replica on uvloop.
 
-Exit codes: 0 after a clean stop (SIGTERM, SIGINT), 1 when a part failed or
-the stop overran its grace period, 2 for bad flags (checked before anything
+Exit codes: 0 after a clean stop (SIGTERM, SIGINT), 1 when a part failed,
+the lease was lost, the stop overran its grace period or the watchdog ended
+the process, 2 for bad flags (checked before anything
 touches the network; the message names the flag, the value and the rule).
 """
 

@@ -12,6 +12,14 @@ Start order (``Supervisor`` stops them in reverse on SIGTERM):
    runnable of ``leader_runnables`` in one task group, all cancelled the moment
    the lease is lost, and all finished before the lease is released.
 
+A term ends for real: a lost lease fails the ``leader-election`` stage, so the
+process stops and exits 1 instead of campaigning again with whatever state its
+runnables kept (Kubernetes starts it afresh). Leader work that is still running
+``lease_duration - renew_deadline`` after its term ended, or at the lease's end
+because it blocks the event loop, makes ``watchdog`` end the process hard
+(``os._exit(1)`` from its own thread). A SIGTERM stop that finishes in time
+releases the lease and exits 0.
+
 Extension point: ``Controller.leader_runnables`` is the list of leader-only
 work. Today it holds the settings publisher; the binder joins it (append a
 ``LeaderRunnable`` before ``run()``). Work that runs on every replica (the

@@ -4,11 +4,14 @@ client-go's algorithm with ReleaseOnCancel, written for asyncio (the Python
 libraries neither release on cancel nor keep ``leaseTransitions``, and one of
 them writes local times with a ``Z``):
 
-- A candidate tries every retry period (jittered by up to 1.2 x). A lease is
-  free when its holder is empty, or when the record this process last saw
-  has not changed for the record's ``leaseDurationSeconds`` *on the local
-  monotonic clock*. The remote ``renewTime`` is never compared with the local
-  clock, so clock skew between machines does not matter.
+- A candidate tries every retry period (jittered by up to 1.2 x), and also
+  watches its Lease: the moment it sees the lease released (holder emptied)
+  or deleted it tries at once, so a SIGTERM hand-over does not wait out a
+  retry period. The retry period stays the fallback when the watch fails. A
+  lease is free when its holder is empty, or when the record this process
+  last saw has not changed for the record's ``leaseDurationSeconds`` *on the
+  local monotonic clock*. The remote ``renewTime`` is never compared with the
+  local clock, so clock skew between machines does not matter.
 - Every write carries the resourceVersion of the lease it read (the fast
   renewal path uses the one it last wrote), so two candidates never both win.
 - The leader renews every retry period. It counts its deadline from the moment
@@ -18,14 +21,21 @@ them writes local times with a ``Z``):
   cancelled and awaited before anything else happens. That leaves
   ``lease_duration - renew_deadline`` for the work to unwind before another
   candidate may take over.
+- A term ends for real. ``run`` leads one term only: after a lost term it
+  raises ``LeadershipLost`` and never campaigns again (the process ends, as
+  controller-runtime's does). An optional ``TermGuard`` (the process's
+  watchdog) is armed for the lease's end (last renewal sent + lease
+  duration), moved on by each renewal, shortened when the term ends to at most
+  ``lease_duration - renew_deadline``, and disarmed once leader work has
+  finished: work that ignores cancellation or blocks the loop cannot outlive it.
 - Every request has a timeout of half the renew deadline, and every attempt
   is cut off at the deadline, so a hung request cannot keep a lost leader
   working.
 - On stopping (cancellation) and after a lost term, the lease is released:
   holder ``""``, ``leaseDurationSeconds: 1``, acquire and renew time now,
   ``leaseTransitions`` unchanged, written only if this process still holds it.
-  Another replica then takes over on its next try instead of waiting out the
-  lease. Release is bounded by the renew deadline.
+  A watching candidate takes over at once instead of waiting out the lease.
+  Release is bounded by the renew deadline.
 - Timestamps are MicroTime in UTC whatever the machine's zone.
 
 Time comes in through one ``cozygpu.base.clock.Clock``: its monotonic time
@@ -148,11 +158,12 @@ class ElectionConfig:
 class LeaderElector:
     """Campaigns for one Lease and runs leader work only while it holds it.
 
-    ``await elector.run(work)`` campaigns until cancelled. Each time this
-    process becomes leader it calls ``work()`` in a task of its own; the task
-    is cancelled and awaited the moment the term ends (see the module
-    docstring). A ``work`` that returns leaves the term running; one that
-    raises ends it, releases the lease and propagates the error from ``run``.
+    ``await elector.run(work)`` campaigns until it leads, then calls
+    ``work()`` in a task of its own for one term; the task is cancelled and
+    awaited the moment the term ends (see the module docstring), and ``run``
+    then raises ``LeadershipLost``. Cancelling ``run`` stops the work and
+    releases the lease. A ``work`` that returns leaves the term running; one
+    that raises ends it, releases the lease and propagates the error from ``run``.
     """
 
     def __init__(

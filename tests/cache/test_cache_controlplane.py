@@ -14,14 +14,17 @@ import uuid
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+import attrs
 import pytest
 from prometheus_client import CollectorRegistry
 
 from cozygpu import keys
 from cozygpu.cache import Cache, Event, KindNotServed, KindSpec, ReflectorSettings
 from cozygpu.cache import specs as known
+from cozygpu.cache.transforms import slim_pod
 from cozygpu.devcluster.plane import ADMIN_GROUPS, ADMIN_USER, ControlPlane
-from cozygpu.kube import Client, errors
+from cozygpu.kube import Client, errors, resource_path
+from tests.cache import shapes
 from tests.support.proxy import Proxy
 
 #: Short backoffs, so reconnects in a test take tenths of a second.
@@ -260,3 +263,30 @@ async def test_the_settings_cache_holds_only_the_settings_configmap(plane: Contr
             assert settings is not None
             assert settings["data"] == {keys.SETTINGS_RAW_NAMES: keys.RAW_NAMES_FORBID}
             assert [o["metadata"]["name"] for o in store.list()] == [keys.SETTINGS_CONFIGMAP]
+
+
+@pytest.mark.both_minors
+async def test_pods_listed_through_the_page_decoder_are_what_slim_pod_makes_of_the_servers_pods(
+        plane: ControlPlane, admin: Client, namespace: str) -> None:
+    spec = attrs.evolve(known.PODS, namespace=namespace)
+    path = resource_path("", "v1", "pods", namespace=namespace)
+    for i in range(5):
+        pod = shapes.launcher_pod(namespace, f"vm-{i}", node="node-1")
+        created = await admin.create(path, pod)
+        await admin.merge_patch(f"{path}/{created['metadata']['name']}/status", shapes.launcher_pod_status(created))
+    served = (await admin.list_objects(path))["items"]
+    expected = {}
+    for item in served:
+        slim = slim_pod(item)
+        expected[item["metadata"]["name"]] = {**slim, "apiVersion": "v1", "kind": "Pod"}
+    async with plane.client() as client:
+        cache = Cache(client, registry=CollectorRegistry(), settings=FAST)  # pages of 7: one page
+        cache.add(spec)
+        async with cache.running():
+            await cache.wait_synced(spec, timeout=30)
+            stored = {o["metadata"]["name"]: o for o in cache.store(spec).list()}
+    assert stored == expected
+    one = next(iter(stored.values()))
+    assert "managedFields" not in one["metadata"]
+    assert one["status"] == {"phase": "Running"}
+    assert one["spec"]["containers"][0]["resources"]["limits"]

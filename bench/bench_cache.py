@@ -341,7 +341,8 @@ def report_ready(ready: dict[str, Any], populated: dict[str, int]) -> None:
     for key, steps in ready["steps"].items():
         print(f"  in-process, {key}: " + ", ".join(f"{step} {seconds:.2f} s" for step, seconds in steps.items()))
     print(f"RSS when ready:  {ready['rss_mb']:.0f} MB   {ratio(ready['rss_mb'], RSS_TARGET_MB)}"
-          f"   (interpreter and imports before the cache: {ready['baseline_mb']:.0f} MB)")
+          f"   (interpreter and imports before the cache: {ready['baseline_mb']:.0f} MB; peak so far"
+          f" {ready['peak_mb']:.0f} MB)")
 
 
 async def drive(args: argparse.Namespace) -> None:

@@ -6,8 +6,9 @@ kind's watch streams. Its loop, per kind:
 1. **List** the collection in pages (``limit``/``continue``) with no
    resourceVersion, which is a consistent read, and hand the whole result to
    the sink at once (``replace``), so a relist can neither lose nor invent an
-   object. A streaming list (``sendInitialEvents``) is not used: a plain list
-   works on every etcd, and a paged list bounds memory the same way.
+   object. A streaming list (``sendInitialEvents``) is not used: 1.33 refuses
+   it by default, and where it is served it cost the API server more CPU than
+   pages of 500 (docs/cache.md, "Plain LIST, then WATCH").
 2. **Watch** from the list's resourceVersion with bookmarks and a random
    server-side ``timeoutSeconds`` (5–10 min, so watches of many kinds do not
    all restart together). Every event and bookmark advances the

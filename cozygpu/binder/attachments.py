@@ -144,7 +144,7 @@ def plan_attachments(snapshot: Snapshot, *, vmis_served: bool, grace: timedelta,
 
 @attrs.frozen(kw_only=True)
 class AttachmentReport:
-    #: resourceVersions the server gave the clears (deletions give none the cache will hold).
+    #: resourceVersions the server gave the clears, and the deletions of devices their finalizer keeps.
     written: tuple[str, ...] = ()
     dropped: int = 0
 
@@ -169,7 +169,10 @@ async def apply_attachments(client: Client, plan: AttachmentPlan, objects: Mappi
         version = str((obj.get("metadata") or {}).get("resourceVersion") or "")
         try:
             if detach.delete:
-                await client.delete(_path(detach.device), resource_version=version)
+                # The device's finalizer keeps it: the answer is the object, now deleting, at its new version.
+                answer = await client.delete(_path(detach.device), resource_version=version)
+                if answer.get("kind") == keys.GPUDEVICE_KIND:
+                    written.append(str((answer.get("metadata") or {}).get("resourceVersion") or ""))
             else:
                 answer = await client.merge_patch(_path(detach.device, subresource="status"),
                                                   {"status": {"attachment": None}}, resource_version=version)

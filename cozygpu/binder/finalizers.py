@@ -144,7 +144,13 @@ async def apply_finalizers(client: Client, changes: Sequence[FinalizerChange]) -
         patch = {"metadata": {"finalizers": list(change.finalizers)}}
         try:
             answer = await client.merge_patch(change.path, patch, resource_version=change.resource_version)
-        except (errors.Conflict, errors.NotFound) as error:
+        except errors.NotFound:
+            if not change.add:
+                continue  # released already: the object is gone, which is what the release was for
+            log.info("finalizer change stale, requeued", object=change.path, error="NotFound")
+            stale.append(change)
+            continue
+        except errors.Conflict as error:
             log.info("finalizer change stale, requeued", object=change.path, error=type(error).__name__)
             stale.append(change)
             continue

@@ -21,14 +21,16 @@ because it blocks the event loop, makes ``watchdog`` end the process hard
 releases the lease and exits 0.
 
 Extension point: ``Controller.leader_runnables`` is the list of leader-only
-work. Today it holds the settings publisher; the binder joins it (append a
-``LeaderRunnable`` before ``run()``). Work that runs on every replica (the
+work: the settings publisher and the binder (``cozygpu.binder``: placement
+with GPU, the finalizers and usage records always). Append a
+``LeaderRunnable`` before ``run()`` to add more. Work that runs on every replica (the
 webhooks' handlers) hangs off ``webhook_app`` and the shared ``cache``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import time
 from collections.abc import Callable, Coroutine
 from typing import Any, Final
@@ -39,6 +41,10 @@ from prometheus_client import CollectorRegistry
 from cozygpu import keys
 from cozygpu.base.clock import Clock, LoopClock
 from cozygpu.base.logging import get_logger
+from cozygpu.binder.binder import Binder, BinderConfig
+from cozygpu.binder.loop import NAME as BINDER
+from cozygpu.binder.loop import binder_driver
+from cozygpu.binder.metrics import BinderMetrics
 from cozygpu.cache.cache import Cache
 from cozygpu.kube import Client
 from cozygpu.runtime import kinds
@@ -128,7 +134,14 @@ class Controller:
             metrics=SettingsMetrics.on(self.registry),
         )
         #: Leader-only work, started in this order each term (the binder joins here).
-        self.leader_runnables: list[LeaderRunnable] = [LeaderRunnable(publisher.name, publisher.run)]
+        #: The one writer of placement (with GPU) and the always-on reconcilers (with or without).
+        self.binder = Binder(self.cache, client, BinderConfig(
+            identity=options.identity, gpu_enabled=options.enable_gpu,
+            attachment_grace=dt.timedelta(seconds=options.attachment_grace),
+            hoster_names=options.gpu_resource_names), clock=LoopClock(), metrics=BinderMetrics.on(self.registry))
+        self.binder_driver = binder_driver(self.binder, self.cache, registry=self.registry)
+        self.leader_runnables: list[LeaderRunnable] = [LeaderRunnable(publisher.name, publisher.run),
+                                                       LeaderRunnable(BINDER, self.binder_driver.run)]
         #: Where each server ended up listening (port 0 picks one).
         self.bound: dict[str, Address] = {}
         self._webhook_serving = False

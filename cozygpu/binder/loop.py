@@ -1,0 +1,35 @@
+"""The binder on the pass driver: one task in the leader term (R-BIND-1…3).
+
+- The full lane is triggered by every change of every kind the binder reads
+  (``Binder.kinds``), coalesced into one pass, with the driver's resync.
+- The answer lane is requested by the device informer's handler the moment a
+  device carries a new unanswered bind request, so the answer pass runs
+  before the next full pass; a request caught before the term is covered by
+  the answer pass that ``on_request`` requests at once.
+- Read-your-writes (R-BIND-2) is the driver's: it waits until the cache has
+  seen every write the last pass recorded before the next pass snapshots.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry
+
+from cozygpu.base.clock import Clock, LoopClock
+from cozygpu.binder.binder import Binder
+from cozygpu.cache.cache import Cache
+from cozygpu.passes.driver import DriverConfig, Lane, LaneWork, PassDriver
+from cozygpu.passes.metrics import PassMetrics
+
+NAME = "binder"
+
+
+def binder_driver(binder: Binder, cache: Cache, *, registry: CollectorRegistry, clock: Clock | None = None,
+                  config: DriverConfig | None = None) -> PassDriver[Lane, Lane]:
+    """The driver that runs ``binder``'s passes; ``run()`` it in the leader term."""
+    driver: PassDriver[Lane, Lane] = PassDriver(
+        NAME, LaneWork({Lane.FULL: binder.full_pass, Lane.ANSWER: binder.answer_pass}), cache=cache,
+        triggers={Lane.FULL: [cache.trigger(*binder.kinds, name=NAME)]}, clock=clock or LoopClock(),
+        metrics=PassMetrics.on(registry), config=config,
+    )
+    binder.on_request(lambda: driver.request(Lane.ANSWER, "bind request"))
+    return driver

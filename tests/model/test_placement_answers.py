@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from datetime import timedelta
 
-from hypothesis import given, settings
+from hypothesis import given, note, settings
 from hypothesis import strategies as st
 
 from cozygpu.model.placement import (
@@ -128,6 +128,37 @@ def clusters(draw: st.DrawFn) -> Snapshot:
     )
 
 
+def describe(snap: Snapshot) -> str:
+    """The cluster in a few lines, for a failing example (the Snapshot's repr runs to pages)."""
+    lines = []
+    for name, view in sorted(snap.nodes.items()):
+        served = {n: e.served for n, e in snap.capacity.get(name, {}).items()}
+        fresh = all(e.fresh for e in snap.capacity.get(name, {}).values())
+        flags = [
+            f
+            for f, on in (
+                ("not-ready", not view.ready),
+                ("cordoned", view.unschedulable),
+                ("tainted", bool(view.taints)),
+                ("stale", not fresh),
+            )
+            if on
+        ]
+        lines.append(f"node {name} {dict(view.labels)} serves {served} {' '.join(flags)}")
+    for c in snap.classes.values():
+        lines.append(f"class {c.name} onCordon={c.on_cordon.value} selector={c.node_selector} tol={c.tolerations}")
+    for (ns, name), d in sorted(snap.devices.items()):
+        vmi_name = d.attachment.vmi if d.attachment else "-"
+        asked = "asks" if d.unanswered_request else ""
+        lines.append(
+            f"device {ns}/{name} {d.class_name}x{d.count} {d.phase.value} {d.node_name} vmi={vmi_name} {asked}"
+        )
+    for key, v in sorted(snap.vmis.items()):
+        lines.append(f"vmi {key} running={bool(v.active_pods)} tol={bool(v.tolerations)} selector={v.node_selector}")
+    lines.extend(f"budget {t}: {b}" for t, b in sorted(snap.budgets.items()))
+    return "\n".join(lines)
+
+
 # -- what a plan says to one request ------------------------------------------------
 
 
@@ -161,9 +192,7 @@ def dry_outcome(snap: Snapshot, device_set: DeviceSet) -> tuple[object, ...]:
     stays = {(stay.devices, stay.node, stay.why, stay.cause)} if stay is not None else set()
     moves = sorted(((b.device, b.node, b.previous, b.cause) for b in placement.moves), key=str)
     waiting = (
-        sorted(
-            ((d.key, placement.refusal) for d in members if d.phase is Phase.PENDING and not d.deleting), key=str
-        )
+        sorted(((d.key, placement.refusal) for d in members if d.phase is Phase.PENDING and not d.deleting), key=str)
         if placement.refusal is not None
         else []
     )
@@ -216,6 +245,7 @@ def changes_what_it_depends_on(
 @PROMISE
 @given(clusters())
 def test_the_dry_check_and_the_answer_pass_give_a_request_the_same_answer(snap: Snapshot) -> None:
+    note(describe(snap))
     answers = plan_pass(snap, answers_only=True)
     for device_set in requested_sets(snap):
         earlier = before_answer(answers, device_set.members)
@@ -229,6 +259,7 @@ def test_the_dry_check_and_the_answer_pass_give_a_request_the_same_answer(snap: 
 def test_a_full_pass_gives_the_answer_pass_answer_where_nothing_before_it_changed_what_it_reads(
     snap: Snapshot,
 ) -> None:
+    note(describe(snap))
     answers = plan_pass(snap, answers_only=True)
     full = plan_pass(snap)
     for device_set in requested_sets(snap):

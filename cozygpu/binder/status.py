@@ -25,7 +25,18 @@ from typing import Any, Final
 
 import attrs
 
-from cozygpu.model.placement import SUCCEEDED, Action, Answer, Bind, KeepPending, MarkLost, PassPlan, Stay, device_sets
+from cozygpu.model.placement import (
+    SUCCEEDED,
+    VM_RUNS_THERE,
+    Action,
+    Answer,
+    Bind,
+    KeepPending,
+    MarkLost,
+    PassPlan,
+    Stay,
+    device_sets,
+)
 from cozygpu.model.refusals import Refusal
 from cozygpu.model.snapshot import DeviceKey, Phase, Snapshot
 
@@ -40,6 +51,7 @@ REASON_GATHERED: Final = "Gathered"
 REASON_LOST: Final = "Lost"
 REASON_NOT_ACCEPTED: Final = "NotAccepted"
 REASON_STAYS: Final = "StaysOnCordonedNode"
+REASON_STAYS_RUNNING: Final = "StaysWhileVMRuns"
 
 NORMAL: Final = "Normal"
 WARNING: Final = "Warning"
@@ -144,9 +156,13 @@ def _placement(
     elif decided.stay is not None:
         stay = decided.stay
         message = f"stays on node {stay.node} ({stay.why}): {stay.cause.message}"
-        condition = _condition("True", REASON_STAYS, message)
-        events.append(EventNote(type=NORMAL, reason=REASON_STAYS, message=message))
+        condition = _condition("True", _stay_reason(stay), message)
+        events.append(EventNote(type=NORMAL, reason=condition["reason"], message=message))
     return fields, condition, events
+
+
+def _stay_reason(stay: Stay) -> str:
+    return REASON_STAYS_RUNNING if stay.why == VM_RUNS_THERE else REASON_STAYS
 
 
 def _answer(decided: _Decided, now: datetime) -> dict[str, Any] | None:
@@ -154,7 +170,7 @@ def _answer(decided: _Decided, now: datetime) -> dict[str, Any] | None:
     if answer is None:
         return None
     if answer.result == SUCCEEDED:
-        reason = REASON_STAYS if decided.stay is not None else REASON_BOUND
+        reason = _stay_reason(decided.stay) if decided.stay is not None else REASON_BOUND
         message = f"the set is held on node {answer.node}"
     else:
         assert answer.refusal is not None

@@ -23,8 +23,11 @@ Contract:
   cordon moves it; a cordon alone keeps it as a ``Stay`` when a member's
   class says ``onCordon: Stay`` or no other node has room), then its node's
   capacity (on a node whose fresh report serves fewer units than are held
-  and used, sets without a running launcher leave first, larger first,
-  until it fits). Where a set goes is one choice, ``destination``: the
+  and used, sets leave larger first until it fits).
+- **Running VMs (R-BIND-7).** A set whose VMI has a running launcher pod is
+  never moved or sent to Lost: whatever its node's problem it is a ``Stay``
+  (``its VM runs there``), and the capacity-lost rule passes it over.
+- **Where to.** Where a set goes is one choice, ``destination``: the
   fullest node with room, else Lost. The full pass and the answer path
   both use them, and every move carries its cause. A stale report is never
   a reason to move.
@@ -207,6 +210,8 @@ _Decision = _Keep | _Stay | _Move | _Lost
 _KEEP = _Keep()
 ON_CORDON_STAY = "onCordon: Stay"
 NO_ROOM_ELSEWHERE = "no other node has room"
+#: Why a set whose VMI has a running launcher keeps its node whatever the node's problem (R-BIND-7).
+VM_RUNS_THERE = "its VM runs there"
 
 
 @attrs.define
@@ -451,6 +456,8 @@ class _Planner:
         problem = self.node_problem(work, node, classes)
         if problem is None:
             return _KEEP
+        if _running(self.s, work):
+            return _Stay(cause=problem, why=VM_RUNS_THERE)
         if problem.reason is not Reason.NODE_CORDONED:
             return self.destination(work, leaving=node, cause=problem)
         if any(c.on_cordon is OnCordon.STAY for c in classes):
@@ -464,9 +471,10 @@ class _Planner:
         """The capacity-lost rule: which of the sets ``kept`` on ``node`` leave it, and why.
 
         Per resource name (sorted) whose fresh report serves fewer units than
-        are held and used: sets without a running launcher first, then larger
-        ones, then by label, until what is left fits. A set leaving frees all
-        its names. Nothing is written; the caller moves the sets in order.
+        are held and used: larger sets first, then by label, until what is
+        left fits; a set whose VMI has a running launcher never leaves
+        (R-BIND-7), so a node may stay over its capacity. A set leaving frees
+        all its names. Nothing is written; the caller moves the sets in order.
         """
         entries = self.s.capacity.get(node, {})
         leaving: list[tuple[_Work, Refusal]] = []
@@ -482,8 +490,8 @@ class _Planner:
                 (w, sum(d.count for d in w.members if self.resource(d) == name)) for w in kept if id(w) not in gone
             ]
             ranked = sorted(
-                ((w, units) for w, units in holding if units > 0),
-                key=lambda item: (_running(self.s, item[0]), -item[1], item[0].label),
+                ((w, units) for w, units in holding if units > 0 and not _running(self.s, w)),
+                key=lambda item: (-item[1], item[0].label),
             )
             for work, units in ranked:
                 if deficit <= 0:

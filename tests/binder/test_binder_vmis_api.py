@@ -59,8 +59,6 @@ async def running_launcher(world: World, vmi_obj: dict[str, Any], node: str) -> 
     return updated
 
 
-@pytest.mark.xfail(strict=True, reason="R-BIND-7: placement still moves a set whose VMI runs; the keep-or-move "
-                   "rule takes it next")
 async def test_a_running_launchers_device_is_never_moved_off_its_not_ready_node(
         world: World, binder: RunningBinder) -> None:
     await world.node("n1", 1)

@@ -7,6 +7,7 @@ import attrs
 from cozygpu.model.placement import (
     FAILED,
     SUCCEEDED,
+    VM_RUNS_THERE,
     Answer,
     Bind,
     KeepPending,
@@ -19,7 +20,7 @@ from cozygpu.model.placement import (
     resulting_states,
 )
 from cozygpu.model.refusals import Reason
-from cozygpu.model.snapshot import BindAnswer, OnCordon, Phase, Taint, Toleration
+from cozygpu.model.snapshot import BindAnswer, OnCordon, Phase, PodPhase, Taint, Toleration
 from tests.model.factories import H100, NOW, device, gpu_class, gpu_nodes, inventory, node, pod, snapshot, vmi
 
 
@@ -251,6 +252,51 @@ def test_lost_capacity_moves_sets_without_a_running_launcher_first() -> None:
     (lost,) = plan.of(MarkLost)
     assert lost.device == ("tenant-a", "idle2")
     assert lost.cause.reason is Reason.CAPACITY_LOST
+
+
+def test_a_set_whose_vm_runs_keeps_its_not_ready_node_and_an_idle_set_there_moves() -> None:
+    snap = snapshot(
+        nodes=[node("n1", ready=False), node("n2")],
+        inventories=[inventory("n1", {H100: 2}), inventory("n2", {H100: 2})],
+        devices=[
+            device("running", count=1, phase=Phase.BOUND, node="n1", vmi="vm1", request="r1"),
+            device("idle", count=1, phase=Phase.BOUND, node="n1"),
+        ],
+        vmis=[vmi("vm1", active=["launcher"])],
+        pods=[pod("virt-launcher-vm1", uid="launcher", node_name="n1", requests={H100: 1})],
+    )
+    full, answers = plan_pass(snap), plan_pass(snap, answers_only=True)
+    assert binds(full) == {("tenant-a", "idle"): "n2"}
+    (stay,) = full.of(Stay)
+    assert (stay.devices, stay.node, stay.why) == ((("tenant-a", "running"),), "n1", VM_RUNS_THERE)
+    assert stay.cause.reason is Reason.NODE_NOT_READY
+    assert [(a.result, a.node) for a in answers.of(Answer)] == [(SUCCEEDED, "n1")]
+    assert answers.of(Answer) == full.of(Answer)
+
+
+def test_a_set_whose_vm_runs_is_not_sent_to_lost_even_without_room_or_capacity() -> None:
+    snap = snapshot(
+        nodes=[node("n1", ready=False), node("n2", ready=False)],
+        inventories=[inventory("n1", {H100: 1})],
+        devices=[device("running", count=2, phase=Phase.BOUND, node="n1", vmi="vm1")],
+        vmis=[vmi("vm1", active=["launcher"])],
+        pods=[pod("virt-launcher-vm1", uid="launcher", node_name="n1", requests={H100: 2})],
+    )
+    plan = plan_pass(snap)
+    assert not plan.of(Bind)
+    assert not plan.of(MarkLost)
+    assert [s.why for s in plan.of(Stay)] == [VM_RUNS_THERE]
+
+
+def test_once_the_launcher_has_finished_the_set_leaves_the_not_ready_node() -> None:
+    snap = snapshot(
+        nodes=[node("n1", ready=False), node("n2")],
+        inventories=[inventory("n1"), inventory("n2")],
+        devices=[device("d", count=1, phase=Phase.BOUND, node="n1", vmi="vm1")],
+        vmis=[vmi("vm1", active=["launcher"])],
+        pods=[pod("virt-launcher-vm1", uid="launcher", node_name="n1", requests={H100: 1}, phase=PodPhase.FAILED)],
+    )
+    assert binds(plan_pass(snap)) == {("tenant-a", "d"): "n2"}
 
 
 def test_a_lost_set_is_rebound_once_a_node_has_room() -> None:

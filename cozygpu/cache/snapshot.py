@@ -45,6 +45,7 @@ from cozygpu.model.snapshot import (
     Mode,
     NamespaceView,
     NodeInventory,
+    NodeSelectorTerm,
     NodeView,
     OnCordon,
     PciHostDevice,
@@ -125,16 +126,7 @@ def _selector(value: object) -> LabelSelector | None:
     if not _is_map(value):
         return None
     labels = tuple(sorted((str(k), str(v)) for k, v in _map(value.get("matchLabels")).items()))
-    expressions = tuple(
-        SelectorRequirement(
-            key=_str(e.get("key")),
-            operator=_str(e.get("operator")),
-            values=tuple(str(v) for v in _list(e.get("values"))),
-        )
-        for e in _list(value.get("matchExpressions"))
-        if _is_map(e)
-    )
-    return LabelSelector(match_labels=labels, match_expressions=expressions)
+    return LabelSelector(match_labels=labels, match_expressions=_requirements(value.get("matchExpressions")))
 
 
 def gpu_class_view(obj: Obj) -> GPUClassView:
@@ -390,6 +382,34 @@ def vmi_view(obj: Obj) -> VMIView:
         active_pods=frozenset(map(str, _map(status.get("activePods")))),
         tolerations=_tolerations(spec.get("tolerations")),
         node_selector={str(k): str(v) for k, v in _map(spec.get("nodeSelector")).items()},
+        node_affinity=_required_node_affinity(spec.get("affinity")),
+    )
+
+
+def _requirements(items: object) -> tuple[SelectorRequirement, ...]:
+    return tuple(
+        SelectorRequirement(
+            key=_str(e.get("key")),
+            operator=_str(e.get("operator")),
+            values=tuple(str(v) for v in _list(e.get("values"))),
+        )
+        for e in _list(items)
+        if _is_map(e)
+    )
+
+
+def _required_node_affinity(affinity: object) -> tuple[NodeSelectorTerm, ...] | None:
+    """``nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms``; None when not set."""
+    required = _map(_map(_map(affinity).get("nodeAffinity")).get("requiredDuringSchedulingIgnoredDuringExecution"))
+    if not required:
+        return None
+    return tuple(
+        NodeSelectorTerm(
+            match_expressions=_requirements(term.get("matchExpressions")),
+            match_fields=_requirements(term.get("matchFields")),
+        )
+        for term in _list(required.get("nodeSelectorTerms"))
+        if _is_map(term)
     )
 
 

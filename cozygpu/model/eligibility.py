@@ -18,6 +18,14 @@ Contract:
   Equal (or no operator) compares values, Exists matches any value. Gt and
   Lt tolerate nothing (the scheduler ignores them while their gate is off),
   nor does any other operator.
+- The VMI's required node affinity (``nodeSelectorTerms``) is evaluated as
+  kube-scheduler's NodeAffinity filter does: terms are ORed, a term's
+  requirements ANDed, a term with none matches nothing. Label requirements
+  take In, NotIn (an absent label passes), Exists, DoesNotExist, Gt and Lt
+  (one integer value, compared with the label's integer value); field
+  requirements take only ``metadata.name`` with In or NotIn and one value.
+  A malformed term matches nothing, as the scheduler drops a term it cannot
+  parse.
 - :func:`node_problem` reports a cordon only when it is the node's sole
   problem, so the binder can apply R-BIND-6 (a cordon alone may keep a set).
 """
@@ -28,7 +36,7 @@ from collections.abc import Iterable, Mapping
 
 from cozygpu.model import refusals
 from cozygpu.model.refusals import Reason, Refusal
-from cozygpu.model.snapshot import LabelSelector, NodeView, Taint, Toleration
+from cozygpu.model.snapshot import LabelSelector, NodeSelectorTerm, NodeView, SelectorRequirement, Taint, Toleration
 
 BLOCKING_EFFECTS = frozenset({"NoSchedule", "NoExecute"})
 #: Taints the node lifecycle controller derives from the checks we make directly.
@@ -90,6 +98,64 @@ def selector_matches(selector: LabelSelector | None, labels: Mapping[str, str]) 
     return True
 
 
+def _integer(text: str) -> int | None:
+    try:
+        return int(text)
+    except ValueError:
+        return None
+
+
+def _label_requirement(requirement: SelectorRequirement, labels: Mapping[str, str]) -> bool | None:
+    """Whether the node's labels meet one requirement; None when the requirement is malformed."""
+    op, values = requirement.operator, requirement.values
+    present = requirement.key in labels
+    value = labels.get(requirement.key, "")
+    if op in ("In", "NotIn"):
+        if not values:
+            return None
+        inside = present and value in values
+        return inside if op == "In" else not inside
+    if op in ("Exists", "DoesNotExist"):
+        if values:
+            return None
+        return present if op == "Exists" else not present
+    if op in ("Gt", "Lt"):
+        bound = _integer(values[0]) if len(values) == 1 else None
+        if bound is None:
+            return None
+        mine = _integer(value) if present else None
+        if mine is None:
+            return False
+        return mine > bound if op == "Gt" else mine < bound
+    return None
+
+
+def _field_requirement(requirement: SelectorRequirement, node_name: str) -> bool | None:
+    if requirement.key != "metadata.name" or requirement.operator not in ("In", "NotIn"):
+        return None
+    if len(requirement.values) != 1:
+        return None
+    same = node_name == requirement.values[0]
+    return same if requirement.operator == "In" else not same
+
+
+def term_matches(term: NodeSelectorTerm, node_name: str, labels: Mapping[str, str]) -> bool:
+    """One node selector term: every requirement met (a malformed or empty term matches nothing)."""
+    if not term.match_expressions and not term.match_fields:
+        return False
+    for requirement in term.match_expressions:
+        if _label_requirement(requirement, labels) is not True:
+            return False
+    return all(_field_requirement(r, node_name) is True for r in term.match_fields)
+
+
+def affinity_matches(terms: Iterable[NodeSelectorTerm] | None, node_name: str, labels: Mapping[str, str]) -> bool:
+    """A required node affinity: None passes every node, otherwise any term matching."""
+    if terms is None:
+        return True
+    return any(term_matches(term, node_name, labels) for term in terms)
+
+
 def node_problem(
     node: NodeView | None,
     *,
@@ -97,11 +163,13 @@ def node_problem(
     tolerations: Iterable[Toleration] = (),
     selector: LabelSelector | None = None,
     node_selector: Mapping[str, str] | None = None,
+    node_affinity: Iterable[NodeSelectorTerm] | None = None,
 ) -> Refusal | None:
     """Why this node may not take units of a class (None when it may).
 
     ``tolerations`` are the launcher pod's (the class's and the VMI's),
-    ``selector`` the class's nodeSelector, ``node_selector`` the VMI's.
+    ``selector`` the class's nodeSelector, ``node_selector`` and
+    ``node_affinity`` the VMI's (they become the launcher pod's).
     A cordon is reported only when nothing else is wrong.
     """
     if node is None:
@@ -122,6 +190,10 @@ def node_problem(
                 return refusals.node_refusal(
                     Reason.NODE_SELECTOR_MISMATCH, node.name, f"the VMI's nodeSelector {key}={value} excludes it"
                 )
+    if not affinity_matches(node_affinity, node.name, node.labels):
+        return refusals.node_refusal(
+            Reason.NODE_SELECTOR_MISMATCH, node.name, "the VMI's required node affinity excludes it"
+        )
     if node.unschedulable:
         return refusals.node_refusal(Reason.NODE_CORDONED, node.name, "cordoned (spec.unschedulable)")
     return None

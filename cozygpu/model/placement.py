@@ -299,11 +299,17 @@ class _Planner:
         view = self.s.nodes.get(node)
         tolerations = self._tolerations(work, classes)
         node_selector = work.vmi.node_selector if work.vmi is not None else None
+        affinity = work.vmi.node_affinity if work.vmi is not None else None
         problem: Refusal | None = None
         selectors = [c.node_selector for c in classes] or [None]
         for selector in selectors:
             found = node_problem(
-                view, node_name=node, tolerations=tolerations, selector=selector, node_selector=node_selector
+                view,
+                node_name=node,
+                tolerations=tolerations,
+                selector=selector,
+                node_selector=node_selector,
+                node_affinity=affinity,
             )
             if found is not None and found.reason is not Reason.NODE_CORDONED:
                 return found
@@ -313,7 +319,7 @@ class _Planner:
     def eligible(self, work: _Work, classes: Sequence[GPUClassView], names: Sequence[str]) -> tuple[str, ...]:
         """Nodes that may take the set: eligible for every class and serving every needed name."""
         vmi = work.vmi
-        plain = vmi is None or (not vmi.tolerations and not vmi.node_selector)
+        plain = vmi is None or (not vmi.tolerations and not vmi.node_selector and vmi.node_affinity is None)
         if plain and len(classes) == 1:
             available = self.s.availability.get(classes[0].name)
             return tuple(available.node_free) if available is not None else ()
@@ -321,6 +327,7 @@ class _Planner:
             tuple(c.name for c in classes),
             tuple(vmi.tolerations) if vmi is not None else (),
             tuple(sorted(vmi.node_selector.items())) if vmi is not None else (),
+            vmi.node_affinity if vmi is not None else None,
         )
         cached = self._eligible_cache.get(cache_key)
         if cached is not None:

@@ -97,6 +97,17 @@ class LabelSelector:
 
 
 @attrs.frozen(kw_only=True)
+class NodeSelectorTerm:
+    """One term of a required node affinity: its label requirements and its field requirements, ANDed.
+
+    Terms are ORed; a term with neither matches no node (core/v1 ``NodeSelectorTerm``).
+    """
+
+    match_expressions: tuple[SelectorRequirement, ...] = ()
+    match_fields: tuple[SelectorRequirement, ...] = ()
+
+
+@attrs.frozen(kw_only=True)
 class GPUClassView:
     """A hoster's offer (GPUClass, SPEC 1.1). ``max_count`` is the spec value, unresolved (R-MOD-11)."""
 
@@ -238,6 +249,9 @@ class VMIView:
     active_pods: frozenset[str] = frozenset()
     tolerations: tuple[Toleration, ...] = ()
     node_selector: Mapping[str, str] = attrs.field(factory=dict)
+    #: ``spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms``,
+    #: None when the VMI has no required node affinity (every node passes).
+    node_affinity: tuple[NodeSelectorTerm, ...] | None = None
 
     @property
     def key(self) -> VmiKey:

@@ -15,6 +15,7 @@ from cozygpu.model.snapshot import (
     Mode,
     NamespaceView,
     NodeInventory,
+    NodeSelectorTerm,
     NodeView,
     OnCordon,
     PermittedHostDevices,
@@ -131,6 +132,7 @@ def vmi(
     active: Iterable[str] = (),
     tolerations: tuple[Toleration, ...] = (),
     node_selector: Mapping[str, str] | None = None,
+    node_affinity: tuple[NodeSelectorTerm, ...] | None = None,
 ) -> VMIView:
     return VMIView(
         namespace=namespace,
@@ -139,6 +141,7 @@ def vmi(
         active_pods=frozenset(active),
         tolerations=tolerations,
         node_selector=dict(node_selector or {}),
+        node_affinity=node_affinity,
     )
 
 

@@ -4,9 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from cozygpu.model.eligibility import node_problem, selector_matches, tolerates, untolerated_taint
+from cozygpu.model.eligibility import (
+    affinity_matches,
+    node_problem,
+    selector_matches,
+    term_matches,
+    tolerates,
+    untolerated_taint,
+)
 from cozygpu.model.refusals import Reason
-from cozygpu.model.snapshot import LabelSelector, NodeView, SelectorRequirement, Taint, Toleration
+from cozygpu.model.snapshot import LabelSelector, NodeSelectorTerm, NodeView, SelectorRequirement, Taint, Toleration
 from tests.model.factories import node
 
 KEY1 = Taint(key="key1", value="value1", effect="NoSchedule")
@@ -121,3 +128,65 @@ def test_a_class_node_selector_and_a_vmi_node_selector_both_exclude_nodes() -> N
     problem = node_problem(n, node_name="n1", node_selector={"zone": "b"})
     assert problem is not None
     assert "zone=b" in problem.message
+
+
+# -- the VMI's required node affinity (kube-scheduler's NodeAffinity filter) ------------------
+
+
+def req(key: str, operator: str, *values: str) -> SelectorRequirement:
+    return SelectorRequirement(key=key, operator=operator, values=values)
+
+
+LABELS = {"zone": "a", "gen": "5"}
+
+
+@pytest.mark.parametrize(
+    ("term", "matches"),
+    [
+        (NodeSelectorTerm(match_expressions=(req("zone", "In", "a", "b"),)), True),
+        (NodeSelectorTerm(match_expressions=(req("zone", "NotIn", "a"),)), False),
+        (NodeSelectorTerm(match_expressions=(req("rack", "NotIn", "r1"),)), True),  # an absent label passes NotIn
+        (NodeSelectorTerm(match_expressions=(req("gen", "Exists"),)), True),
+        (NodeSelectorTerm(match_expressions=(req("gen", "DoesNotExist"),)), False),
+        (NodeSelectorTerm(match_expressions=(req("gen", "Gt", "4"),)), True),
+        (NodeSelectorTerm(match_expressions=(req("gen", "Gt", "5"),)), False),
+        (NodeSelectorTerm(match_expressions=(req("gen", "Lt", "6"),)), True),
+        (NodeSelectorTerm(match_expressions=(req("zone", "Lt", "6"),)), False),  # a label that is no integer
+        (NodeSelectorTerm(match_fields=(req("metadata.name", "In", "n1"),)), True),
+        (NodeSelectorTerm(match_fields=(req("metadata.name", "NotIn", "n1"),)), False),
+        (
+            NodeSelectorTerm(
+                match_expressions=(req("zone", "In", "a"),), match_fields=(req("metadata.name", "In", "n2"),)
+            ),
+            False,
+        ),  # a term's requirements are ANDed
+        (NodeSelectorTerm(), False),  # an empty term matches nothing
+        # Malformed terms match nothing, as the scheduler drops them:
+        (NodeSelectorTerm(match_expressions=(req("zone", "In"),)), False),
+        (NodeSelectorTerm(match_expressions=(req("gen", "Gt", "four"),)), False),
+        (NodeSelectorTerm(match_expressions=(req("gen", "Exists", "5"),)), False),
+        (NodeSelectorTerm(match_expressions=(req("zone", "Matches", "a"),)), False),
+        (NodeSelectorTerm(match_fields=(req("metadata.labels", "In", "n1"),)), False),
+        (NodeSelectorTerm(match_fields=(req("metadata.name", "In", "n1", "n2"),)), False),
+    ],
+)
+def test_a_node_selector_term_matches_as_the_scheduler_reads_it(term: NodeSelectorTerm, matches: bool) -> None:
+    assert term_matches(term, "n1", LABELS) is matches
+
+
+def test_terms_are_ored_and_no_affinity_passes_every_node() -> None:
+    miss = NodeSelectorTerm(match_expressions=(req("zone", "In", "b"),))
+    hit = NodeSelectorTerm(match_fields=(req("metadata.name", "In", "n1"),))
+    assert affinity_matches((miss, hit), "n1", LABELS)
+    assert not affinity_matches((miss,), "n1", LABELS)
+    assert not affinity_matches((), "n1", LABELS)  # required, with no term: no node
+    assert affinity_matches(None, "n1", LABELS)
+
+
+def test_a_node_the_vmis_affinity_excludes_is_refused_with_that_reason() -> None:
+    terms = (NodeSelectorTerm(match_expressions=(req("zone", "In", "b"),)),)
+    problem = node_problem(node("n1", labels={"zone": "a"}), node_name="n1", node_affinity=terms)
+    assert problem is not None
+    assert problem.reason is Reason.NODE_SELECTOR_MISMATCH
+    assert "required node affinity" in problem.message
+    assert node_problem(node("n2", labels={"zone": "b"}), node_name="n2", node_affinity=terms) is None

@@ -20,7 +20,16 @@ from cozygpu.model.placement import (
     resulting_states,
 )
 from cozygpu.model.refusals import Reason
-from cozygpu.model.snapshot import BindAnswer, OnCordon, Phase, PodPhase, Taint, Toleration
+from cozygpu.model.snapshot import (
+    BindAnswer,
+    NodeSelectorTerm,
+    OnCordon,
+    Phase,
+    PodPhase,
+    SelectorRequirement,
+    Taint,
+    Toleration,
+)
 from tests.model.factories import H100, NOW, device, gpu_class, gpu_nodes, inventory, node, pod, snapshot, vmi
 
 
@@ -297,6 +306,27 @@ def test_once_the_launcher_has_finished_the_set_leaves_the_not_ready_node() -> N
         pods=[pod("virt-launcher-vm1", uid="launcher", node_name="n1", requests={H100: 1}, phase=PodPhase.FAILED)],
     )
     assert binds(plan_pass(snap)) == {("tenant-a", "d"): "n2"}
+
+
+def test_a_vmis_set_goes_only_where_its_required_node_affinity_lets_the_launcher_run() -> None:
+    far = NodeSelectorTerm(match_expressions=(SelectorRequirement(key="zone", operator="In", values=("b",)),))
+    snap = snapshot(
+        nodes=[node("n1", labels={"zone": "a"}), node("n2", labels={"zone": "b"})],
+        inventories=[inventory("n1", {H100: 1}), inventory("n2", {H100: 8})],
+        devices=[device("d", count=1, vmi="vm1", request="r1")],
+        vmis=[vmi("vm1", node_affinity=(far,))],
+    )
+    assert binds(plan_pass(snap)) == {("tenant-a", "d"): "n2"}  # n1 is fuller, but the launcher cannot run there
+    held = snapshot(
+        nodes=[node("n1", labels={"zone": "a"}), node("n2", labels={"zone": "b"})],
+        inventories=[inventory("n1", {H100: 1}), inventory("n2", {H100: 8})],
+        devices=[device("d", count=1, phase=Phase.BOUND, node="n1", vmi="vm1")],
+        vmis=[vmi("vm1", node_affinity=(far,))],
+    )
+    (move,) = plan_pass(held).of(Bind)
+    assert (move.node, move.previous) == ("n2", "n1")
+    assert move.cause is not None
+    assert "required node affinity" in move.cause.message
 
 
 def test_a_lost_set_is_rebound_once_a_node_has_room() -> None:

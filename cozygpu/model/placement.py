@@ -678,8 +678,15 @@ def _running(snapshot: Snapshot, work: _Work) -> bool:
     return any((pod := snapshot.pods.get(uid)) is not None and not pod.final for uid in work.vmi.active_pods)
 
 
-def plan_pass(snapshot: Snapshot, *, answers_only: bool = False) -> PassPlan:
-    """Everything one binder pass decides, in the order of R-BIND-5 (or only the answers, R-BIND-3)."""
+def plan_pass(snapshot: Snapshot, *, answers_only: bool = False, new_orders: bool = False) -> PassPlan:
+    """Everything one binder pass decides, in the order of R-BIND-5 (or only the answers, R-BIND-3).
+
+    ``new_orders`` (with ``answers_only``) also binds new orders after the
+    answers: the fast lane for an order when nothing ranks ahead of it (no
+    Lost set waiting for room, no held set that must move). The caller
+    knows that; the plan is then what a full pass would decide, since the
+    steps it skips would decide nothing.
+    """
     works = [_work(snapshot, s) for s in device_sets(snapshot)]
     planner = _Planner(snapshot, works)
     if not answers_only:
@@ -687,7 +694,7 @@ def plan_pass(snapshot: Snapshot, *, answers_only: bool = False) -> PassPlan:
         _move_off(planner, works)
         _rebind_lost(planner, works)
     answered = _answer_requests(planner, works)
-    if not answers_only:
+    if not answers_only or new_orders:
         _bind_new_orders(planner, [w for w in works if id(w) not in answered])
     return PassPlan(actions=tuple(planner.actions))
 

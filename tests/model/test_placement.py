@@ -435,3 +435,20 @@ def test_a_device_left_attached_to_an_earlier_vmi_of_the_same_name_is_still_move
     assert binds(plan_pass(snap)) == {("tenant-a", "old"): "n1"}
     (alone,) = [s for s in device_sets(snap) if ("tenant-a", "old") in s.members]
     assert alone.vmi is None
+
+
+def test_the_fast_lane_binds_new_orders_as_a_full_pass_would_when_nothing_ranks_ahead() -> None:
+    nodes, inventories = gpu_nodes(("n1", 8), ("n2", 2))
+    snap = snapshot(
+        nodes=nodes,
+        inventories=inventories,
+        devices=[
+            device("asks", count=1, phase=Phase.BOUND, node="n1", vmi="vm1", request="r1"),
+            device("new", count=2, created=NOW),
+            device("newer", count=1, created=NOW + timedelta(seconds=1)),
+        ],
+    )
+    fast = plan_pass(snap, answers_only=True, new_orders=True)
+    assert fast == plan_pass(snap)
+    assert binds(fast) == {("tenant-a", "new"): "n2", ("tenant-a", "newer"): "n1"}
+    assert binds(plan_pass(snap, answers_only=True)) == {}

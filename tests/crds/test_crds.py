@@ -204,24 +204,43 @@ async def test_the_servers_tables_carry_the_printer_columns(admin: Client, names
     await admin.create(CLASSES, passthrough_class(name))
     await admin.merge_patch(f"{CLASSES}/{name}/status", {"status": {"units": 8, "held": 3, "free": 5}})
     await admin.create(devices(namespace), device("cols", class_name=name, count=2))
-    await admin.merge_patch(f"{devices(namespace)}/cols/status",
-                            {"status": {"phase": "Bound", "nodeName": "gpu-1", "attachment": {"vmi": "vm-a"}}})
+    await admin.merge_patch(f"{CLASSES}/{name}/status", {"status": {"conditions": [condition(
+        "Available", "False", "AllHeld", "all 8 units on 1 eligible node(s) are held or in use")]}})
+    await admin.merge_patch(f"{devices(namespace)}/cols/status", {"status": {
+        "phase": "Bound", "nodeName": "gpu-1", "attachment": {"vmi": "vm-a"},
+        "conditions": [condition("Bound", "True", "Moved", "moved from node gpu-0 to node gpu-1: cordoned")]}})
+    await admin.create(devices(namespace), device("waits", class_name=name, count=4))
+    await admin.merge_patch(f"{devices(namespace)}/waits/status", {"status": {"conditions": [condition(
+        "Bound", "False", "BudgetExceeded", "not accepted: budget gpu.cozystack.io/total of t: 2 allowed")]}})
     await admin.create(NODES, {"apiVersion": keys.API_VERSION, "kind": keys.GPUNODE_KIND,
                                "metadata": {"name": name}})
     await admin.merge_patch(f"{NODES}/{name}/status", {"status": {
-        "deviceCount": 2, "allocatable": 9, "agent": {"lastReport": "2026-12-02T10:00:00Z"}}})
+        "deviceCount": 2, "allocatable": 9, "agent": {"lastReport": "2026-12-02T10:00:00Z"},
+        "conditions": [condition("Eligible", "False", "NodeCordoned", "the Node is cordoned")]}})
 
     expected = {
-        f"{CLASSES}/{name}": (["Name", "Mode", "Model", "Resource", "Free", "Held", "Age"],
-                              [name, "Passthrough", "H100 SXM5 80GB", "nvidia.com/GH100_H100_SXM5_80GB", 5, 3]),
-        f"{devices(namespace)}/cols": (["Name", "Class", "Count", "Phase", "Node", "VMI", "Age"],
-                                       ["cols", name, 2, "Bound", "gpu-1", "vm-a"]),
-        f"{NODES}/{name}": (["Name", "Devices", "Allocatable", "Last report", "Age"], [name, 2, 9]),
+        f"{CLASSES}/{name}": (["Name", "Mode", "Model", "Resource", "Units", "Free", "Held", "Age", "Available",
+                               "Message"],
+                              [name, "Passthrough", "H100 SXM5 80GB", "nvidia.com/GH100_H100_SXM5_80GB", 8, 5, 3]),
+        f"{devices(namespace)}/cols": (["Name", "Class", "Count", "Phase", "Node", "VMI", "Reason", "Age", "Message"],
+                                       ["cols", name, 2, "Bound", "gpu-1", "vm-a", "Moved"]),
+        f"{devices(namespace)}/waits": (["Name", "Class", "Count", "Phase", "Node", "VMI", "Reason", "Age",
+                                         "Message"], ["waits", name, 4, None, None, None, "BudgetExceeded"]),
+        f"{NODES}/{name}": (["Name", "Devices", "Allocatable", "Eligible", "Last report", "Age", "Message"],
+                            [name, 2, 9, "NodeCordoned"]),
     }
     for path, (columns, cells) in expected.items():
         answer = await table(admin, path)
         assert [c["name"] for c in answer["columnDefinitions"]] == columns
         assert answer["rows"][0]["cells"][: len(cells)] == cells
+        # The condition's message is there too, for `kubectl get -o wide`.
+        assert answer["columnDefinitions"][-1]["priority"] == 1
+        assert answer["rows"][0]["cells"][-1]
+
+
+def condition(kind: str, status: str, reason: str, message: str) -> dict[str, str]:
+    return {"type": kind, "status": status, "reason": reason, "message": message,
+            "lastTransitionTime": "2026-12-02T10:00:00Z"}
 
 
 async def test_kubectl_get_shows_the_printer_columns(plane: ControlPlane, admin: Client, namespace: str) -> None:
@@ -236,5 +255,5 @@ async def test_kubectl_get_shows_the_printer_columns(plane: ControlPlane, admin:
     )
     assert proc.returncode == 0, proc.stderr
     header, row = proc.stdout.splitlines()[:2]
-    assert header.split() == ["NAME", "CLASS", "COUNT", "PHASE", "NODE", "VMI", "AGE"]
+    assert header.split() == ["NAME", "CLASS", "COUNT", "PHASE", "NODE", "VMI", "REASON", "AGE"]
     assert row.split()[:3] == ["shown", "h100", "3"]

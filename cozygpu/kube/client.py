@@ -34,6 +34,7 @@ from kubernetes_asyncio.client import Configuration
 from cozygpu.base.backoff import Backoff
 from cozygpu.base.clock import Clock, LoopClock
 from cozygpu.kube import errors
+from cozygpu.kube.config import load_kubeconfig
 
 JSON: Final = "application/json"
 MERGE_PATCH: Final = "application/merge-patch+json"
@@ -98,15 +99,19 @@ class Client:
 
     @classmethod
     async def from_kubeconfig(cls, path: str | None = None, *, context: str | None = None, **kw: Any) -> Client:
+        """From ``path``, else ``$KUBECONFIG``, else ``~/.kube/config``; a bad one raises ``ConfigError``."""
         cfg = Configuration()
-        await k8s_config.load_kube_config(config_file=path, context=context, client_configuration=cfg)
-        return cls._from_configuration(cfg, **kw)
+        source = await load_kubeconfig(path, context=context, configuration=cfg)
+        return cls._from_configuration(cfg, where=source.describe(), **kw)
 
     @classmethod
     def in_cluster(cls, **kw: Any) -> Client:
         cfg = Configuration()
-        k8s_config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
-        return cls._from_configuration(cfg, **kw)
+        try:
+            k8s_config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
+        except k8s_config.ConfigException as err:
+            raise errors.ConfigError(f"in-cluster configuration (no --kubeconfig given): {err}") from None
+        return cls._from_configuration(cfg, where="in-cluster configuration", **kw)
 
     @classmethod
     async def auto(cls, kubeconfig: str | None, **kw: Any) -> Client:
@@ -116,10 +121,13 @@ class Client:
         return cls.in_cluster(**kw)
 
     @classmethod
-    def _from_configuration(cls, cfg: Configuration, **kw: Any) -> Client:
-        context = ssl.create_default_context(cafile=cfg.ssl_ca_cert)
-        if cfg.cert_file:
-            context.load_cert_chain(cfg.cert_file, keyfile=cfg.key_file)
+    def _from_configuration(cls, cfg: Configuration, *, where: str, **kw: Any) -> Client:
+        try:
+            context = ssl.create_default_context(cafile=cfg.ssl_ca_cert)
+            if cfg.cert_file:
+                context.load_cert_chain(cfg.cert_file, keyfile=cfg.key_file)
+        except (ssl.SSLError, OSError) as err:
+            raise errors.ConfigError(f"{where}: its certificates cannot be loaded ({err})") from None
         if not cfg.verify_ssl:
             context.check_hostname = False
             context.verify_mode = ssl.CERT_NONE

@@ -12,10 +12,13 @@
     │   ├── Invalid              422 (schema, CEL, a refused admission answer with that code)
     │   ├── TooManyRequests      429 (retried with Retry-After)
     │   └── ServerError          5xx
-    └── Unavailable              no answer: connection refused or reset, timeout
+    ├── Unavailable              no answer: connection refused or reset, timeout
+    └── ConfigError              no usable client configuration (kubeconfig or in-cluster)
 
 Low-level errors (aiohttp, asyncio timeouts, OS errors) are mapped into this
-tree in ``client.py`` and nowhere else, so callers catch our names only.
+tree in ``client.py`` and nowhere else, so callers catch our names only;
+configuration errors (kubernetes-asyncio's ``ConfigException``, yaml errors)
+are mapped in ``config.py``.
 """
 
 from __future__ import annotations
@@ -29,6 +32,10 @@ class KubeError(Exception):
 
 class Unavailable(KubeError):
     """The API server could not be reached or did not answer in time."""
+
+
+class ConfigError(KubeError):
+    """The client cannot be configured: which kubeconfig (or in-cluster file) and what is wrong, in one line."""
 
 
 class ApiError(KubeError):

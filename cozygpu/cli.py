@@ -18,6 +18,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "controller": ("cozygpu.runtime.command", "the controller: caches, webhooks, leader-only binder"),
     "agent": ("cozygpu.agent.command", "the node agent: reports this node's GPUs into its GPUNode"),
     "catalog": ("cozygpu.commands.catalog", "what a tenant namespace can order now, and why not"),
+    "status": ("cozygpu.commands.status", "classes, nodes, waiting devices, the leader and pass health"),
+    "why": ("cozygpu.commands.why", "the last decision about a GPUDevice or VMI, and what would change it"),
 }
 
 

@@ -39,6 +39,7 @@ import attrs
 from prometheus_client import CollectorRegistry
 
 from cozygpu import keys
+from cozygpu.admission.webhooks import AdmissionConfig, AdmissionWebhooks
 from cozygpu.base.clock import Clock, LoopClock
 from cozygpu.base.logging import get_logger
 from cozygpu.binder.binder import Binder, BinderConfig
@@ -119,6 +120,14 @@ class Controller:
             self.cache.add(spec)
         self.readiness = Readiness(self.process_metrics)
         self.webhook_app = webhook_app() if options.enable_gpu else None
+        #: The GPUDevice, VMI and launcher-pod webhooks, on every replica, over the shared cache (R-ADM).
+        self.admission: AdmissionWebhooks | None = None
+        if self.webhook_app is not None:
+            self.admission = AdmissionWebhooks(self.cache, client, AdmissionConfig(
+                namespace=options.namespace, bind_wait=options.bind_wait, timeout=options.webhook_timeout,
+                raw_names=options.raw_gpu_names, attachment_grace=dt.timedelta(seconds=options.attachment_grace),
+                hoster_names=options.gpu_resource_names), registry=self.registry)
+            self.admission.install(self.webhook_app)
         #: Ends the process hard when leader work outlives its term (armed by the elector).
         self.watchdog = Watchdog()
         self.elector = LeaderElector(

@@ -26,6 +26,7 @@ from typing import Final
 import attrs
 
 from cozygpu import keys
+from cozygpu.admission.webhooks import WRITE_ROOM
 from cozygpu.base.backoff import JITTER_FACTOR
 from cozygpu.base.durations import format_duration
 from cozygpu.base.flags import (
@@ -46,6 +47,8 @@ _SERVICE_ACCOUNT_NAMESPACE: Final = Path("/var/run/secrets/kubernetes.io/service
 LOG_FORMATS: Final = ("json", "text")
 LOG_LEVELS: Final = ("debug", "info", "warning", "error")
 RAW_NAMES: Final = (keys.RAW_NAMES_ALLOW, keys.RAW_NAMES_FORBID)
+#: The API server's limit on a webhook's timeoutSeconds.
+MAX_WEBHOOK_TIMEOUT: Final = 30
 
 
 @attrs.frozen
@@ -69,6 +72,7 @@ class Options:
     raw_gpu_names: str
     attachment_grace: float
     bind_wait: float
+    webhook_timeout: int
     kubeconfig: str | None
     namespace: str
     health_addr: Address
@@ -169,6 +173,9 @@ FLAGS: Final = FlagSet(
              "whether a VM or pod may request a GPU resource name directly"),
         Flag("--attachment-grace", "DURATION", "2m", "how long an attachment waits for its VMI to appear"),
         Flag("--bind-wait", "DURATION", "10s", "how long the VMI webhook waits for the binder's answer"),
+        Flag("--webhook-timeout", "DURATION", "15s",
+             "the webhooks' timeoutSeconds (whole seconds, at most 30); --bind-wait must leave "
+             f"{WRITE_ROOM:g}s under it"),
         Flag("--kubeconfig", "PATH", None, "kubeconfig file; in-cluster configuration when unset"),
         Flag("--namespace", "NS", None, "the controller's own namespace (default: POD_NAMESPACE)"),
         Flag("--health-addr", "ADDR", ":8081", "address of /healthz and /readyz"),
@@ -217,6 +224,18 @@ def parse(argv: Sequence[str], env: Mapping[str, str] | None = None) -> Options:
     if enable_gpu and not cert_dir_text:
         raise FlagError("--cert-dir", None, "required with --enable-gpu (the webhook server's certificate)")
 
+    bind_wait = parse_positive_duration("--bind-wait", required("--bind-wait"))
+    webhook_timeout = parse_positive_duration("--webhook-timeout", required("--webhook-timeout"))
+    if webhook_timeout != int(webhook_timeout) or webhook_timeout > MAX_WEBHOOK_TIMEOUT:
+        raise FlagError("--webhook-timeout", required("--webhook-timeout"),
+                        f"must be whole seconds, at most {MAX_WEBHOOK_TIMEOUT}s (the API server's limit)")
+    if bind_wait + WRITE_ROOM > webhook_timeout:
+        # A wait the API server cuts short fails the start (fail closed) with the writes left for the binder
+        # to clear after the attachment grace; the webhook must answer, and undo, before that.
+        raise FlagError("--bind-wait", required("--bind-wait"),
+                        f"must leave {WRITE_ROOM:g}s under --webhook-timeout ({format_duration(webhook_timeout)}) "
+                        "for the checks, the writes and their undo")
+
     identity = raw("--identity") or default_identity()
     if len(identity) > 253:
         raise FlagError("--identity", identity, "at most 253 characters")
@@ -226,7 +245,8 @@ def parse(argv: Sequence[str], env: Mapping[str, str] | None = None) -> Options:
         gpu_resource_names=_parse_names("--gpu-resource-names", required("--gpu-resource-names")),
         raw_gpu_names=choice("--raw-gpu-names", required("--raw-gpu-names"), RAW_NAMES),
         attachment_grace=parse_positive_duration("--attachment-grace", required("--attachment-grace")),
-        bind_wait=parse_positive_duration("--bind-wait", required("--bind-wait")),
+        bind_wait=bind_wait,
+        webhook_timeout=int(webhook_timeout),
         kubeconfig=raw("--kubeconfig") or None,
         namespace=namespace,
         health_addr=_parse_address("--health-addr", required("--health-addr")),

@@ -22,6 +22,7 @@ from typing import Final
 
 from aiohttp import web
 
+from cozygpu.admission.envelope import MAX_BODY
 from cozygpu.base.logging import get_logger
 
 _log = get_logger("cozygpu.webhook")
@@ -31,8 +32,11 @@ KEY_FILE: Final = "tls.key"
 
 
 def webhook_app() -> web.Application:
-    """The webhook application: routes are added by the admission handlers (none yet)."""
-    return web.Application(client_max_size=3 * 1024 * 1024)
+    """The webhook application: routes are added by ``AdmissionWebhooks.install``.
+
+    The body limit is the envelope's (it reads the body itself and answers 400 past it).
+    """
+    return web.Application(client_max_size=MAX_BODY)
 
 
 def _server_context(cert: Path, key: Path) -> ssl.SSLContext:

@@ -122,7 +122,7 @@ async def test_readiness_stays_false_until_the_webhook_caches_have_synced(
             assert "[+]caches ok" in body
 
 
-async def test_with_gpu_enabled_readiness_never_waits_for_kubevirt_and_the_webhook_slot_answers_404(
+async def test_with_gpu_enabled_readiness_never_waits_for_kubevirt_and_the_webhook_server_serves_the_webhooks(
     plane: ControlPlane, admin: Client, namespace: str, tmp_path: Path
 ) -> None:
     user = f"controller-{uuid.uuid4().hex[:8]}"
@@ -146,7 +146,9 @@ async def test_with_gpu_enabled_readiness_never_waits_for_kubevirt_and_the_webho
             assert "[+]webhooks ok" in body
             webhook = controller.bound["webhooks"]
             context = ssl.create_default_context(cafile=str(plane.ca_file))
-            status, _ = await get(f"https://127.0.0.1:{webhook.port}/validate-gpudevice", context=context)
+            status, body = await get(f"https://127.0.0.1:{webhook.port}/validate-gpudevice", context=context)
+            assert (status, "POSTed") == (400, "POSTed" if "POSTed" in body else body)
+            status, _ = await get(f"https://127.0.0.1:{webhook.port}/no-such-webhook", context=context)
             assert status == 404
 
 

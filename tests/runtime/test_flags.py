@@ -53,12 +53,14 @@ def test_every_flag_can_come_from_its_environment_variable() -> None:
         "COZYGPU_HEALTH_ADDR": "127.0.0.1:1", "COZYGPU_METRICS_ADDR": "[::1]:2", "COZYGPU_WEBHOOK_ADDR": ":3",
         "COZYGPU_LEASE_DURATION": "20s", "COZYGPU_RENEW_DEADLINE": "15s", "COZYGPU_RETRY_PERIOD": "5s",
         "COZYGPU_IDENTITY": "pod-0", "COZYGPU_LOG_FORMAT": "text", "COZYGPU_LOG_LEVEL": "debug",
+        "COZYGPU_WEBHOOK_TIMEOUT": "20s",
     }
     assert set(env) == {flags.env_name(flag) for flag in flags.FLAGS.flags}
     options = parse([], env=env)
     assert options.enable_gpu is True
     assert options.cert_dir == Path("/certs")
     assert options.bind_wait == 3
+    assert options.webhook_timeout == 20
     assert options.gpu_resource_names == ("nvidia.com/a", "nvidia.com/b")
     assert options.raw_gpu_names == "forbid"
     assert options.attachment_grace == 90

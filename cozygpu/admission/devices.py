@@ -1,0 +1,41 @@
+"""The GPUDevice webhook (validating, CREATE): refuse an order that cannot be met now (R-ADM-1).
+
+The check is the model's ``catalog.order_refusal``, the one the catalog
+shows and the binder re-checks: unknown or deleting class, count and
+maxCount, KubeVirt's permittedHostDevices, the VGPU entitlement, every budget
+of the tenant and its ancestors (counting the subtree's orders not yet
+accepted, R-MOD-4), a raw-key block, the class's free units in the cluster
+and on one node. The refusal message names the limit and the numbers.
+"""
+
+from __future__ import annotations
+
+from cozygpu.admission.envelope import Request, Verdict
+from cozygpu.admission.view import NotReady, SnapshotSource
+from cozygpu.model.catalog import order_refusal
+
+
+class DeviceWebhook:
+    def __init__(self, source: SnapshotSource) -> None:
+        self._source = source
+
+    async def __call__(self, request: Request) -> Verdict:
+        if request.operation != "CREATE":
+            return Verdict.allow()
+        obj = request.object
+        meta = obj.get("metadata") or {}
+        spec = obj.get("spec") or {}
+        namespace = request.namespace or str(meta.get("namespace") or "")
+        name = str(meta.get("name") or request.name or "?")
+        class_name, count = spec.get("className"), spec.get("count")
+        if not isinstance(class_name, str) or not class_name or not isinstance(count, int) or isinstance(count, bool):
+            return Verdict.refuse(f"GPUDevice {namespace}/{name}: spec.className and an integer spec.count are "
+                                  "required", reason="Invalid")
+        try:
+            snapshot = self._source.snapshot()
+        except NotReady as error:
+            return Verdict.refuse(f"GPU admission is not ready on this replica: {error}", reason="NotReady")
+        refusal = order_refusal(snapshot, namespace, class_name, count)
+        if refusal is None:
+            return Verdict.allow()
+        return Verdict.refuse(f"GPUDevice {namespace}/{name}: {refusal.message}", reason=str(refusal.reason))

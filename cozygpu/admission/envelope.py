@@ -1,0 +1,187 @@
+"""The AdmissionReview envelope the three webhooks share (issue 11 §1, R-ADM-6).
+
+Contract:
+- In: a POST whose content type is ``application/json`` and whose body (at
+  most ``MAX_BODY`` bytes) is an ``admission.k8s.io/v1`` AdmissionReview with
+  a ``request.uid``. Anything else is answered 400 with a reason (the API
+  server then applies ``failurePolicy: Fail``): garbage is never allowed.
+- Out: an AdmissionReview v1 echoing ``request.uid``, ``allowed``, a
+  ``status`` with the refusal's message (code 403 for a refusal, 500 for a
+  crash) and, when the handler mutates, a base64 JSON patch.
+- A handler that raises is a refusal with a message naming the webhook and
+  the error, never a 500 page with a traceback (fail closed).
+- Every call runs under ``deadline`` seconds (below the webhook's
+  ``timeoutSeconds``): a handler still running then is cancelled and the
+  request refused with a message saying so. A handler that must undo its
+  writes does so inside its own deadline (the VMI webhook's bind wait ends
+  earlier than this one).
+- Metrics: answers by webhook and outcome, and a latency histogram per webhook.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, Final
+
+import attrs
+import orjson
+from aiohttp import web
+
+from cozygpu.admission.metrics import AdmissionMetrics
+from cozygpu.base.logging import get_logger
+
+_log = get_logger("cozygpu.admission")
+
+#: The largest AdmissionReview read (the API server's own request limit is 3 MiB; a review carries two objects).
+MAX_BODY: Final = 7 * 1024 * 1024
+API_VERSION: Final = "admission.k8s.io/v1"
+KIND: Final = "AdmissionReview"
+
+ALLOWED: Final = "allowed"
+REFUSED: Final = "refused"
+ERROR: Final = "error"
+BAD_REQUEST: Final = "bad-request"
+
+
+class BadReview(ValueError):
+    """The body is not an AdmissionReview this webhook can answer."""
+
+
+@attrs.frozen(kw_only=True)
+class Request:
+    """The parts of an AdmissionReview request the handlers read."""
+
+    uid: str
+    operation: str
+    namespace: str
+    name: str
+    object: Mapping[str, Any]
+    dry_run: bool
+    kind: str
+    user: str
+
+
+@attrs.frozen(kw_only=True)
+class Verdict:
+    """A handler's answer: allowed with an optional JSON patch, or refused with a message."""
+
+    allowed: bool
+    message: str = ""
+    reason: str = ""
+    patch: Sequence[Mapping[str, Any]] = ()
+
+    @classmethod
+    def allow(cls, patch: Sequence[Mapping[str, Any]] = (), message: str = "") -> Verdict:
+        return cls(allowed=True, patch=tuple(patch), message=message)
+
+    @classmethod
+    def refuse(cls, message: str, *, reason: str = "Refused") -> Verdict:
+        return cls(allowed=False, message=message, reason=reason)
+
+
+Handler = Callable[[Request], Awaitable[Verdict]]
+
+
+def _str(value: object) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def parse_review(body: bytes) -> Request:
+    """The request of an AdmissionReview v1, or ``BadReview`` saying what is wrong."""
+    try:
+        review = orjson.loads(body)
+    except orjson.JSONDecodeError as error:
+        raise BadReview(f"the body is not JSON: {error}") from None
+    if not isinstance(review, dict):
+        raise BadReview("the body is not a JSON object")
+    if review.get("apiVersion") != API_VERSION or review.get("kind") != KIND:
+        raise BadReview(f"expected {KIND} {API_VERSION}, got {review.get('kind')!r} {review.get('apiVersion')!r}")
+    request = review.get("request")
+    if not isinstance(request, dict):
+        raise BadReview("the AdmissionReview has no request")
+    uid = request.get("uid")
+    if not isinstance(uid, str) or not uid:
+        raise BadReview("the AdmissionReview request has no uid")
+    obj = request.get("object")
+    if not isinstance(obj, dict):
+        raise BadReview("the AdmissionReview request has no object")
+    kind = request.get("kind")
+    user = request.get("userInfo")
+    return Request(
+        uid=uid,
+        operation=_str(request.get("operation")),
+        namespace=_str(request.get("namespace")),
+        name=_str(request.get("name")),
+        object=obj,
+        dry_run=request.get("dryRun") is True,
+        kind=_str(kind.get("kind")) if isinstance(kind, dict) else "",
+        user=_str(user.get("username")) if isinstance(user, dict) else "",
+    )
+
+
+def review_answer(uid: str, verdict: Verdict) -> dict[str, Any]:
+    """The AdmissionReview v1 response for ``verdict``."""
+    response: dict[str, Any] = {"uid": uid, "allowed": verdict.allowed}
+    if not verdict.allowed:
+        response["status"] = {"code": 403, "reason": verdict.reason or "Refused", "message": verdict.message}
+    elif verdict.message:
+        response["warnings"] = [verdict.message]
+    if verdict.allowed and verdict.patch:
+        response["patchType"] = "JSONPatch"
+        response["patch"] = base64.b64encode(orjson.dumps(list(verdict.patch))).decode()
+    return {"apiVersion": API_VERSION, "kind": KIND, "response": response}
+
+
+def _bad(message: str) -> web.Response:
+    return web.json_response({"error": message}, status=400, dumps=lambda v: orjson.dumps(v).decode())
+
+
+def endpoint(name: str, handler: Handler, *, deadline: float, metrics: AdmissionMetrics | None = None
+             ) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    """The aiohttp handler of one webhook: the envelope around ``handler`` (see the module contract)."""
+
+    async def serve(http: web.Request) -> web.StreamResponse:
+        started = time.perf_counter()
+        outcome = BAD_REQUEST
+        try:
+            if http.method != "POST":
+                return _bad(f"{name}: admission reviews are POSTed, not {http.method}")
+            if http.content_type != "application/json":
+                return _bad(f"{name}: content type {http.content_type!r} is not application/json")
+            if http.content_length is not None and http.content_length > MAX_BODY:
+                return _bad(f"{name}: body of {http.content_length} bytes exceeds {MAX_BODY}")
+            body = await http.content.read(MAX_BODY + 1)
+            if len(body) > MAX_BODY:
+                return _bad(f"{name}: body exceeds {MAX_BODY} bytes")
+            try:
+                request = parse_review(body)
+            except BadReview as error:
+                return _bad(f"{name}: {error}")
+            verdict = await answer(name, handler, request, deadline=deadline)
+            outcome = ALLOWED if verdict.allowed else (ERROR if verdict.reason == "InternalError" else REFUSED)
+            return web.Response(body=orjson.dumps(review_answer(request.uid, verdict)),
+                                content_type="application/json")
+        finally:
+            if metrics is not None:
+                metrics.answers.labels(name, outcome).inc()
+                metrics.latency.labels(name).observe(time.perf_counter() - started)
+
+    return serve
+
+
+async def answer(name: str, handler: Handler, request: Request, *, deadline: float) -> Verdict:
+    """``handler``'s verdict on ``request`` within ``deadline`` seconds; a crash or overrun is a refusal."""
+    try:
+        async with asyncio.timeout(deadline):
+            return await handler(request)
+    except TimeoutError:
+        _log.error("admission handler overran its deadline", webhook=name, uid=request.uid, deadline=deadline)
+        return Verdict.refuse(f"{name}: no answer within {deadline:g} s; nothing was admitted",
+                              reason="InternalError")
+    except Exception as error:  # fail closed: a crash refuses, with what went wrong
+        _log.exception("admission handler failed", webhook=name, uid=request.uid)
+        return Verdict.refuse(f"{name}: internal error ({type(error).__name__}: {error}); nothing was admitted",
+                              reason="InternalError")

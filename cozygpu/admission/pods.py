@@ -1,0 +1,125 @@
+"""The launcher pod webhook (mutating, CREATE, device-refs and ``kubevirt.io=virt-launcher``): pin it (R-ADM-4).
+
+The pod's VMI is its controller ownerReference (KubeVirt writes it; the pod
+has no UID of its own yet, so ``status.activePods`` cannot name it). The
+VMI's devices are those attached to the VMI's name in this replica's cache
+(and, when the attachment knows the VMI's UID, to that UID). They must all be
+Bound on one node; then the pod gets a required node affinity to that node
+(``matchFields metadata.name``, ANDed into every term it already has, since
+terms are ORed) and the tolerations of the devices' classes it lacks. The
+pin goes on the pod, not the VMI: LiveUpdate rewrites the VMI's affinity
+from the VM template.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from cozygpu.admission.envelope import Request, Verdict
+from cozygpu.admission.view import NotReady, SnapshotSource
+from cozygpu.model.snapshot import Toleration
+
+VMI_KIND = "VirtualMachineInstance"
+
+
+def _map(value: object) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _vmi_owner(pod: Mapping[str, Any]) -> tuple[str, str] | None:
+    for ref in _map(pod.get("metadata")).get("ownerReferences") or ():
+        ref = _map(ref)
+        if ref.get("controller") and ref.get("kind") == VMI_KIND and str(ref.get("apiVersion", "")).startswith(
+                "kubevirt.io/"):
+            return str(ref.get("name") or ""), str(ref.get("uid") or "")
+    return None
+
+
+def _toleration(t: Toleration) -> dict[str, Any]:
+    out: dict[str, Any] = {"operator": t.operator}
+    for field, value in (("key", t.key), ("value", t.value), ("effect", t.effect)):
+        if value:
+            out[field] = value
+    return out
+
+
+def pin_patch(pod: Mapping[str, Any], node: str, tolerations: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The JSON patch: a required node affinity to ``node`` and the missing ``tolerations``."""
+    spec = _map(pod.get("spec"))
+    requirement = {"key": "metadata.name", "operator": "In", "values": [node]}
+    patch: list[dict[str, Any]] = []
+    affinity = spec.get("affinity")
+    node_affinity = _map(affinity).get("nodeAffinity")
+    required = _map(node_affinity).get("requiredDuringSchedulingIgnoredDuringExecution")
+    terms = _map(required).get("nodeSelectorTerms")
+    if isinstance(terms, list) and terms:
+        new_terms = []
+        for term in terms:
+            term = dict(_map(term))
+            term["matchFields"] = [*(term.get("matchFields") or []), requirement]
+            new_terms.append(term)
+        path = "/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms"
+        patch.append({"op": "replace", "path": path, "value": new_terms})
+    else:
+        value = {"nodeSelectorTerms": [{"matchFields": [requirement]}]}
+        if not isinstance(affinity, Mapping):
+            patch.append({"op": "add", "path": "/spec/affinity",
+                          "value": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": value}}})
+        elif not isinstance(node_affinity, Mapping):
+            patch.append({"op": "add", "path": "/spec/affinity/nodeAffinity",
+                          "value": {"requiredDuringSchedulingIgnoredDuringExecution": value}})
+        else:
+            patch.append({"op": "add", "path": "/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuring"
+                          "Execution", "value": value})
+    present = spec.get("tolerations")
+    missing = [t for t in tolerations if not isinstance(present, list) or t not in present]
+    if missing:
+        if isinstance(present, list):
+            patch.extend({"op": "add", "path": "/spec/tolerations/-", "value": t} for t in missing)
+        else:
+            patch.append({"op": "add", "path": "/spec/tolerations", "value": missing})
+    return patch
+
+
+class LauncherPodWebhook:
+    def __init__(self, source: SnapshotSource) -> None:
+        self._source = source
+
+    async def __call__(self, request: Request) -> Verdict:
+        if request.operation != "CREATE":
+            return Verdict.allow()
+        pod = request.object
+        namespace = request.namespace or str(_map(pod.get("metadata")).get("namespace") or "")
+        owner = _vmi_owner(pod)
+        if owner is None or not owner[0]:
+            return Verdict.refuse(f"launcher pod in {namespace}: no controller ownerReference to a "
+                                  "VirtualMachineInstance, so its GPUDevices cannot be found", reason="NoVMI")
+        vmi, uid = owner
+        label = f"launcher pod of VMI {namespace}/{vmi}"
+        try:
+            snapshot = self._source.snapshot()
+        except NotReady as error:
+            return Verdict.refuse(f"GPU admission is not ready on this replica: {error}", reason="NotReady")
+        devices = [snapshot.devices[k] for k in snapshot.devices_by_vmi.get((namespace, vmi), ())]
+        devices = [d for d in devices if d.attachment is not None and (not d.attachment.uid or not uid
+                                                                         or d.attachment.uid == uid)]
+        if not devices:
+            return Verdict.refuse(f"{label}: no GPUDevice is attached to the VMI", reason="NotAttached")
+        unbound = [d for d in devices if not d.holds_units]
+        if unbound:
+            shown = ", ".join(f"{d.name} ({d.phase})" for d in sorted(unbound, key=lambda d: d.name))
+            return Verdict.refuse(f"{label}: GPUDevices not Bound: {shown}", reason="NotBound")
+        nodes = sorted({d.node_name or "" for d in devices})
+        if len(nodes) != 1:
+            return Verdict.refuse(f"{label}: its GPUDevices are Bound on {len(nodes)} nodes ({', '.join(nodes)}), "
+                                  "not one", reason="SplitSet")
+        tolerations: list[dict[str, Any]] = []
+        for class_name in sorted({d.class_name for d in devices}):
+            gpu_class = snapshot.classes.get(class_name)
+            for toleration in gpu_class.tolerations if gpu_class is not None else ():
+                entry = _toleration(toleration)
+                if entry not in tolerations:
+                    tolerations.append(entry)
+        return Verdict.allow(pin_patch(pod, nodes[0], tolerations))
+

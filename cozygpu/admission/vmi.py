@@ -1,0 +1,331 @@
+"""The VMI webhook (mutating, CREATE, VMIs labelled with device-refs): attach, ask the binder, wait (R-ADM-2, R-ADM-3).
+
+Order of work, so that a dry run and a refused start leave no trace:
+1. Every refusal check, on this replica's snapshot (``vmi_plan.plan_start``).
+   A dry run ends here, allowed with the ``gpus`` entries the start would get.
+2. Writes: create the template devices (the template-device label, no owner
+   reference: the VMI has no UID yet; the binder deletes them with their VMI),
+   then attach every member and record one bind request on it, each a status
+   merge patch preconditioned on the resourceVersion the decision read. On a
+   Conflict the device is read again and attached only if still free (so two
+   VMIs never take one device: the later one finds the other's attachment).
+3. Wait at most ``bind_wait`` for the binder's answer on every member,
+   watching the cache's GPUDevice events (no polling).
+4. Every member Succeeded → allowed, with one ``gpus`` entry per GPU and
+   never a ``resources`` key. Otherwise undo what step 2 wrote (clear the
+   attachment and request where they are still this request's, delete the
+   template devices created, by UID) and refuse with the binder's reason, or
+   with "no answer within N s" and the leader's state from its Lease.
+
+Re-invocation (R-ADM-3): the plan finds every member attached to this VMI's
+name with one recent request, answered or not, and takes it as its own: it
+writes nothing and waits for (or reads) that answer. The answer lives in
+device status, so another replica sees it too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import uuid
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+from typing import Any
+
+import attrs
+
+from cozygpu import keys
+from cozygpu.admission.envelope import Request, Verdict
+from cozygpu.admission.metrics import AdmissionMetrics
+from cozygpu.admission.refs import RefsError, parse_refs
+from cozygpu.admission.view import NotReady, SnapshotSource
+from cozygpu.admission.vmi_plan import Member, Refused, StartPlan, gpus_patch, plan_start
+from cozygpu.base.clock import utc_now
+from cozygpu.base.logging import get_logger
+from cozygpu.cache import specs
+from cozygpu.cache.cache import Cache
+from cozygpu.cache.errors import CacheError
+from cozygpu.kube import Client, errors, resource_path
+
+_log = get_logger("cozygpu.admission.vmi")
+
+SUCCEEDED = "Succeeded"
+#: Attempts at one device's attachment write when its resourceVersion moved under it.
+ATTEMPTS = 3
+
+
+@attrs.frozen(kw_only=True)
+class VMIConfig:
+    #: The controller's namespace (its leader Lease is read on a timeout).
+    namespace: str
+    bind_wait: float
+    raw_forbidden: bool
+    attachment_grace: timedelta = timedelta(minutes=2)
+
+
+def stamp(when: datetime) -> str:
+    return when.isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def _device_path(namespace: str, name: str = "", *, status: bool = False) -> str:
+    return resource_path(keys.GROUP, keys.VERSION, keys.GPUDEVICE_PLURAL, namespace=namespace, name=name or None,
+                         subresource="status" if status else None)
+
+
+def _status(obj: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    status = (obj or {}).get("status")
+    return status if isinstance(status, Mapping) else {}
+
+
+def _field(obj: Mapping[str, Any] | None, name: str) -> Mapping[str, Any]:
+    value = _status(obj).get(name)
+    return value if isinstance(value, Mapping) else {}
+
+
+class VMIWebhook:
+    """The VMI start admission (see the module docstring)."""
+
+    def __init__(self, cache: Cache, client: Client, source: SnapshotSource, config: VMIConfig,
+                 metrics: AdmissionMetrics | None = None) -> None:
+        self._cache = cache
+        self._client = client
+        self._source = source
+        self._config = config
+        self._metrics = metrics
+
+    async def __call__(self, request: Request) -> Verdict:
+        if request.operation != "CREATE":
+            return Verdict.allow()
+        obj = request.object
+        namespace = request.namespace or str((obj.get("metadata") or {}).get("namespace") or "")
+        annotations = (obj.get("metadata") or {}).get("annotations") or {}
+        try:
+            refs = parse_refs(annotations.get(keys.DEVICE_REFS_ANNOTATION) if isinstance(annotations, Mapping)
+                              else None)
+            snapshot = self._source.snapshot()
+            recent = timedelta(seconds=2 * self._config.bind_wait + 5)
+            plan = plan_start(snapshot, obj, refs, namespace=namespace, raw_forbidden=self._config.raw_forbidden,
+                              grace=self._config.attachment_grace, recent=recent)
+            patch = gpus_patch(obj, plan.entries)
+            versions = self._versions(plan)
+        except RefsError as error:
+            return Verdict.refuse(f"VMI {namespace}/{request.name or '?'}: {error}", reason="InvalidDeviceRefs")
+        except NotReady as error:
+            return Verdict.refuse(f"GPU admission is not ready on this replica: {error}", reason="NotReady")
+        except Refused as error:
+            return Verdict.refuse(str(error), reason=error.reason)
+        if request.dry_run:
+            return Verdict.allow(patch)
+        return await self._start(plan, patch, versions)
+
+    def _versions(self, plan: StartPlan) -> dict[str, str]:
+        """The resourceVersions the decision read: in the same turn as the snapshot, so they are its objects'."""
+        store = self._cache.store(specs.GPU_DEVICES)
+        found: dict[str, str] = {}
+        for member in plan.members:
+            if member.existing is None:
+                continue
+            obj = store.get(plan.namespace, member.name)
+            if obj is None:
+                raise Refused(f"GPUDevice {plan.namespace}/{member.name} does not exist", reason="UnknownDevice")
+            found[member.name] = str(obj["metadata"]["resourceVersion"])
+        return found
+
+    # -- the writes ---------------------------------------------------------------------
+
+    async def _start(self, plan: StartPlan, patch: list[dict[str, Any]], versions: Mapping[str, str]) -> Verdict:
+        writes = _Writes(self._client, plan, versions)
+        request_id = plan.adopted_request
+        try:
+            if not request_id:
+                request_id = uuid.uuid4().hex
+                await writes.write(request_id, now=utc_now())
+        except Refused as error:
+            await writes.undo(request_id, self._cache)
+            return Verdict.refuse(str(error), reason=error.reason)
+        except BaseException:
+            await asyncio.shield(writes.undo(request_id, self._cache))
+            raise
+        try:
+            failure = await self._wait(plan, request_id)
+        except BaseException:
+            await asyncio.shield(writes.undo(request_id, self._cache))
+            raise
+        if failure is None:
+            return Verdict.allow(patch)
+        await writes.undo(request_id, self._cache)
+        return Verdict.refuse(failure[1], reason=failure[0])
+
+    async def _wait(self, plan: StartPlan, request_id: str) -> tuple[str, str] | None:
+        """None when every member's answer is Succeeded on one node; else (reason, message)."""
+        started = time.perf_counter()
+        informer = self._cache.informer(specs.GPU_DEVICES)
+        trigger = self._cache.trigger(specs.GPU_DEVICES, name="vmi admission")
+        label = f"VMI {plan.namespace}/{plan.vmi}"
+        result = "timeout"
+        try:
+            async with asyncio.timeout(self._config.bind_wait):
+                while True:
+                    answers = self._answers(plan, request_id)
+                    if isinstance(answers, tuple):
+                        result = answers[0]
+                        return None if answers[0] == SUCCEEDED else answers
+                    await trigger.wait()
+        except TimeoutError:
+            return "BindTimeout", await self._timeout_message(label)
+        finally:
+            informer.remove_trigger(trigger)
+            if self._metrics is not None:
+                self._metrics.bind_wait.labels(result).observe(time.perf_counter() - started)
+
+    def _answers(self, plan: StartPlan, request_id: str) -> tuple[str, str] | None:
+        """(Succeeded, "") or (reason, message) once every member is answered; None while waiting."""
+        store = self._cache.store(specs.GPU_DEVICES)
+        nodes: set[str] = set()
+        for member in plan.members:
+            obj = store.get(plan.namespace, member.name)
+            if obj is None:
+                return ("DeviceGone", f"GPUDevice {plan.namespace}/{member.name} was deleted while VMI "
+                        f"{plan.namespace}/{plan.vmi} was being admitted")
+            answer = _field(obj, "bindAnswer")
+            if answer.get("id") != request_id:
+                return None
+            if answer.get("result") != SUCCEEDED:
+                reason = str(answer.get("reason") or "BindFailed")
+                return (reason, f"VMI {plan.namespace}/{plan.vmi}: the binder refused: "
+                        f"{answer.get('message') or reason}")
+            nodes.add(str(answer.get("node") or ""))
+        if len(nodes) != 1 or "" in nodes:
+            return ("SplitSet", f"VMI {plan.namespace}/{plan.vmi}: the binder's answers name nodes "
+                    f"{sorted(nodes)}, not one")
+        return (SUCCEEDED, "")
+
+    async def _timeout_message(self, label: str) -> str:
+        wait = f"{self._config.bind_wait:g} s"
+        lease_path = resource_path("coordination.k8s.io", "v1", "leases", namespace=self._config.namespace,
+                                   name=keys.LEADER_LEASE)
+        try:
+            lease = await self._client.get_or_none(lease_path, timeout=1.0, attempts=1)
+        except (errors.KubeError, TimeoutError) as error:
+            state = f"the leader Lease could not be read: {error}"
+        else:
+            spec = (lease or {}).get("spec") or {}
+            holder = spec.get("holderIdentity")
+            if not holder:
+                state = f"no replica holds Lease {self._config.namespace}/{keys.LEADER_LEASE}"
+            else:
+                state = f"leader {holder}, lease renewed {spec.get('renewTime') or 'never'}"
+        return f"{label}: no answer from the binder within {wait} ({state}); nothing was kept"
+
+
+class _Writes:
+    """What one start wrote, so it can be undone."""
+
+    def __init__(self, client: Client, plan: StartPlan, versions: Mapping[str, str]) -> None:
+        self._client = client
+        self._plan = plan
+        self._versions = dict(versions)
+        #: Template devices this start created: name -> UID.
+        self.created: dict[str, str] = {}
+        self.attached: list[str] = []
+
+    async def write(self, request_id: str, *, now: datetime) -> None:
+        plan = self._plan
+        for member in plan.to_create:
+            self._versions[member.name] = await self._create(member)
+        for member in plan.members:
+            await self._attach(member, self._versions[member.name], request_id, now=now)
+
+    async def _create(self, member: Member) -> str:
+        plan = self._plan
+        body = {"apiVersion": keys.API_VERSION, "kind": keys.GPUDEVICE_KIND,
+                "metadata": {"name": member.name, "namespace": plan.namespace,
+                             "labels": {keys.TEMPLATE_DEVICE_LABEL: "true"}},
+                "spec": {"className": member.class_name, "count": member.count}}
+        try:
+            made = await self._client.create(_device_path(plan.namespace), body)
+        except errors.AlreadyExists:
+            raise Refused(f"GPUDevice {plan.namespace}/{member.name} (a template device of VMI "
+                          f"{plan.namespace}/{plan.vmi}) was created by someone else meanwhile; try again",
+                          reason="Conflict") from None
+        except errors.ApiError as error:
+            raise Refused(f"template device {plan.namespace}/{member.name} of VMI {plan.namespace}/{plan.vmi} "
+                          f"was refused: {error.message}", reason="TemplateRefused") from None
+        self.created[member.name] = str(made["metadata"]["uid"])
+        return str(made["metadata"]["resourceVersion"])
+
+    async def _attach(self, member: Member, version: str, request_id: str, *, now: datetime) -> None:
+        plan = self._plan
+        patch = {"status": {
+            "attachment": {"vmi": plan.vmi, "uid": None, "attachedAt": stamp(now), "requestId": request_id},
+            "bindRequest": {"id": request_id, "vmi": plan.vmi, "time": stamp(now)}}}
+        path = _device_path(plan.namespace, member.name, status=True)
+        for attempt in range(ATTEMPTS):
+            try:
+                await self._client.merge_patch(path, patch, resource_version=version)
+                self.attached.append(member.name)
+                return
+            except errors.Conflict:
+                if attempt == ATTEMPTS - 1:
+                    break
+                current = await self._client.get_or_none(_device_path(plan.namespace, member.name))
+                if current is None:
+                    raise Refused(f"GPUDevice {plan.namespace}/{member.name} was deleted meanwhile",
+                                  reason="DeviceGone") from None
+                other = _field(current, "attachment").get("vmi")
+                if other and other != plan.vmi:
+                    raise Refused(f"GPUDevice {plan.namespace}/{member.name} was just attached to VMI "
+                                  f"{plan.namespace}/{other}", reason="DeviceAttached") from None
+                if (current.get("metadata") or {}).get("deletionTimestamp"):
+                    raise Refused(f"GPUDevice {plan.namespace}/{member.name} is being deleted",
+                                  reason="DeviceDeleting") from None
+                version = str(current["metadata"]["resourceVersion"])
+            except errors.NotFound:
+                raise Refused(f"GPUDevice {plan.namespace}/{member.name} was deleted meanwhile",
+                              reason="DeviceGone") from None
+        raise Refused(f"GPUDevice {plan.namespace}/{member.name} kept changing while VMI {plan.namespace}/"
+                      f"{plan.vmi} was being attached; try again", reason="Conflict")
+
+    async def undo(self, request_id: str, cache: Cache) -> None:
+        """Take back this start's writes; what another request took over meanwhile is left alone."""
+        plan = self._plan
+        for name in self.attached:
+            if name in self.created:
+                continue
+            await self._detach(name, request_id, cache)
+        for name, uid in self.created.items():
+            try:
+                await self._client.delete(_device_path(plan.namespace, name), uid=uid)
+            except (errors.NotFound, errors.Conflict):
+                pass
+            except errors.KubeError as error:
+                _log.error("could not delete a template device of a refused start", device=name,
+                           error=str(error))
+        self.attached.clear()
+        self.created.clear()
+
+    async def _detach(self, name: str, request_id: str, cache: Cache) -> None:
+        plan = self._plan
+        path = _device_path(plan.namespace, name)
+        current: Mapping[str, Any] | None = None
+        with contextlib.suppress(CacheError):
+            current = cache.store(specs.GPU_DEVICES).get(plan.namespace, name)
+        for _ in range(ATTEMPTS):
+            if current is None or _field(current, "attachment").get("requestId") != request_id:
+                current = await self._client.get_or_none(path)
+            if current is None or _field(current, "attachment").get("requestId") != request_id:
+                return  # gone, or another request's now
+            try:
+                await self._client.merge_patch(f"{path}/status", {"status": {"attachment": None, "bindRequest": None}},
+                                               resource_version=str(current["metadata"]["resourceVersion"]))
+                return
+            except errors.Conflict:
+                current = None
+            except errors.NotFound:
+                return
+            except errors.KubeError as error:
+                _log.error("could not undo an attachment of a refused start", device=name, error=str(error))
+                return
+        _log.error("gave up undoing an attachment that kept changing", device=name, request=request_id)
+

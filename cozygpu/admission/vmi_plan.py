@@ -1,0 +1,225 @@
+"""The VMI webhook's decision before any write (R-ADM-2, R-ADM-3, R-ADM-5): pure, on one Snapshot.
+
+Contract: :func:`plan_start` takes the VMI object, its parsed references and
+the snapshot, and either raises :class:`Refused` (the message names the
+object, the limit and the numbers) or returns a :class:`StartPlan`: the set's
+members (held devices and template devices, existing or to create), where
+the dry check places the set, and whether an earlier invocation for the same
+VMI already recorded a bind request this one takes as its own.
+
+Checks, all before anything is written, in this order: the VMI has a name and
+no VMI of that name exists; every referenced device exists, is not being
+deleted and is not attached to another VMI that exists or may still appear
+(within the attachment grace); a template device name is free or is this
+VMI's own; with raw names forbidden the VMI carries no GPU entry of its own
+(a ``gpus`` entry, a ``hostDevices`` entry or a resource of a name in the
+effective set, R-MOD-9) beside the references; and ``place_set``, the model's
+dry check, places the whole set (class, count, budgets counting the tenant's
+orders not yet accepted, R-MOD-4, then one node with room).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Any, Final
+
+import attrs
+
+from cozygpu.admission.refs import DeviceRef, Ref, TemplateRef
+from cozygpu.cache.snapshot import vmi_view
+from cozygpu.model import refusals
+from cozygpu.model.naming import template_device_name
+from cozygpu.model.placement import place_set
+from cozygpu.model.snapshot import DeviceView, Snapshot
+
+#: Names of the ``gpus`` entries the webhook adds: ``cozygpu-gpu0``, ``cozygpu-gpu1``, ...
+ENTRY_PREFIX: Final = "cozygpu-gpu"
+
+Obj = Mapping[str, Any]
+
+
+class Refused(Exception):
+    """The start is refused before any write; ``str()`` is the message a person reads."""
+
+    def __init__(self, message: str, *, reason: str = "Refused") -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+@attrs.frozen(kw_only=True)
+class Member:
+    """One device of the VMI's set."""
+
+    name: str
+    class_name: str
+    count: int
+    #: The device as the cache holds it; None for a template device still to create.
+    existing: DeviceView | None
+    template: bool
+
+
+@attrs.frozen(kw_only=True)
+class StartPlan:
+    namespace: str
+    vmi: str
+    members: tuple[Member, ...]
+    #: The node the dry check places the set on ("" when the start takes over an earlier request).
+    node: str
+    #: An earlier invocation's bind request for this VMI, taken as this one's (R-ADM-3); "" when none.
+    adopted_request: str
+    #: The ``gpus`` entries to add: one per GPU, ``{"name", "deviceName"}``.
+    entries: tuple[Mapping[str, str], ...]
+
+    @property
+    def to_create(self) -> tuple[Member, ...]:
+        return tuple(m for m in self.members if m.existing is None)
+
+
+def _map(value: object) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _list(value: object) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def gpu_entries(snapshot: Snapshot, members: Sequence[Member]) -> tuple[Mapping[str, str], ...]:
+    """One ``gpus`` entry per GPU of the set, in reference order."""
+    entries: list[Mapping[str, str]] = []
+    for member in members:
+        gpu_class = snapshot.classes.get(member.class_name)
+        resource = gpu_class.resource_name if gpu_class is not None else ""
+        entries.extend({"name": f"{ENTRY_PREFIX}{len(entries)}", "deviceName": resource}
+                       for _ in range(member.count))
+    return tuple(entries)
+
+
+def own_gpu_entries(vmi: Obj, effective_names: frozenset[str], ours: Sequence[Mapping[str, str]]) -> list[str]:
+    """The VMI's own GPU entries (R-ADM-5), leaving out the ``gpus`` entries this webhook added."""
+    spec = _map(vmi.get("spec"))
+    domain = _map(spec.get("domain"))
+    devices = _map(domain.get("devices"))
+    added = {(e["name"], e["deviceName"]) for e in ours}
+    found: list[str] = []
+    for entry in _list(devices.get("gpus")):
+        item = _map(entry)
+        if (item.get("name"), item.get("deviceName")) not in added:
+            found.append(f"gpus entry {item.get('name')!r} ({item.get('deviceName') or item.get('claimName')})")
+    for entry in _list(devices.get("hostDevices")):
+        item = _map(entry)
+        if item.get("deviceName") in effective_names:
+            found.append(f"hostDevices entry {item.get('name')!r} ({item.get('deviceName')})")
+    resources = _map(domain.get("resources"))
+    for section in ("requests", "limits"):
+        found.extend(f"resources.{section} {name}" for name in _map(resources.get(section)) if name in effective_names)
+    return found
+
+
+def _attached_elsewhere(snapshot: Snapshot, device: DeviceView, vmi: str, *, now: datetime,
+                        grace: timedelta) -> str | None:
+    """Why another VMI holds ``device`` (None when it is free, this VMI's, or its VMI is gone for good)."""
+    attachment = device.attachment
+    if attachment is None or attachment.vmi == vmi:
+        return None
+    other = snapshot.vmis.get((device.namespace, attachment.vmi))
+    if other is not None and (not attachment.uid or not other.uid or other.uid == attachment.uid):
+        return f"GPUDevice {device.namespace}/{device.name} is attached to VMI {device.namespace}/{attachment.vmi}"
+    if other is None and (attachment.attached_at is None or now - attachment.attached_at < grace):
+        return (f"GPUDevice {device.namespace}/{device.name} is attached to VMI {device.namespace}/{attachment.vmi}, "
+                f"which is starting (attached {attachment.attached_at or 'just now'})")
+    return None
+
+
+def _adopted(members: Sequence[Member], vmi: str, *, now: datetime, recent: timedelta) -> str:
+    """The request id of an earlier invocation for this VMI that every member carries, if recent."""
+    ids = set()
+    for member in members:
+        device = member.existing
+        if device is None or device.attachment is None or device.attachment.vmi != vmi:
+            return ""
+        request = device.bind_request
+        if request is None or request.id != device.attachment.request_id or request.time is None:
+            return ""
+        if now - request.time > recent:
+            return ""
+        ids.add(request.id)
+    return ids.pop() if len(ids) == 1 else ""
+
+
+def plan_start(snapshot: Snapshot, vmi: Obj, refs: Sequence[Ref], *, namespace: str, raw_forbidden: bool,
+               grace: timedelta, recent: timedelta) -> StartPlan:
+    """Every refusal check of a VMI start, before any write (see the module contract)."""
+    now = snapshot.now
+    name = str(_map(vmi.get("metadata")).get("name") or "")
+    if not name:
+        raise Refused("a VMI with device references needs metadata.name (generateName is not resolved "
+                      "before admission)")
+    label = f"VMI {namespace}/{name}"
+    if (namespace, name) in snapshot.vmis:
+        raise Refused(f"{label} exists already")
+    members: list[Member] = []
+    for ref in refs:
+        if isinstance(ref, DeviceRef):
+            device = snapshot.devices.get((namespace, ref.device))
+            if device is None:
+                raise Refused(refusals.unknown_device(namespace, ref.device).message, reason="UnknownDevice")
+            if device.deleting:
+                raise Refused(f"GPUDevice {namespace}/{ref.device} is being deleted")
+            held = _attached_elsewhere(snapshot, device, name, now=now, grace=grace)
+            if held is not None:
+                raise Refused(held, reason="DeviceAttached")
+            members.append(Member(name=device.name, class_name=device.class_name, count=device.count,
+                                  existing=device, template=device.template))
+            continue
+        assert isinstance(ref, TemplateRef)
+        device_name = template_device_name(name, ref.template)
+        existing = snapshot.devices.get((namespace, device_name))
+        if existing is not None:
+            mine = existing.template and existing.attachment is not None and existing.attachment.vmi == name
+            if not mine or existing.deleting:
+                state = "is being deleted" if existing.deleting else "is not a template device of this VMI"
+                raise Refused(f"GPUDevice {namespace}/{device_name} (template {ref.template} of {label}) {state}; "
+                              "try again once it is gone")
+            if (existing.class_name, existing.count) != (ref.class_name, ref.count):
+                raise Refused(f"GPUDevice {namespace}/{device_name} (template {ref.template}) orders "
+                              f"{existing.count} of class {existing.class_name}, the reference "
+                              f"{ref.count} of class {ref.class_name}")
+        members.append(Member(name=device_name, class_name=ref.class_name, count=ref.count, existing=existing,
+                              template=True))
+    entries = gpu_entries(snapshot, members)
+    if raw_forbidden:
+        own = own_gpu_entries(vmi, snapshot.effective_names, entries)
+        if own:
+            raise Refused(f"{label}: raw GPU names are forbidden here, so a GPU reaches a VM only through a "
+                          f"GPUDevice reference; remove {', '.join(own)}", reason="RawGPUName")
+    adopted = _adopted(members, name, now=now, recent=recent)
+    if adopted:
+        return StartPlan(namespace=namespace, vmi=name, members=tuple(members), node="",
+                         adopted_request=adopted, entries=entries)
+    views = [m.existing if m.existing is not None else
+             DeviceView(namespace=namespace, name=m.name, class_name=m.class_name, count=m.count, template=True,
+                        created=now) for m in members]
+    placement = place_set(snapshot, views, vmi=vmi_view({**vmi, "metadata": {"namespace": namespace,
+                                                                              "name": name}}), label=label)
+    if placement.refusal is not None:
+        raise Refused(placement.refusal.message, reason=str(placement.refusal.reason))
+    return StartPlan(namespace=namespace, vmi=name, members=tuple(members), node=placement.node or "",
+                     adopted_request="", entries=entries)
+
+
+def gpus_patch(vmi: Obj, entries: Sequence[Mapping[str, str]]) -> list[dict[str, Any]]:
+    """The JSON patch adding ``entries`` to ``spec.domain.devices.gpus`` (those not there already)."""
+    spec = _map(vmi.get("spec"))
+    if "domain" not in spec or not isinstance(spec.get("domain"), Mapping):
+        raise Refused("the VMI has no spec.domain")
+    devices = _map(spec["domain"]).get("devices")
+    if not isinstance(devices, Mapping):
+        return [{"op": "add", "path": "/spec/domain/devices", "value": {"gpus": [dict(e) for e in entries]}}]
+    present = {(_map(e).get("name"), _map(e).get("deviceName")) for e in _list(devices.get("gpus"))}
+    missing = [dict(e) for e in entries if (e["name"], e["deviceName"]) not in present]
+    if not missing:
+        return []
+    if not isinstance(devices.get("gpus"), list):
+        return [{"op": "add", "path": "/spec/domain/devices/gpus", "value": missing}]
+    return [{"op": "add", "path": "/spec/domain/devices/gpus/-", "value": e} for e in missing]

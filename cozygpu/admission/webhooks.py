@@ -1,0 +1,128 @@
+"""The three webhooks on one aiohttp application, and how an API server is told to call them (R-ADM-1…6).
+
+``AdmissionWebhooks(cache, client, config).install(app)`` adds the routes:
+
+    POST /validate-gpudevice     GPUDevice, validating, CREATE      (R-ADM-1)
+    POST /mutate-vmi             VMI, mutating, CREATE, labelled    (R-ADM-2, R-ADM-3, R-ADM-5)
+    POST /mutate-launcher-pod    Pod, mutating, CREATE, labelled    (R-ADM-4)
+
+Each answers from this replica's warm cache (``SnapshotSource``), on every
+replica. :func:`configurations` renders the webhook configurations for a URL
+(the local cluster and the tests; the chart renders the same for a Service):
+``failurePolicy: Fail``, the object selectors of R-ADM-6, ``sideEffects:
+NoneOnDryRun``, ``reinvocationPolicy: IfNeeded`` on the VMI hook, and
+``timeoutSeconds`` from the configuration, which ``--bind-wait`` must fit
+under (``flags``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import timedelta
+from typing import Any, Final
+
+import attrs
+from aiohttp import web
+from prometheus_client import CollectorRegistry
+
+from cozygpu import keys
+from cozygpu.admission.devices import DeviceWebhook
+from cozygpu.admission.envelope import endpoint
+from cozygpu.admission.metrics import AdmissionMetrics
+from cozygpu.admission.pods import LauncherPodWebhook
+from cozygpu.admission.view import SnapshotSource
+from cozygpu.admission.vmi import VMIConfig, VMIWebhook
+from cozygpu.cache.cache import Cache
+from cozygpu.kube import Client
+
+DEVICE_PATH: Final = "/validate-gpudevice"
+VMI_PATH: Final = "/mutate-vmi"
+POD_PATH: Final = "/mutate-launcher-pod"
+#: Configuration names: ``cozygpu-…`` sorts before KubeVirt's ``virt-api-mutator``, so it runs first.
+VALIDATING_NAME: Final = "cozygpu-webhooks"
+MUTATING_NAME: Final = "cozygpu-webhooks"
+#: Seconds the envelope keeps for itself under ``timeoutSeconds`` (answer written before the API server gives up).
+ENVELOPE_MARGIN: Final = 0.5
+#: Seconds a VMI start needs beside its bind wait: checks, writes and, on failure, their undo.
+WRITE_ROOM: Final = 3.0
+
+
+@attrs.frozen(kw_only=True)
+class AdmissionConfig:
+    namespace: str
+    bind_wait: float
+    #: The webhooks' ``timeoutSeconds``, at most 30 (the API server's limit).
+    timeout: float
+    raw_names: str = keys.RAW_NAMES_ALLOW
+    attachment_grace: timedelta = timedelta(minutes=2)
+    hoster_names: tuple[str, ...] = ()
+
+
+class AdmissionWebhooks:
+    def __init__(self, cache: Cache, client: Client, config: AdmissionConfig, *,
+                 registry: CollectorRegistry | None = None) -> None:
+        self.config = config
+        self.source = SnapshotSource(cache, hoster_names=config.hoster_names)
+        self.metrics = AdmissionMetrics.on(registry) if registry is not None else None
+        self.devices = DeviceWebhook(self.source)
+        self.vmis = VMIWebhook(cache, client, self.source, VMIConfig(
+            namespace=config.namespace, bind_wait=config.bind_wait,
+            raw_forbidden=config.raw_names == keys.RAW_NAMES_FORBID, attachment_grace=config.attachment_grace),
+            metrics=self.metrics)
+        self.pods = LauncherPodWebhook(self.source)
+
+    def install(self, app: web.Application) -> None:
+        deadline = max(self.config.timeout - ENVELOPE_MARGIN, 0.5)
+        app.router.add_route("*", DEVICE_PATH, endpoint("gpudevice", self.devices, deadline=deadline,
+                                                         metrics=self.metrics))
+        app.router.add_route("*", VMI_PATH, endpoint("vmi", self.vmis, deadline=deadline, metrics=self.metrics))
+        app.router.add_route("*", POD_PATH, endpoint("launcher-pod", self.pods, deadline=deadline,
+                                                      metrics=self.metrics))
+
+
+def _client_config(base_url: str, path: str, ca_bundle: str) -> dict[str, Any]:
+    return {"url": base_url.rstrip("/") + path, "caBundle": ca_bundle}
+
+
+def configurations(base_url: str, ca_bundle: str, *, timeout_seconds: int,
+                   namespace_selector: Mapping[str, Any] | None = None, name: str = MUTATING_NAME,
+                   ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(ValidatingWebhookConfiguration, MutatingWebhookConfiguration) calling ``base_url`` by URL.
+
+    ``ca_bundle`` is the base64 PEM of the CA that signed the server's
+    certificate. ``namespace_selector`` narrows every hook (a test scopes
+    them to its namespace).
+    """
+    selector = dict(namespace_selector or {})
+    refs = {"matchExpressions": [{"key": keys.DEVICE_REFS_LABEL, "operator": "Exists"}]}
+    launcher = {"matchExpressions": [{"key": keys.DEVICE_REFS_LABEL, "operator": "Exists"},
+                                     {"key": keys.KUBEVIRT_LAUNCHER_LABEL, "operator": "In",
+                                      "values": [keys.KUBEVIRT_LAUNCHER_VALUE]}]}
+    common = {"admissionReviewVersions": ["v1"], "failurePolicy": "Fail", "sideEffects": "NoneOnDryRun",
+              "timeoutSeconds": timeout_seconds, "matchPolicy": "Equivalent", "namespaceSelector": selector}
+    validating = {
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": name},
+        "webhooks": [{
+            "name": "gpudevices.gpu.cozystack.io", **common,
+            "clientConfig": _client_config(base_url, DEVICE_PATH, ca_bundle),
+            "rules": [{"apiGroups": [keys.GROUP], "apiVersions": [keys.VERSION], "operations": ["CREATE"],
+                       "resources": [keys.GPUDEVICE_PLURAL], "scope": "Namespaced"}],
+        }],
+    }
+    mutating = {
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
+        "metadata": {"name": name},
+        "webhooks": [
+            {"name": "vmis.gpu.cozystack.io", **common, "reinvocationPolicy": "IfNeeded", "objectSelector": refs,
+             "clientConfig": _client_config(base_url, VMI_PATH, ca_bundle),
+             "rules": [{"apiGroups": ["kubevirt.io"], "apiVersions": ["v1"], "operations": ["CREATE"],
+                        "resources": ["virtualmachineinstances"], "scope": "Namespaced"}]},
+            {"name": "launcher-pods.gpu.cozystack.io", **common, "reinvocationPolicy": "IfNeeded",
+             "objectSelector": launcher,
+             "clientConfig": _client_config(base_url, POD_PATH, ca_bundle),
+             "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
+                        "resources": ["pods"], "scope": "Namespaced"}]},
+        ],
+    }
+    return validating, mutating

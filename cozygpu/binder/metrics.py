@@ -6,6 +6,13 @@
     cozygpu_binder_detaches_total{reason, deleted}   attachments cleared (or template devices deleted)
     cozygpu_binder_class_units{class, state}         held and free units per class (state: held, free, units)
     cozygpu_binder_node_units{node, resource, state} served, held and free units per node and resource name
+    cozygpu_binder_devices{class, phase}             GPUDevices per class and phase (Pending, Bound, Lost)
+    cozygpu_binder_node_report_timestamp_seconds{node}  when each GPUNode's agent last reported (Unix time)
+
+The gauges are set from each full pass's snapshot (the view the pass decided
+on, so they trail its own writes by one pass) and only by the leader; a
+replica that stops leading keeps its last values, so a reader joins them with
+``cozygpu_leader_is_leader == 1``.
 """
 
 from __future__ import annotations
@@ -16,7 +23,7 @@ import attrs
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from cozygpu.binder.reports import class_status
-from cozygpu.model.snapshot import Snapshot
+from cozygpu.model.snapshot import Phase, Snapshot
 
 #: Seconds; the target is an answer within 50 ms at the 99th percentile.
 _LATENCY_BUCKETS: Final = (0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -30,6 +37,8 @@ class BinderMetrics:
     detaches: Counter
     class_units: Gauge
     node_units: Gauge
+    devices: Gauge
+    report_time: Gauge
 
     @classmethod
     def on(cls, registry: CollectorRegistry) -> BinderMetrics:
@@ -47,6 +56,10 @@ class BinderMetrics:
                               "free", ("class", "state"), registry=registry),
             node_units=Gauge("cozygpu_binder_node_units", "Units per node and resource name: served, held, free",
                              ("node", "resource", "state"), registry=registry),
+            devices=Gauge("cozygpu_binder_devices", "GPUDevices per class and phase (Pending, Bound, Lost)",
+                          ("class", "phase"), registry=registry),
+            report_time=Gauge("cozygpu_binder_node_report_timestamp_seconds", "When each GPUNode's agent last "
+                              "reported (Unix time; 0 when it never did)", ("node",), registry=registry),
         )
 
     def observe_units(self, snapshot: Snapshot) -> None:
@@ -62,3 +75,17 @@ class BinderMetrics:
                 self.node_units.labels(node, resource, "served").set(entry.served)
                 self.node_units.labels(node, resource, "held").set(entry.held)
                 self.node_units.labels(node, resource, "free").set(max(entry.free, 0))
+        self.devices.clear()
+        counts: dict[tuple[str, str], int] = {}
+        for device in snapshot.devices.values():
+            key = (device.class_name, device.phase.value)
+            counts[key] = counts.get(key, 0) + 1
+        for name in snapshot.classes:
+            for each in Phase:
+                counts.setdefault((name, each.value), 0)
+        for (name, phase), count in counts.items():
+            self.devices.labels(name, phase).set(count)
+        self.report_time.clear()
+        for node, inventory in snapshot.inventories.items():
+            last = inventory.last_report
+            self.report_time.labels(node).set(last.timestamp() if last is not None else 0)

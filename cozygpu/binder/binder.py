@@ -2,12 +2,14 @@
 
 Two passes, both run by the pass driver (``cozygpu.passes``), never at once:
 
-- the **answer pass** answers bind requests and nothing else: the model's
+- the **answer pass** answers bind requests: the model's
   ``plan_pass(answers_only=True)``, then the set writes of those answers. A
-  webhook waiting for its answer waits for this pass only. New orders that
-  nothing ranks ahead of ride along (the model binds them in the answer pass
-  when no Lost set waits for room and no held set must move: R-BIND-5's order
-  still holds).
+  webhook waiting for its answer waits for this pass only. New orders ride
+  along (``new_orders=True``) only when nothing ranks ahead of them
+  (``fastlane.FastLane``: the last full pass settled and no event since could
+  make a set move, and no Lost set waits for room of their resource), so
+  R-BIND-5's order still holds; a new order then requests the answer lane
+  the moment it is seen.
 - the **full pass** does all of R-BIND-5 (restore sets, move, rebind Lost,
   answer, bind new orders), then what follows the world: attachments whose
   VMI is gone or never came (R-BIND-8), GPUClass status and GPUNode
@@ -46,6 +48,7 @@ from cozygpu import keys
 from cozygpu.base.clock import Clock
 from cozygpu.base.logging import get_logger
 from cozygpu.binder import attachments, finalizers, reports, usage
+from cozygpu.binder.fastlane import FastLane
 from cozygpu.binder.metrics import BinderMetrics
 from cozygpu.binder.status import plan_writes
 from cozygpu.binder.writes import WriteReport, device_status_path, write_sets
@@ -92,6 +95,12 @@ def _unanswered(obj: Mapping[str, Any] | None) -> str:
     return "" if answered == request_id else str(request_id)
 
 
+def _new_order(obj: Mapping[str, Any]) -> bool:
+    """A GPUDevice not accepted yet (no phase, or Pending) that carries no answer."""
+    status = obj.get("status") or {}
+    return (status.get("phase") or "Pending") == "Pending" and not status.get("bindAnswer")
+
+
 def _unverified(obj: Mapping[str, Any]) -> bool:
     conditions = (obj.get("status") or {}).get("conditions") or ()
     return any(isinstance(c, Mapping) and c.get("type") == ATTACHMENT_VERIFIED and c.get("status") == "False"
@@ -129,9 +138,16 @@ class Binder:
         self._on_request: Callable[[], None] | None = None
         #: Writes of this pass refused on their resourceVersion (or whose object vanished).
         self._stale = 0
+        #: Whether new orders may take the answer lane (nothing ranks ahead of them).
+        self.fast_lane = FastLane(wall=clock.wall, report_stale_after=config.report_stale_after)
         for spec in self.kinds:
             cache.add(spec)
-        self._unsubscribe = cache.informer(specs.GPU_DEVICES).subscribe(self._device_changed)
+        unsubscribe = [cache.informer(specs.GPU_DEVICES).subscribe(self._device_changed)]
+        if config.gpu_enabled:
+            for spec, handler in self.fast_lane.handlers().items():
+                if spec in self.kinds:
+                    unsubscribe.append(cache.informer(spec).subscribe(handler))
+        self._unsubscribe = unsubscribe
 
     # -- what it reads --------------------------------------------------------------------
 
@@ -151,13 +167,16 @@ class Binder:
             callback()
 
     def close(self) -> None:
-        self._unsubscribe()
+        for unsubscribe in self._unsubscribe:
+            unsubscribe()
 
     def _device_changed(self, event: Event) -> None:
+        self.fast_lane.device(event)
         request_id = _unanswered(event.obj) if event.type != "DELETED" else ""
-        if not request_id or request_id == _unanswered(event.old):
-            return
-        self._requests.setdefault((_key(event.obj), request_id), self._clock.now())
+        if request_id and request_id != _unanswered(event.old):
+            self._requests.setdefault((_key(event.obj), request_id), self._clock.now())
+        elif not (event.old is None and _new_order(event.obj) and self.fast_lane.settled):
+            return  # neither a new request nor a new order the fast lane may bind
         if self._on_request is not None and self._config.gpu_enabled:
             self._on_request()
 
@@ -198,6 +217,7 @@ class Binder:
             on_invalid=self._invalid,
             memo=self._memo,
         )
+        self.fast_lane.saw(snapshot)
         return snapshot, {_key(o): o for o in devices}, vmis is not None
 
     def _invalid(self, kind: str, obj: Mapping[str, Any], problem: str) -> None:
@@ -214,18 +234,26 @@ class Binder:
         self._stale = 0
         snapshot, objects, served = self.snapshot()
         await self._verify_attachments(snapshot, objects, served, writes)
-        plan = plan_pass(snapshot, answers_only=True)
-        await self._write_plan(plan, snapshot, objects, writes, lane="answer")
+        fast, why = self.fast_lane.open(snapshot)
+        if not fast:
+            log.debug("new orders wait for the full pass", why=why)
+        plan = plan_pass(snapshot, answers_only=True, new_orders=fast)
+        report = await self._write_plan(plan, snapshot, objects, writes, lane="answer")
+        if report.requeue:
+            self.fast_lane.unsettle("an answer pass's writes were not all done")
         self._requeue_if_stale()
 
     async def full_pass(self, writes: Writes) -> None:
         """R-BIND-5 in order, then attachments, reports and the always-on reconcilers."""
         self._stale = 0
         if self._config.gpu_enabled:
+            mark = self.fast_lane.mark()  # with the snapshot, in one step of the event loop
             snapshot, objects, served = self.snapshot()
             await self._verify_attachments(snapshot, objects, served, writes)
             plan = plan_pass(snapshot)
             report = await self._write_plan(plan, snapshot, objects, writes, lane="full")
+            if not report.requeue:
+                self.fast_lane.settle(mark)
             written = {w.key for w in report.written} | {d.key for d in report.dropped}
             await self._attachments(snapshot, objects, written, writes)
             # A report refused on its resourceVersion is not a reason to requeue: the agent reports often,
@@ -251,7 +279,16 @@ class Binder:
     async def _write_plan(self, plan: PassPlan, snapshot: Snapshot, objects: Mapping[DeviceKey, Obj],
                           writes: Writes, *, lane: str) -> WriteReport:
         sets = plan_writes(plan, snapshot, objects, now=snapshot.now)
-        report = await write_sets(self._client, sets, now=snapshot.now, instance=self._config.identity)
+        # Before the writes: their events may come before the answers.
+        placed = self.fast_lane.expect(plan, snapshot, answers=lane == "answer")
+        try:
+            report = await write_sets(self._client, sets, now=snapshot.now, instance=self._config.identity)
+        except BaseException:
+            self.fast_lane.dropped(placed)
+            self.fast_lane.unsettle("a pass's writes were cut short")
+            raise
+        done = {w.key for w in report.written}
+        self.fast_lane.dropped(k for k in placed if k not in done)
         for item in report.written:
             writes.record(specs.GPU_DEVICES, item.resource_version)
         self._count(plan, report, lane)

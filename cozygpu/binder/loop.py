@@ -5,7 +5,9 @@
 - The answer lane is requested by the device informer's handler the moment a
   device carries a new unanswered bind request, so the answer pass runs
   before the next full pass; a request caught before the term is covered by
-  the answer pass that ``on_request`` requests at once.
+  the answer pass that ``on_request`` requests at once. A new order requests
+  it too while the fast lane is settled (``fastlane.FastLane``): the answer
+  pass then binds it unless something ranks ahead of it by then.
 - Read-your-writes (R-BIND-2) is the driver's: it waits until the cache has
   seen every write the last pass recorded before the next pass snapshots.
 """

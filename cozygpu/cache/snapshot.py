@@ -300,7 +300,8 @@ def pod_resources(spec: Mapping[str, Any], *, extended_only: bool = False) -> Po
     )
 
 
-def _asks_extended(spec: Mapping[str, Any]) -> bool:
+def asks_extended(spec: Mapping[str, Any]) -> bool:
+    """Whether a pod spec requests or limits an extended resource (``domain/name``) in any container."""
     for field in ("containers", "initContainers"):
         for container in _list(spec.get(field)):
             if not _is_map(container):
@@ -358,7 +359,7 @@ def pod_view(obj: Obj) -> PodView:
     status = _map(obj.get("status"))
     requests = _plain_requests(spec)
     if requests is None:
-        requests = whole_requests(pod_requests(pod_resources(spec, extended_only=True))) if _asks_extended(spec) else {}
+        requests = whole_requests(pod_requests(pod_resources(spec, extended_only=True))) if asks_extended(spec) else {}
     return PodView(
         namespace=_str(meta.get("namespace")),
         name=_str(meta.get("name")),
@@ -544,7 +545,7 @@ def build_snapshot(
         active = {uid for vmi in vmi_views for uid in vmi.active_pods}
 
         def wanted(pod: Obj) -> bool:
-            return _str(_map(pod.get("metadata")).get("uid")) in active or _asks_extended(_map(pod.get("spec")))
+            return _str(_map(pod.get("metadata")).get("uid")) in active or asks_extended(_map(pod.get("spec")))
 
         class_views = _convert(keys.GPUCLASS_KIND, classes, gpu_class_view, on_invalid, memo)
         device_views = _convert(keys.GPUDEVICE_KIND, devices, device_view, on_invalid, memo)

@@ -18,6 +18,9 @@ Contract:
   :class:`~cozygpu.kube.errors.ConfigError` naming the file and the fix.
   Anything the library still refuses (a missing certificate file, a failing
   exec plugin) becomes a ``ConfigError`` with its message on one line.
+- Relative file references (a cluster's ``certificate-authority``, a user's
+  ``client-certificate``, ``client-key`` and ``tokenFile``) are resolved
+  against the directory of the file that names them, as kubectl does.
 - Files are read in a worker thread; the library's ``load_and_set`` (which
   may run an exec credential plugin) runs on the loop as before.
 """
@@ -39,6 +42,9 @@ from cozygpu.kube.errors import ConfigError
 
 DEFAULT_PATH = "~/.kube/config"
 _LISTS = ("clusters", "contexts", "users")
+#: Per list: the body key and its fields that name files.
+_FILE_FIELDS = {"clusters": ("cluster", ("certificate-authority",)),
+                "users": ("user", ("client-certificate", "client-key", "tokenFile"))}
 
 
 @attrs.frozen
@@ -101,6 +107,17 @@ def _read(path: str, source: Source) -> dict[str, Any] | None:
     return loaded
 
 
+def _resolved(item: str, entry: dict[str, Any], base: str) -> dict[str, Any]:
+    """``entry`` with its relative file references made absolute against ``base``."""
+    body_key, fields = _FILE_FIELDS.get(item, ("", ()))
+    body = entry.get(body_key)
+    if not isinstance(body, dict):
+        return entry
+    fixed = {k: os.path.join(base, v) if k in fields and isinstance(v, str) and v and not os.path.isabs(v) else v
+             for k, v in body.items()}
+    return {**entry, body_key: fixed}
+
+
 def _merge(source: Source) -> tuple[ConfigNode, dict[str, dict[str, Any]]]:
     """The merged config as the library's nodes (each remembers its file, for relative paths)."""
     merged: dict[str, Any] = {item: [] for item in _LISTS}
@@ -121,6 +138,7 @@ def _merge(source: Source) -> tuple[ConfigNode, dict[str, dict[str, Any]]]:
                 if not isinstance(name, str) or not name:
                     raise ConfigError(f"kubeconfig {path}: an entry of {item} has no name")
                 if name not in named[item]:
+                    entry = _resolved(item, entry, os.path.dirname(os.path.abspath(path)))
                     named[item][name] = entry
                     merged[item].append(ConfigNode(f"{path}/{item}/{name}", entry, path))
         if "current-context" not in merged and loaded.get("current-context"):

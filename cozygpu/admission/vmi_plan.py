@@ -13,9 +13,11 @@ deleted and is not attached to another VMI that exists or may still appear
 (within the attachment grace); a template device name is free or is this
 VMI's own; with raw names forbidden the VMI carries no GPU entry of its own
 (a ``gpus`` entry, a ``hostDevices`` entry or a resource of a name in the
-effective set, R-MOD-9) beside the references; and ``place_set``, the model's
-dry check, places the whole set (class, count, budgets counting the tenant's
-orders not yet accepted, R-MOD-4, then one node with room).
+effective set, R-MOD-9) beside the references; each template device passes
+the GPUDevice webhook's check (``catalog.order_refusal``: it is an order, and
+is created through that webhook); and ``place_set``, the model's dry check,
+places the whole set (class, count, budgets counting the tenant's orders not
+yet accepted, R-MOD-4, then one node with room).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import attrs
 from cozygpu.admission.refs import DeviceRef, Ref, TemplateRef
 from cozygpu.cache.snapshot import vmi_view
 from cozygpu.model import refusals
+from cozygpu.model.catalog import order_refusal
 from cozygpu.model.naming import template_device_name
 from cozygpu.model.placement import place_set
 from cozygpu.model.snapshot import DeviceView, Snapshot
@@ -197,11 +200,19 @@ def plan_start(snapshot: Snapshot, vmi: Obj, refs: Sequence[Ref], *, namespace: 
     if adopted:
         return StartPlan(namespace=namespace, vmi=name, members=tuple(members), node="",
                          adopted_request=adopted, entries=entries)
+    for member in members:
+        if member.existing is None:
+            # A template device is an order: the GPUDevice webhook's own check (it will be asked on create).
+            refusal = order_refusal(snapshot, namespace, member.class_name, member.count)
+            if refusal is not None:
+                raise Refused(f"{label}: template device {member.name}: {refusal.message}",
+                              reason=str(refusal.reason))
     views = [m.existing if m.existing is not None else
              DeviceView(namespace=namespace, name=m.name, class_name=m.class_name, count=m.count, template=True,
                         created=now) for m in members]
     placement = place_set(snapshot, views, vmi=vmi_view({**vmi, "metadata": {"namespace": namespace,
-                                                                              "name": name}}), label=label)
+                                                                              "name": name}}), label=label,
+                          count_pending=True)
     if placement.refusal is not None:
         raise Refused(placement.refusal.message, reason=str(placement.refusal.reason))
     return StartPlan(namespace=namespace, vmi=name, members=tuple(members), node=placement.node or "",

@@ -49,7 +49,7 @@ from typing import TypeVar
 import attrs
 
 from cozygpu.model import refusals
-from cozygpu.model.budgets import BudgetLedger
+from cozygpu.model.budgets import BudgetLedger, add_usage, demand_usage
 from cozygpu.model.catalog import class_problem
 from cozygpu.model.classes import count_problem
 from cozygpu.model.coverage import attached_to
@@ -63,9 +63,11 @@ from cozygpu.model.snapshot import (
     Phase,
     Snapshot,
     Toleration,
+    Usage,
     VmiKey,
     VMIView,
 )
+from cozygpu.model.tenants import ancestry
 
 SUCCEEDED = "Succeeded"
 FAILED = "Failed"
@@ -790,20 +792,49 @@ def _bind_new_orders(planner: _Planner, works: Sequence[_Work]) -> None:
 
 
 def place_set(
-    snapshot: Snapshot, members: Sequence[DeviceView], *, vmi: VMIView | None = None, label: str | None = None
+    snapshot: Snapshot,
+    members: Sequence[DeviceView],
+    *,
+    vmi: VMIView | None = None,
+    label: str | None = None,
+    count_pending: bool = False,
 ) -> SetPlacement:
     """Where this set would be placed now, or why not: the VMI webhook's dry check (R-ADM-2).
 
     ``members`` may include devices that do not exist yet (template devices
     about to be created, as Pending views). Nothing is written; the result
     is what an answer pass would decide on the same snapshot.
+
+    ``count_pending`` (the admission check, R-MOD-4): budgets also count the
+    tenant subtree's orders not yet accepted, as the GPUDevice webhook does
+    (``catalog.order_refusal``), so a start cannot jump ahead of an earlier
+    admitted order under the same budget; the set's own Pending members are
+    counted once, as members, not again among those orders.
     """
     if not members:
         raise ValueError("a set has at least one member")
     first = members[0]
     name = label or (f"VMI {vmi.namespace}/{vmi.name}" if vmi else f"GPUDevice {first.namespace}/{first.name}")
     planner = _Planner(snapshot)
+    if count_pending:
+        planner.budget.extra = _pending_besides(snapshot, members)
     return planner.place(_Work(label=name, vmi=vmi, members=list(members)))
+
+
+def _pending_besides(snapshot: Snapshot, members: Sequence[DeviceView]) -> dict[str, Usage]:
+    """The subtrees' orders not yet accepted (R-MOD-4), less the set's own Pending members."""
+    extra = dict(snapshot.pending_usage)
+    for member in members:
+        known = snapshot.devices.get(member.key)
+        if known is None or known.accepted or known.deleting:
+            continue
+        own = demand_usage({known.class_name: known.count}, snapshot.classes)
+        less = Usage(per_class={k: -n for k, n in own.per_class.items()}, total=-own.total,
+                     raw={k: -n for k, n in own.raw.items()})
+        for tenant in ancestry(known.namespace):
+            if tenant in extra:
+                extra[tenant] = add_usage(extra[tenant], less)
+    return extra
 
 
 def resulting_states(snapshot: Snapshot, plan: PassPlan) -> dict[DeviceKey, tuple[Phase, str | None]]:

@@ -107,7 +107,7 @@ async def test_a_refused_start_and_a_dry_run_leave_no_trace(
             cases = {
                 "GPUDevice {ns}/nope does not exist": [{"device": "mine"}, {"device": "nope"}],
                 "is attached to VMI {ns}/other": [{"device": "theirs"}],
-                f"no eligible node has room for 2 of {world.resource}": [
+                "0 units free in the cluster, order of 1 exceeds it by 1": [
                     {"device": "mine"}, {"template": "more", "class": world.gpu_class, "count": 1}],
                 "entry 1: count must be a whole number of at least 1": [
                     {"device": "mine"}, {"template": "t", "class": world.gpu_class, "count": 0}],

@@ -10,7 +10,7 @@ and on one node. The refusal message names the limit and the numbers.
 
 from __future__ import annotations
 
-from cozygpu.admission.envelope import Request, Verdict
+from cozygpu.admission.envelope import Request, Verdict, as_map
 from cozygpu.admission.view import NotReady, SnapshotSource
 from cozygpu.model.catalog import order_refusal
 
@@ -23,8 +23,7 @@ class DeviceWebhook:
         if request.operation != "CREATE":
             return Verdict.allow()
         obj = request.object
-        meta = obj.get("metadata") or {}
-        spec = obj.get("spec") or {}
+        meta, spec = as_map(obj.get("metadata")), as_map(obj.get("spec"))
         namespace = request.namespace or str(meta.get("namespace") or "")
         name = str(meta.get("name") or request.name or "?")
         class_name, count = spec.get("className"), spec.get("count")

@@ -85,6 +85,11 @@ class Verdict:
 Handler = Callable[[Request], Awaitable[Verdict]]
 
 
+def as_map(value: object) -> Mapping[str, Any]:
+    """``value`` when it is a JSON object, else an empty one: handlers read what they were sent defensively."""
+    return value if isinstance(value, Mapping) else {}
+
+
 def _str(value: object) -> str:
     return value if isinstance(value, str) else ""
 
@@ -122,21 +127,46 @@ def parse_review(body: bytes) -> Request:
     )
 
 
+def readable(message: str) -> str:
+    """``message`` with every unprintable character escaped: a refusal quotes what it was sent."""
+    if message.isprintable():
+        return message
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in message)
+
+
 def review_answer(uid: str, verdict: Verdict) -> dict[str, Any]:
     """The AdmissionReview v1 response for ``verdict``."""
     response: dict[str, Any] = {"uid": uid, "allowed": verdict.allowed}
     if not verdict.allowed:
-        response["status"] = {"code": 403, "reason": verdict.reason or "Refused", "message": verdict.message}
+        response["status"] = {"code": 403, "reason": verdict.reason or "Refused", "message": readable(verdict.message)}
     elif verdict.message:
-        response["warnings"] = [verdict.message]
+        response["warnings"] = [readable(verdict.message)]
     if verdict.allowed and verdict.patch:
         response["patchType"] = "JSONPatch"
         response["patch"] = base64.b64encode(orjson.dumps(list(verdict.patch))).decode()
     return {"apiVersion": API_VERSION, "kind": KIND, "response": response}
 
 
-def _bad(message: str) -> web.Response:
-    return web.json_response({"error": message}, status=400, dumps=lambda v: orjson.dumps(v).decode())
+def _bad(message: str) -> tuple[int, bytes, str]:
+    return 400, orjson.dumps({"error": readable(message)}), BAD_REQUEST
+
+
+async def respond(name: str, handler: Handler, *, method: str, content_type: str, body: bytes, deadline: float
+                  ) -> tuple[int, bytes, str]:
+    """(HTTP status, body, outcome) for one call: 400 for what is not an AdmissionReview, else 200 and the answer."""
+    if method != "POST":
+        return _bad(f"{name}: admission reviews are POSTed, not {method}")
+    if content_type != "application/json":
+        return _bad(f"{name}: content type {content_type!r} is not application/json")
+    if len(body) > MAX_BODY:
+        return _bad(f"{name}: body exceeds {MAX_BODY} bytes")
+    try:
+        request = parse_review(body)
+    except BadReview as error:
+        return _bad(f"{name}: {error}")
+    verdict = await answer(name, handler, request, deadline=deadline)
+    outcome = ALLOWED if verdict.allowed else (ERROR if verdict.reason == "InternalError" else REFUSED)
+    return 200, orjson.dumps(review_answer(request.uid, verdict)), outcome
 
 
 def endpoint(name: str, handler: Handler, *, deadline: float, metrics: AdmissionMetrics | None = None
@@ -147,23 +177,16 @@ def endpoint(name: str, handler: Handler, *, deadline: float, metrics: Admission
         started = time.perf_counter()
         outcome = BAD_REQUEST
         try:
-            if http.method != "POST":
-                return _bad(f"{name}: admission reviews are POSTed, not {http.method}")
-            if http.content_type != "application/json":
-                return _bad(f"{name}: content type {http.content_type!r} is not application/json")
             if http.content_length is not None and http.content_length > MAX_BODY:
-                return _bad(f"{name}: body of {http.content_length} bytes exceeds {MAX_BODY}")
-            body = await http.content.read(MAX_BODY + 1)
-            if len(body) > MAX_BODY:
-                return _bad(f"{name}: body exceeds {MAX_BODY} bytes")
-            try:
-                request = parse_review(body)
-            except BadReview as error:
-                return _bad(f"{name}: {error}")
-            verdict = await answer(name, handler, request, deadline=deadline)
-            outcome = ALLOWED if verdict.allowed else (ERROR if verdict.reason == "InternalError" else REFUSED)
-            return web.Response(body=orjson.dumps(review_answer(request.uid, verdict)),
-                                content_type="application/json")
+                status, body, outcome = _bad(f"{name}: body of {http.content_length} bytes exceeds {MAX_BODY}")
+            else:
+                try:
+                    raw = await http.read() if http.method == "POST" else b""  # capped at the app's client_max_size
+                except web.HTTPRequestEntityTooLarge:
+                    raw = b"x" * (MAX_BODY + 1)
+                status, body, outcome = await respond(name, handler, method=http.method,
+                                                      content_type=http.content_type, body=raw, deadline=deadline)
+            return web.Response(status=status, body=body, content_type="application/json")
         finally:
             if metrics is not None:
                 metrics.answers.labels(name, outcome).inc()

@@ -28,7 +28,8 @@ def _map(value: object) -> Mapping[str, Any]:
 
 
 def _vmi_owner(pod: Mapping[str, Any]) -> tuple[str, str] | None:
-    for ref in _map(pod.get("metadata")).get("ownerReferences") or ():
+    refs = _map(pod.get("metadata")).get("ownerReferences")
+    for ref in refs if isinstance(refs, list) else ():
         ref = _map(ref)
         if ref.get("controller") and ref.get("kind") == VMI_KIND and str(ref.get("apiVersion", "")).startswith(
                 "kubevirt.io/"):

@@ -13,6 +13,7 @@ empty list or a name that cannot be a Kubernetes name is refused.
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Final
 
@@ -81,7 +82,7 @@ def _entry(index: int, raw: object) -> Ref:
         return TemplateRef(_name(raw["template"], where=where, field="template", label=True),
                            _name(raw["class"], where=where, field="class", label=True), count)
     raise RefsError(f"{where}: must be {{\"device\": NAME}} or {{\"template\": NAME, \"class\": CLASS, "
-                    f"\"count\": N}}, not {orjson.dumps(raw).decode()[:200]}")
+                    f"\"count\": N}}, not {json.dumps(raw, ensure_ascii=True)[:200]}")
 
 
 def parse_refs(text: object) -> tuple[Ref, ...]:

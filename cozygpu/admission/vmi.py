@@ -36,7 +36,7 @@ from typing import Any
 import attrs
 
 from cozygpu import keys
-from cozygpu.admission.envelope import Request, Verdict
+from cozygpu.admission.envelope import Request, Verdict, as_map
 from cozygpu.admission.metrics import AdmissionMetrics
 from cozygpu.admission.refs import RefsError, parse_refs
 from cozygpu.admission.view import NotReady, SnapshotSource
@@ -98,11 +98,10 @@ class VMIWebhook:
         if request.operation != "CREATE":
             return Verdict.allow()
         obj = request.object
-        namespace = request.namespace or str((obj.get("metadata") or {}).get("namespace") or "")
-        annotations = (obj.get("metadata") or {}).get("annotations") or {}
+        meta = as_map(obj.get("metadata"))
+        namespace = request.namespace or str(meta.get("namespace") or "")
         try:
-            refs = parse_refs(annotations.get(keys.DEVICE_REFS_ANNOTATION) if isinstance(annotations, Mapping)
-                              else None)
+            refs = parse_refs(as_map(meta.get("annotations")).get(keys.DEVICE_REFS_ANNOTATION))
             snapshot = self._source.snapshot()
             recent = timedelta(seconds=2 * self._config.bind_wait + 5)
             plan = plan_start(snapshot, obj, refs, namespace=namespace, raw_forbidden=self._config.raw_forbidden,

@@ -14,6 +14,10 @@ API server. The test holds the levers:
   resourceVersion 1, which the API server answers with a real 410 Gone for any
   kind whose watch cache started later (a CRD created by the test).
 
+- ``hold_watch_events(path)`` / ``release_watch_events(path)``: watch streams on
+  ``path`` (open or opened later) forward nothing while held, then everything
+  they buffered, in order: a watch delivered late, as under a loaded API server.
+
 ``requests`` logs every request as ``(method, path, query)`` so a test can see
 the lists and watches a client made.
 """
@@ -42,6 +46,8 @@ class Proxy:
         self.requests: list[tuple[str, str, dict[str, str]]] = []
         self.cuts = 0
         self._expire: dict[str, int] = {}
+        #: Watch paths whose events are held: the event is cleared while held.
+        self._flowing: dict[str, asyncio.Event] = {}
         #: Every request being served: its downstream transport, and the upstream answer once it came.
         self._open: dict[asyncio.BaseTransport, aiohttp.ClientResponse | None] = {}
         self._session: aiohttp.ClientSession | None = None
@@ -108,6 +114,13 @@ class Proxy:
         """The next ``count`` watches on ``path`` go upstream from resourceVersion 1."""
         self._expire[path] = self._expire.get(path, 0) + count
 
+    def hold_watch_events(self, path: str) -> None:
+        """Watch streams on ``path`` forward nothing more until :meth:`release_watch_events`."""
+        self._flowing.setdefault(path, asyncio.Event()).clear()
+
+    def release_watch_events(self, path: str) -> None:
+        self._flowing.setdefault(path, asyncio.Event()).set()
+
     @property
     def open_streams(self) -> int:
         return len(self._open)
@@ -158,8 +171,11 @@ class Proxy:
                     if key.lower() not in _DROP_RESPONSE:
                         response.headers.add(key, value)
                 await response.prepare(request)
+                watch = query.get("watch") in ("1", "true")
                 with contextlib.suppress(aiohttp.ClientError, ConnectionError):
                     async for chunk in upstream.content.iter_any():
+                        if watch and (flowing := self._flowing.get(request.path)) is not None:
+                            await flowing.wait()
                         await response.write(chunk)
                     await response.write_eof()
                 return response

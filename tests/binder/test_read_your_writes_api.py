@@ -1,0 +1,164 @@
+"""R-BIND-2 with a late watch: no pass decides from a view older than the last pass's own writes.
+
+The binder's cache reads through the loopback proxy, which holds the GPUDevice
+watch events back while the binder writes. The world is built so that a pass
+deciding from the stale view books the same units twice *without* any write
+conflicting: the class's nodeSelector narrows to zone b, so device A moves from
+n1 to n2 (order B still has no room, so B is not written); the selector then
+widens to both zones, so a stale view keeps A on n1, sees n2 free and binds B
+there. B's resourceVersion is current, its write would succeed, and n2 would
+hold four units of its two. (From the true view B goes to n1.) The driver's
+wait for its own writes stops that pass until the watch catches up; the wait
+times out (counted) and starts over, never deciding.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from cozygpu import keys
+from cozygpu.base.clock import LoopClock
+from cozygpu.binder.binder import Binder, BinderConfig
+from cozygpu.binder.loop import binder_driver
+from cozygpu.binder.metrics import BinderMetrics
+from cozygpu.cache import specs
+from cozygpu.cache.cache import Cache
+from cozygpu.devcluster.plane import ADMIN_GROUPS, ADMIN_USER, ControlPlane
+from cozygpu.kube import Client, resource_path
+from cozygpu.passes.driver import DriverConfig, Lane
+from tests.binder.support import class_path, device_path
+from tests.binder.world import NODES, World
+from tests.support.proxy import Proxy
+
+DEVICES_WATCH = resource_path(keys.GROUP, keys.VERSION, keys.GPUDEVICE_PLURAL)
+
+
+async def eventually(check: Callable[[], Awaitable[Any]], *, timeout: float = 30.0, what: str) -> Any:
+    try:
+        async with asyncio.timeout(timeout):
+            while True:
+                if result := await check():
+                    return result
+                await asyncio.sleep(0.05)
+    except TimeoutError:
+        raise AssertionError(what) from None
+
+
+@pytest.fixture
+async def world(admin: Client, namespace: str) -> AsyncIterator[World]:
+    made = await World.make(admin, namespace)
+    yield made
+    await made.cleanup()
+
+
+async def zone(world: World, short: str, name: str) -> None:
+    await world.admin.merge_patch(f"{NODES}/{world.node_name(short)}", {"metadata": {"labels": {"zone": name}}})
+
+
+async def select_zones(world: World, *zones: str) -> None:
+    selector = {"matchExpressions": [{"key": "zone", "operator": "In", "values": list(zones)}]}
+    await world.admin.merge_patch(class_path(world.gpu_class), {"spec": {"nodeSelector": selector}})
+
+
+def full_passes(registry: CollectorRegistry) -> float:
+    return counted(registry, "cozygpu_passes_total", loop="binder", lane="full", outcome="ok")
+
+
+def counted(registry: CollectorRegistry, name: str, **labels: str) -> float:
+    return registry.get_sample_value(name, labels) or 0.0
+
+
+async def bound_units(world: World) -> dict[str, int]:
+    units: dict[str, int] = {}
+    for device in (await world.admin.list_objects(device_path(world.namespace)))["items"]:
+        status = device.get("status") or {}
+        if status.get("phase") == "Bound":
+            units[status["nodeName"]] = units.get(status["nodeName"], 0) + int(device["spec"]["count"])
+    return units
+
+
+async def test_a_pass_waits_for_its_own_writes_behind_a_late_watch_and_books_no_unit_twice(
+        plane: ControlPlane, world: World) -> None:
+    await world.node("n1", 2)
+    await world.node("n2", 2)
+    await zone(world, "n1", "a")
+    await zone(world, "n2", "b")
+    await select_zones(world, "a")
+    await world.order("a", 2, status=world.held("n1"))
+    await world.order("b", 2)
+
+    registry = CollectorRegistry()
+    identity = plane.ssl_context(plane.identity(ADMIN_USER, ADMIN_GROUPS))
+    async with Proxy(plane.host, identity) as proxy, Client(proxy.url, ssl_context=None) as through:
+        cache = Cache(through, registry=registry)
+        binder = Binder(cache, through, BinderConfig(identity="rbind2", gpu_enabled=True), clock=LoopClock(),
+                        metrics=BinderMetrics.on(registry))
+        driver = binder_driver(binder, cache, registry=registry, config=DriverConfig(sync_timeout=0.5))
+        async with cache.running(), asyncio.TaskGroup() as tasks:
+            await cache.wait_synced(*[k for k in binder.kinds if k.group in ("", keys.GROUP)], timeout=60)
+            runner = tasks.create_task(driver.run())
+
+            async def settled() -> bool:
+                a, b = await world.device("a"), await world.device("b")
+                conditions = (b.get("status") or {}).get("conditions") or []
+                waits = any(c["type"] == "Bound" and c["status"] == "False" for c in conditions)
+                guarded = all(keys.DEVICE_FINALIZER in d["metadata"].get("finalizers", ()) for d in (a, b))
+                return waits and guarded
+
+            await eventually(settled, what="order b never got its not-accepted condition, or a finalizer is missing")
+            # Quiet: a full pass that writes no device, so nothing is unseen when the watch is held.
+            while True:
+                before = [(await world.device(n))["metadata"]["resourceVersion"] for n in ("a", "b")]
+                done = full_passes(registry)
+                driver.request(Lane.FULL, "test")
+
+                async def ran(done: float = done) -> bool:
+                    return full_passes(registry) > done
+
+                await eventually(ran, what="the requested full pass did not run")
+                if [(await world.device(n))["metadata"]["resourceVersion"] for n in ("a", "b")] == before:
+                    break
+
+            # Hold the device watch; one write narrows the class to zone b: a moves to n2, b still has no room.
+            proxy.hold_watch_events(DEVICES_WATCH)
+            await select_zones(world, "b")
+
+            async def moved() -> bool:
+                return ((await world.device("a")).get("status") or {}).get("nodeName") == world.node_name("n2")
+
+            await eventually(moved, what="a was not moved off n1, which its class no longer selects")
+            timeouts = counted(registry, "cozygpu_pass_write_sync_timeouts_total", loop="binder")
+
+            # A reason for a pass that the stale view would answer wrongly; the driver must wait instead.
+            await select_zones(world, "a", "b")
+
+            async def decided_or_waited() -> bool:
+                if ((await world.device("b")).get("status") or {}).get("phase") == "Bound":
+                    return True  # a pass decided (from the stale view, as the watch is still held)
+                return counted(registry, "cozygpu_pass_write_sync_timeouts_total", loop="binder") >= timeouts + 2
+
+            await eventually(decided_or_waited, what="the driver neither decided nor waited")
+            units = await bound_units(world)
+            assert all(held <= 2 for held in units.values()), f"units booked twice from a stale view: {units}"
+            assert ((await world.device("b")).get("status") or {}).get("phase") != "Bound"
+
+            proxy.release_watch_events(DEVICES_WATCH)
+            passes = full_passes(registry)
+
+            async def caught_up() -> bool:
+                seen = cache.store(specs.GPU_DEVICES).get(world.namespace, "a") or {}
+                ran = full_passes(registry) > passes
+                return ran and (seen.get("status") or {}).get("nodeName") == world.node_name("n2")
+
+            await eventually(caught_up, what="no pass ran once the watch caught up")
+            runner.cancel()
+
+    # From the true view: a stays on n2, b takes n1; no node holds more than its two units.
+    units = await bound_units(world)
+    assert units == {world.node_name("n1"): 2, world.node_name("n2"): 2}, units
+    assert (await world.device("b"))["status"]["nodeName"] == world.node_name("n1")

@@ -38,7 +38,7 @@ finalizers and usage records never wait for GPU to be enabled.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Final
 
@@ -56,8 +56,8 @@ from cozygpu.cache import specs
 from cozygpu.cache.cache import Cache
 from cozygpu.cache.errors import KindNotServed, NotSynced
 from cozygpu.cache.kinds import KindSpec
-from cozygpu.cache.snapshot import ViewMemo, build_snapshot
-from cozygpu.cache.store import Event
+from cozygpu.cache.snapshot import LiveSnapshot, Source
+from cozygpu.cache.store import Event, Store
 from cozygpu.kube import Client, errors
 from cozygpu.kube.client import Obj
 from cozygpu.model.capacity import DEFAULT_REPORT_STALE_AFTER
@@ -112,6 +112,33 @@ def _key(obj: Mapping[str, Any]) -> DeviceKey:
     return (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
 
 
+#: The kinds the snapshot is made of, by the names ``LiveSnapshot`` takes them under.
+_LIVE_SPECS: Final[dict[str, KindSpec]] = {
+    keys.GPUCLASS_KIND: specs.GPU_CLASSES, keys.GPUDEVICE_KIND: specs.GPU_DEVICES, keys.GPUNODE_KIND: specs.GPU_NODES,
+    "Node": specs.NODES, "Pod": specs.PODS, "VirtualMachineInstance": specs.VMIS,
+    "ResourceQuota": specs.TENANT_QUOTAS, "Namespace": specs.NAMESPACES, "KubeVirt": specs.KUBEVIRTS,
+}
+
+
+class _Objects(Mapping[DeviceKey, Obj]):
+    """The GPUDevice store as a mapping by key: what a pass reads of the raw devices, without copying them."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+
+    def __getitem__(self, key: DeviceKey) -> Obj:
+        found = self._store.get(*key)
+        if found is None:
+            raise KeyError(key)
+        return found
+
+    def __iter__(self) -> Iterator[DeviceKey]:
+        return iter([_key(o) for o in self._store.list()])
+
+    def __len__(self) -> int:
+        return len(self._store)
+
+
 class StaleWrites(errors.Conflict):
     """Some writes of the pass were refused on their resourceVersion: the pass is requeued, not failed."""
 
@@ -130,7 +157,8 @@ class Binder:
         self._config = config
         self._clock = clock
         self._metrics = metrics
-        self._memo = ViewMemo()
+        self._live = LiveSnapshot(hoster_names=config.hoster_names, report_stale_after=config.report_stale_after,
+                                  on_invalid=self._invalid)
         #: When the binder first saw an attachment that carries no time (R-BIND-8's grace starts then).
         self._first_seen: dict[DeviceKey, datetime] = {}
         #: Unanswered bind requests: id -> when this replica first saw it (answer latency).
@@ -147,6 +175,8 @@ class Binder:
             for spec, handler in self.fast_lane.handlers().items():
                 if spec in self.kinds:
                     unsubscribe.append(cache.informer(spec).subscribe(handler))
+            for kind, spec in _LIVE_SPECS.items():
+                unsubscribe.append(cache.informer(spec).subscribe(self._live_handler(kind)))
         self._unsubscribe = unsubscribe
 
     # -- what it reads --------------------------------------------------------------------
@@ -169,6 +199,14 @@ class Binder:
     def close(self) -> None:
         for unsubscribe in self._unsubscribe:
             unsubscribe()
+
+    def _live_handler(self, kind: str) -> Callable[[Event], None]:
+        live = self._live
+
+        def changed(event: Event) -> None:
+            live.changed(kind, event.old, None if event.type == "DELETED" else event.obj)
+
+        return changed
 
     def _device_changed(self, event: Event) -> None:
         self.fast_lane.device(event)
@@ -195,30 +233,27 @@ class Binder:
         except KindNotServed:
             return None
 
-    def snapshot(self) -> tuple[Snapshot, dict[DeviceKey, Obj], bool]:
-        """The snapshot of this instant, the raw devices it was built from, and whether VMIs are served."""
-        store = self._cache.store
-        devices = store(specs.GPU_DEVICES).list()
-        vmis = self._optional(specs.VMIS)
-        kubevirts = self._optional(specs.KUBEVIRTS) or ()
-        snapshot = build_snapshot(
-            now=self._clock.wall(),
-            classes=store(specs.GPU_CLASSES).list(),
-            devices=devices,
-            gpunodes=store(specs.GPU_NODES).list(),
-            nodes=store(specs.NODES).list(),
-            pods=store(specs.PODS).list(),
-            vmis=vmis or (),
-            quotas=store(specs.TENANT_QUOTAS).list(),
-            namespaces=store(specs.NAMESPACES).list(),
-            kubevirts=kubevirts,
-            hoster_names=self._config.hoster_names,
-            report_stale_after=self._config.report_stale_after,
-            on_invalid=self._invalid,
-            memo=self._memo,
-        )
+    def snapshot(self) -> tuple[Snapshot, Mapping[DeviceKey, Obj], bool]:
+        """The snapshot of this instant, the raw devices it was built from, and whether VMIs are served.
+
+        Kept up to date from the cache's events (``LiveSnapshot``): a pass
+        after a bind request converts and re-derives only what changed. The
+        raw devices are the store itself, read by key.
+        """
+        sources: dict[str, Source | None] = {}
+        for kind, spec in _LIVE_SPECS.items():
+            try:
+                store = self._cache.store(spec)
+            except KindNotServed:
+                if spec not in (specs.VMIS, specs.KUBEVIRTS):
+                    raise
+                sources[kind] = None
+                continue
+            sources[kind] = Source(store, store.list, store.get)
+        snapshot = self._live.snapshot(now=self._clock.wall(), sources=sources)
         self.fast_lane.saw(snapshot)
-        return snapshot, {_key(o): o for o in devices}, vmis is not None
+        devices = self._cache.store(specs.GPU_DEVICES)
+        return snapshot, _Objects(devices), sources["VirtualMachineInstance"] is not None
 
     def _invalid(self, kind: str, obj: Mapping[str, Any], problem: str) -> None:
         meta = obj.get("metadata") or {}
@@ -315,6 +350,8 @@ class Binder:
     async def _verify_attachments(self, snapshot: Snapshot, objects: Mapping[DeviceKey, Obj], served: bool,
                                   writes: Writes) -> None:
         """R-BIND-7: fail the pass, and say so on the devices, while attachments cannot be verified."""
+        if served:
+            return  # every attachment can be judged (what to detach is the full pass's, R-BIND-8)
         plan = attachments.plan_attachments(snapshot, vmis_served=served, grace=self._config.attachment_grace)
         if not plan.unverified:
             return

@@ -15,9 +15,12 @@ Contract:
   left out: it reaches the model, which refuses orders under it.
 - Only ResourceQuotas named ``tenant-quota`` are budgets. Only pods that
   request an extended resource, or that a VMI lists as active, are kept.
-- :func:`build_snapshot` is the entry point. A caller that builds often
-  (the binder, every pass) passes a :class:`ViewMemo` so unchanged objects
-  are not converted again; the per-object converters are public too.
+- :func:`build_snapshot` is the entry point and the reference. A caller
+  that builds often passes a :class:`ViewMemo` so unchanged objects are not
+  converted again; the per-object converters are public too. The binder
+  keeps a :class:`LiveSnapshot` instead, fed the cache's events: a pass
+  after a device change converts and re-derives only what changed, and
+  equals ``build_snapshot`` over the same objects (property-tested).
 - A build pauses the cyclic garbage collector while it runs and restores it
   afterwards (see ``cozygpu.cache.collector``): that is its only effect beyond
   its result.
@@ -31,7 +34,7 @@ from typing import Any, TypeGuard
 
 from cozygpu import keys
 from cozygpu.cache.collector import collector_paused
-from cozygpu.model.assemble import assemble
+from cozygpu.model.assemble import Assembly, assemble
 from cozygpu.model.capacity import DEFAULT_REPORT_STALE_AFTER, served_units
 from cozygpu.model.pods import InitContainer, PodResources, container_requests, pod_requests, whole_requests
 from cozygpu.model.snapshot import (
@@ -569,3 +572,168 @@ def build_snapshot(
             permitted=permitted_host_devices(kubevirts),
             report_stale_after=report_stale_after,
         )
+
+
+#: The kinds a snapshot is built from, by the names ``LiveSnapshot`` takes them under.
+LIVE_KINDS: tuple[str, ...] = (
+    keys.GPUCLASS_KIND, keys.GPUDEVICE_KIND, keys.GPUNODE_KIND, "Node", "Pod", "VirtualMachineInstance",
+    "ResourceQuota", "Namespace", "KubeVirt",
+)
+
+
+class Source:
+    """One kind as the caller reads it at snapshot time: its store (by identity), its objects, one of them."""
+
+    def __init__(self, identity: object, objects: Callable[[], Iterable[Obj]],
+                 get: Callable[[str, str], Obj | None]) -> None:
+        self.identity = identity
+        self.objects = objects
+        self.get = get
+
+
+class LiveSnapshot:
+    """The snapshot of an informer cache, kept up to date from its events (the binder's, every pass).
+
+    kube-scheduler's ``UpdateSnapshot`` is the idea: keep the last snapshot
+    and redo only what moved since. The caller hands every event of the
+    kinds in ``LIVE_KINDS`` to :meth:`changed` (a store handler: synchronous,
+    cheap: it only notes the key, after comparing the two states' views where
+    a heartbeat would otherwise count) and asks :meth:`snapshot` with each
+    kind's current store. Then:
+
+    - only devices changed: each changed device is converted again and
+      ``Assembly.update`` re-derives what it touches (its indexes, the units
+      it holds, its namespace's ancestry, the launchers of its VMI, the
+      capacity and availability on its nodes) — what a bind request or an
+      answer costs;
+    - anything else changed that a view reads (a class, a Node's labels or
+      Ready or taints, a report, a GPU pod or a launcher, a VMI, a budget, a
+      namespace, KubeVirt), a report turned stale with ``now``, or a kind's
+      store was replaced (served again): every view is taken again through
+      the memo (unchanged objects are not converted) and ``Assembly.rebuild``
+      derives everything;
+    - nothing changed: the last snapshot, with ``now`` moved on.
+
+    The result equals :func:`build_snapshot` over the same objects, up to
+    the order of the device index tuples (sorted by key here): the property
+    test in ``tests/cache`` drives both through random event sequences.
+    Not safe to share between threads; one per caller.
+    """
+
+    def __init__(
+        self,
+        *,
+        hoster_names: Iterable[str] = (),
+        report_stale_after: timedelta = DEFAULT_REPORT_STALE_AFTER,
+        on_invalid: InvalidHandler | None = None,
+    ) -> None:
+        self._hoster = tuple(hoster_names)
+        self._stale_after = report_stale_after
+        self._on_invalid = on_invalid
+        self._assembly = Assembly(hoster_names=self._hoster, report_stale_after=report_stale_after)
+        self._memo = ViewMemo()
+        self._identities: dict[str, object] = {}
+        self._devices: set[tuple[str, str]] = set()
+        self._rebuild = True
+        #: Why the last snapshot was rebuilt or updated, and how many objects it converted (for benches, logs).
+        self.last_step = ""
+
+    def changed(self, kind: str, old: Obj | None, new: Obj | None) -> None:
+        """Note one change (``old`` None when added, ``new`` None when deleted). Never raises."""
+        if self._rebuild:
+            return
+        if kind == keys.GPUDEVICE_KIND:
+            meta = _map((new or old or _EMPTY).get("metadata"))
+            self._devices.add((_str(meta.get("namespace")), _str(meta.get("name"))))
+            return
+        convert = _SAME_VIEW.get(kind)
+        if convert is not None and old is not None and new is not None:
+            try:
+                if convert(old) == convert(new):
+                    return  # a heartbeat: nothing a decision reads moved
+            except ValueError:
+                pass
+        if kind == "Pod" and not self._wanted_pod(old) and not self._wanted_pod(new):
+            return
+        self._rebuild = True
+
+    def _wanted_pod(self, pod: Obj | None) -> bool:
+        if pod is None:
+            return False
+        current = self._assembly.current
+        uid = _str(_map(pod.get("metadata")).get("uid"))
+        return (current is not None and uid in current.launchers) or asks_extended(_map(pod.get("spec")))
+
+    def snapshot(self, *, now: datetime, sources: Mapping[str, Source | None]) -> Snapshot:
+        """The snapshot of ``now`` over ``sources`` (kind -> its store; None while the kind is not served)."""
+        identities = {kind: (source.identity if source is not None else None) for kind, source in sources.items()}
+        if identities != self._identities:
+            self._identities = identities
+            self._rebuild = True
+        if self._rebuild or self._assembly.needs_rebuild(now):
+            return self._build(now, sources)
+        devices = sources.get(keys.GPUDEVICE_KIND)
+        changes: dict[tuple[str, str], DeviceView | None] = {}
+        for key in self._devices:
+            obj = devices.get(*key) if devices is not None else None
+            view: DeviceView | None = None
+            if obj is not None:
+                try:
+                    view = self._memo.convert(keys.GPUDEVICE_KIND, obj, device_view)
+                except ValueError as error:
+                    if self._on_invalid is not None:
+                        self._on_invalid(keys.GPUDEVICE_KIND, obj, str(error))
+            changes[key] = view
+        self._devices.clear()
+        self.last_step = f"update of {len(changes)} device(s)"
+        return self._assembly.update(now=now, devices=changes)
+
+    def _build(self, now: datetime, sources: Mapping[str, Source | None]) -> Snapshot:
+        def objects(kind: str) -> Iterable[Obj]:
+            source = sources.get(kind)
+            return source.objects() if source is not None else ()
+
+        self._rebuild = False
+        self._devices.clear()
+        memo, on_invalid = self._memo, self._on_invalid
+        with collector_paused():
+            vmi_views: list[VMIView] = _convert("VirtualMachineInstance", objects("VirtualMachineInstance"), vmi_view,
+                                                on_invalid, memo)
+            active = {uid for vmi in vmi_views for uid in vmi.active_pods}
+
+            def wanted(pod: Obj) -> bool:
+                return _str(_map(pod.get("metadata")).get("uid")) in active or asks_extended(_map(pod.get("spec")))
+
+            snapshot = self._assembly.rebuild(
+                now=now,
+                classes=_convert(keys.GPUCLASS_KIND, objects(keys.GPUCLASS_KIND), gpu_class_view, on_invalid, memo),
+                devices=_convert(keys.GPUDEVICE_KIND, objects(keys.GPUDEVICE_KIND), device_view, on_invalid, memo),
+                nodes=_convert("Node", objects("Node"), node_view, on_invalid, memo),
+                inventories=_convert(keys.GPUNODE_KIND, objects(keys.GPUNODE_KIND), node_inventory, on_invalid,
+                                     memo),
+                pods=_convert("Pod", (p for p in objects("Pod") if wanted(p)), pod_view, on_invalid, memo),
+                vmis=vmi_views,
+                namespaces=_convert("Namespace", objects("Namespace"), namespace_view, on_invalid, memo),
+                quotas=tenant_quotas(objects("ResourceQuota")),
+                permitted=permitted_host_devices(objects("KubeVirt")),
+            )
+            memo.forget_unseen()
+        self.last_step = "rebuild"
+        return snapshot
+
+
+def _inventory_key(obj: Obj) -> object:
+    inventory = node_inventory(obj)
+    return (inventory.served, inventory.resource_names, inventory.last_report)
+
+
+#: Kinds whose events often change nothing a view reads (kubelet and agent heartbeats, status writes).
+_SAME_VIEW: dict[str, Callable[[Obj], object]] = {
+    "Node": node_view,
+    keys.GPUNODE_KIND: _inventory_key,
+    keys.GPUCLASS_KIND: gpu_class_view,
+    "Namespace": namespace_view,
+    "VirtualMachineInstance": vmi_view,
+    "Pod": pod_view,
+    "ResourceQuota": lambda obj: (_map(obj.get("metadata")).get("name"), _map(obj.get("spec")).get("hard")),
+}

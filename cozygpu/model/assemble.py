@@ -7,7 +7,11 @@ make the catalog O(all devices). Callers convert their cache into views
 :func:`assemble`; tests call it with hand-made views.
 
 Contract: pure; ``now`` is passed in and decides which agent reports are
-fresh. Order of derivation: report freshness -> effective names (R-MOD-9)
+fresh. :class:`Assembly` gives the same Snapshot kept up to date: rebuilt
+from every view, then updated device change by device change at the cost
+of what each change touches (the binder's answer path).
+
+Order of derivation: report freshness -> effective names (R-MOD-9)
 -> budgets (R-MOD-2/3) -> device indexes -> launchers (R-MOD-5) -> pod
 usage split by the two coverage readers (R-MOD-6) -> subtree usage
 (R-MOD-4) -> node capacity (R-MOD-7) -> per-class availability over
@@ -16,9 +20,11 @@ eligible nodes (R-MOD-8, R-MOD-12).
 
 from __future__ import annotations
 
+import bisect
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
+from typing import Final, TypeVar
 
 import attrs
 
@@ -53,6 +59,8 @@ from cozygpu.model.snapshot import (
     VMIView,
 )
 from cozygpu.model.tenants import is_tenant_namespace, parent_namespace
+
+_K = TypeVar("_K")
 
 
 def assemble(
@@ -275,3 +283,478 @@ def _availability(
         free_on_best_node=best,
         best_node=best_node,
     )
+
+
+# ---------------------------------------------------------------------------
+# Incremental assembly: the same Snapshot, kept up to date change by change.
+
+
+class _Tally:
+    """Sums per key with the number of contributions to each: a key is present while anything contributes.
+
+    That is how the from-scratch build's dicts come to hold a key (the first
+    contribution creates it), so a tally's ``sums`` equals them key for key.
+    """
+
+    __slots__ = ("counts", "sums")
+
+    def __init__(self) -> None:
+        self.sums: dict[str, int] = {}
+        self.counts: dict[str, int] = {}
+
+    def add(self, key: str, amount: int, contributions: int) -> int:
+        """Add ``amount`` and ``contributions``; returns +1 when the key appeared, -1 when it went, else 0."""
+        before = self.counts.get(key, 0)
+        after = before + contributions
+        if after:
+            self.counts[key] = after
+            self.sums[key] = self.sums.get(key, 0) + amount
+        else:
+            self.counts.pop(key, None)
+            self.sums.pop(key, None)
+        return (after > 0) - (before > 0)
+
+    def __bool__(self) -> bool:
+        return bool(self.counts)
+
+
+class _Subtrees:
+    """One usage table (accepted or pending) by tenant namespace, and its sums over each subtree (R-MOD-4).
+
+    A namespace is an entry while anything contributes to it (``members``);
+    every tenant entry is added to itself and each ancestor. Ancestors are
+    entries while any descendant is, as in ``_subtree_usage``.
+    """
+
+    def __init__(self) -> None:
+        self.members: dict[str, int] = {}
+        self.per_class: dict[str, _Tally] = {}
+        self.raw: dict[str, _Tally] = {}
+        self.sub_members: dict[str, int] = {}
+        self.sub_class: dict[str, _Tally] = {}
+        self.sub_raw: dict[str, _Tally] = {}
+        #: Subtree roots whose Usage must be made again.
+        self.touched: set[str] = set()
+
+    @staticmethod
+    def chain(namespace: str) -> list[str]:
+        if not is_tenant_namespace(namespace):
+            return []
+        found = [namespace]
+        parent = parent_namespace(namespace)
+        while parent is not None:
+            found.append(parent)
+            parent = parent_namespace(parent)
+        return found
+
+    def member(self, namespace: str, sign: int) -> None:
+        before = self.members.get(namespace, 0)
+        after = before + sign
+        if after:
+            self.members[namespace] = after
+        else:
+            self.members.pop(namespace, None)
+        change = (after > 0) - (before > 0)
+        if change:
+            for tenant in self.chain(namespace):
+                count = self.sub_members.get(tenant, 0) + change
+                if count:
+                    self.sub_members[tenant] = count
+                else:
+                    del self.sub_members[tenant]
+                self.touched.add(tenant)
+
+    def add(self, table: str, namespace: str, key: str, amount: int, sign: int) -> None:
+        own = (self.per_class if table == "class" else self.raw).setdefault(namespace, _Tally())
+        presence = own.add(key, amount, sign)
+        subs = self.sub_class if table == "class" else self.sub_raw
+        for tenant in self.chain(namespace):
+            subs.setdefault(tenant, _Tally()).add(key, amount, presence)
+            self.touched.add(tenant)
+
+    def usage(self, into: dict[str, Usage]) -> None:
+        """Make the touched subtrees' Usage again in ``into``."""
+        for tenant in self.touched:
+            if not self.sub_members.get(tenant):
+                into.pop(tenant, None)
+                continue
+            counts = dict(self.sub_class[tenant].sums) if tenant in self.sub_class else {}
+            raw = dict(self.sub_raw[tenant].sums) if tenant in self.sub_raw else {}
+            into[tenant] = Usage(per_class=counts, total=sum(counts.values()), raw=raw)
+        self.touched.clear()
+
+
+def _add_key(index: dict[_K, tuple[DeviceKey, ...]], bucket: _K, key: DeviceKey) -> None:
+    found = index.get(bucket, ())
+    at = bisect.bisect_left(found, key)
+    if at < len(found) and found[at] == key:
+        return
+    index[bucket] = (*found[:at], key, *found[at:])
+
+
+def _drop_key(index: dict[_K, tuple[DeviceKey, ...]], bucket: _K, key: DeviceKey) -> None:
+    found = index.get(bucket, ())
+    if key not in found:
+        return
+    rest = tuple(k for k in found if k != key)
+    if rest:
+        index[bucket] = rest
+    else:
+        del index[bucket]
+
+
+@attrs.frozen
+class _PodPart:
+    """What one pod adds: raw units against its namespace's budgets, and raw units in use on its node."""
+
+    namespace: str
+    beyond_budget: Mapping[str, int]
+    node: str | None
+    beyond: Mapping[str, int]
+
+
+class Assembly:
+    """The Snapshot of a set of views, kept up to date change by change (the binder's, every pass).
+
+    ``rebuild`` takes every view and derives everything; ``update`` takes the
+    devices that changed since and re-derives only what they touch: their
+    indexes, the units they hold on their nodes, the usage of their
+    namespace's ancestry, the launcher pods of the VMIs they are attached to,
+    those nodes' capacity, and the availability of the classes served there.
+    Anything else (a class, node, report, pod, VMI, budget, namespace or
+    KubeVirt change, or a report turning stale with ``now``) is a
+    ``rebuild`` — views are not converted again either way (that is the
+    caller's memo). Both give what :func:`assemble` gives, except that the
+    device index tuples are sorted by key (``assemble`` keeps its input's
+    order; nothing reads that order). Each update hands out a new Snapshot:
+    a top-level map that changed is copied before it is patched (a C-level
+    copy), so an earlier Snapshot never changes under its reader.
+    """
+
+    def __init__(
+        self, *, hoster_names: Iterable[str] = (), report_stale_after: timedelta = cap.DEFAULT_REPORT_STALE_AFTER
+    ) -> None:
+        self._hoster = tuple(hoster_names)
+        self._stale_after = report_stale_after
+        self._snapshot: Snapshot | None = None
+        self._fresh_until: datetime | None = None
+
+    @property
+    def current(self) -> Snapshot | None:
+        return self._snapshot
+
+    def needs_rebuild(self, now: datetime) -> bool:
+        """No snapshot yet, or a fresh report has turned stale by ``now``."""
+        return self._snapshot is None or (self._fresh_until is not None and now > self._fresh_until)
+
+    # -- from scratch -------------------------------------------------------------------
+
+    def rebuild(
+        self,
+        *,
+        now: datetime,
+        classes: Iterable[GPUClassView],
+        devices: Iterable[DeviceView],
+        nodes: Iterable[NodeView],
+        inventories: Iterable[NodeInventory],
+        pods: Iterable[PodView],
+        vmis: Iterable[VMIView],
+        namespaces: Iterable[NamespaceView],
+        quotas: Mapping[str, Mapping[str, object]] | None = None,
+        permitted: PermittedHostDevices | None = None,
+    ) -> Snapshot:
+        self._classes = {c.name: c for c in classes}
+        self._nodes = {n.name: n for n in nodes}
+        self._inventories: dict[str, NodeInventory] = {}
+        fresh_until: datetime | None = None
+        for inventory in inventories:
+            fresh = cap.report_fresh(inventory.last_report, now=now, stale_after=self._stale_after)
+            self._inventories[inventory.name] = (
+                inventory if inventory.fresh == fresh else attrs.evolve(inventory, fresh=fresh))
+            if fresh and inventory.last_report is not None:
+                until = inventory.last_report + self._stale_after
+                fresh_until = until if fresh_until is None or until < fresh_until else fresh_until
+        self._fresh_until = fresh_until
+        self._vmis = {v.key: v for v in vmis}
+        self._namespaces = {n.name: n for n in namespaces}
+        self._names = derive_effective_names(hoster=self._hoster, classes=self._classes.values(),
+                                             inventories=self._inventories.values(), permitted=permitted)
+        self._permitted = permitted
+        self._budgets: dict[str, TenantBudgets] = {}
+        for namespace, hard in (quotas or {}).items():
+            if is_tenant_namespace(namespace):
+                self._budgets[namespace] = read_budgets(namespace, hard, self._names)
+        self._resource_of = {name: c.resource_name for name, c in self._classes.items()}
+        self._classes_of: defaultdict[str, list[GPUClassView]] = defaultdict(list)
+        for gpu_class in self._classes.values():
+            self._classes_of[gpu_class.resource_name].append(gpu_class)
+        self._launchers = launcher_index(self._vmis.values())
+
+        self._devices: dict[DeviceKey, DeviceView] = {}
+        self._by_node: dict[str, tuple[DeviceKey, ...]] = {}
+        self._by_class: dict[str, tuple[DeviceKey, ...]] = {}
+        self._by_namespace: dict[str, tuple[DeviceKey, ...]] = {}
+        self._by_vmi: dict[VmiKey, tuple[DeviceKey, ...]] = {}
+        self._held: dict[str, _Tally] = {}
+        self._raw_on_node: dict[str, _Tally] = {}
+        self._local = _Subtrees()
+        self._pending = _Subtrees()
+        self._pods: dict[str, PodView] = {}
+        self._pod_parts: dict[str, _PodPart] = {}
+        self._touched_nodes: set[str] = set()
+        for device in devices:
+            self._device(device, +1)
+        for pod in pods:
+            self._pods[pod.uid] = pod
+            self._pod(pod, +1)
+        self._subtree: dict[str, Usage] = {}
+        self._pending_usage: dict[str, Usage] = {}
+        self._local.usage(self._subtree)
+        self._pending.usage(self._pending_usage)
+        self._children = self._make_children()
+        self._capacity: dict[str, dict[str, NodeCapacity]] = {}
+        for node in set(self._inventories) | set(self._held) | set(self._raw_on_node):
+            self._capacity[node] = self._node_capacity(node)
+        serving: defaultdict[str, list[str]] = defaultdict(list)
+        for node, entries in self._capacity.items():
+            for name, entry in entries.items():
+                if entry.fresh and entry.served > 0:
+                    serving[name].append(node)
+        self._serving = {name: tuple(sorted(found)) for name, found in serving.items()}
+        self._availability = {
+            c.name: _availability(c, self._serving.get(c.resource_name, ()), self._nodes, self._capacity)
+            for c in self._classes.values()
+        }
+        self._touched_nodes.clear()
+        return self._emit(now)
+
+    # -- change by change ---------------------------------------------------------------
+
+    def update(self, *, now: datetime, devices: Mapping[DeviceKey, DeviceView | None]) -> Snapshot:
+        """The Snapshot after these device changes (a view, or None when the device is gone)."""
+        if self._snapshot is None:
+            raise RuntimeError("update before the first rebuild")
+        copied: set[str] = set()
+        for name in ("devices", "by_node", "by_class", "by_namespace", "by_vmi"):
+            self._copy(name, copied)
+        vmis: set[VmiKey] = set()
+        namespaces_before = set(self._by_namespace)
+        for key, device in devices.items():
+            old = self._devices.get(key)
+            if old is not None:
+                if old.attachment is not None:
+                    vmis.add((old.namespace, old.attachment.vmi))
+                self._device(old, -1)
+            if device is not None:
+                if device.attachment is not None:
+                    vmis.add((device.namespace, device.attachment.vmi))
+                self._device(device, +1)
+        for vmi_key in vmis:  # their launchers' usage depends on the devices attached to them
+            vmi = self._vmis.get(vmi_key)
+            for uid in vmi.active_pods if vmi is not None else ():
+                pod = self._pods.get(uid)
+                if pod is not None:
+                    self._pod(pod, -1)
+                    self._pod(pod, +1)
+        if self._local.touched:
+            self._copy("subtree", copied)
+            self._local.usage(self._subtree)
+        if self._pending.touched:
+            self._copy("pending_usage", copied)
+            self._pending.usage(self._pending_usage)
+        if set(self._by_namespace) != namespaces_before:
+            self._children = self._make_children()
+        if self._touched_nodes:
+            for name in ("capacity", "serving", "availability"):
+                self._copy(name, copied)
+            for node in sorted(self._touched_nodes):
+                self._refresh_node(node)
+            self._touched_nodes.clear()
+        return self._emit(now)
+
+    # -- the parts ----------------------------------------------------------------------
+
+    _MAPS: Final = {
+        "devices": "_devices", "by_node": "_by_node", "by_class": "_by_class", "by_namespace": "_by_namespace",
+        "by_vmi": "_by_vmi", "subtree": "_subtree", "pending_usage": "_pending_usage",
+        "capacity": "_capacity", "serving": "_serving", "availability": "_availability",
+    }
+
+    def _copy(self, name: str, copied: set[str]) -> None:
+        """Copy a top-level map the last Snapshot shares before patching it (once per update)."""
+        if name not in copied:
+            attribute = self._MAPS[name]
+            setattr(self, attribute, dict(getattr(self, attribute)))
+            copied.add(name)
+
+    def _device(self, device: DeviceView, sign: int) -> None:
+        """Add (+1) or take away (-1) everything one device contributes, as ``assemble``'s device loop does."""
+        namespace, class_name, node_name, count = device.namespace, device.class_name, device.node_name, device.count
+        key = (namespace, device.name)
+        change = _add_key if sign > 0 else _drop_key
+        if sign > 0:
+            self._devices[key] = device
+        else:
+            self._devices.pop(key, None)
+        change(self._by_class, class_name, key)
+        change(self._by_namespace, namespace, key)
+        if device.attachment is not None:
+            change(self._by_vmi, (namespace, device.attachment.vmi), key)
+        resource = self._resource_of.get(class_name)
+        if node_name:
+            change(self._by_node, node_name, key)
+            if device.phase is Phase.BOUND and resource is not None:
+                held = self._held.setdefault(node_name, _Tally())
+                held.add(resource, sign * count, sign)
+                if not held:
+                    del self._held[node_name]
+                self._touched_nodes.add(node_name)
+        if device.phase is not Phase.PENDING:
+            table = self._local
+        elif not device.deleting:
+            table = self._pending
+        else:
+            return
+        if sign > 0:
+            table.member(namespace, +1)
+        table.add("class", namespace, class_name, sign * count, sign)
+        if resource is not None:
+            table.add("raw", namespace, resource, sign * count, sign)
+        if sign < 0:
+            table.member(namespace, -1)
+
+    def _pod_part(self, pod: PodView) -> _PodPart | None:
+        """What ``assemble``'s pod loop adds for this pod (None when it adds nothing)."""
+        if pod.final:
+            return None
+        requests = {n: v for n, v in pod.requests.items() if n in self._names}
+        if not requests:
+            return None
+        attached: tuple[DeviceView, ...] = ()
+        vmi_key = launcher_vmi(pod, self._launchers)
+        vmi = self._vmis.get(vmi_key) if vmi_key is not None else None
+        if vmi is not None:
+            attached = tuple(d for d in (self._devices[k] for k in self._by_vmi.get(vmi.key, ()))
+                             if attached_to(d, vmi))
+        budget_cover = budget_covering(attached)
+        beyond_budget = uncovered(requests, covered_units(budget_cover, self._classes))
+        beyond: Mapping[str, int] = {}
+        if pod.node_name:
+            covering = capacity_covering(attached, pod_node=pod.node_name)
+            beyond = beyond_budget
+            if covering != budget_cover:
+                beyond = uncovered(requests, covered_units(covering, self._classes))
+        return _PodPart(namespace=pod.namespace, beyond_budget=dict(beyond_budget), node=pod.node_name,
+                        beyond=dict(beyond))
+
+    def _pod(self, pod: PodView, sign: int) -> None:
+        part = self._pod_part(pod) if sign > 0 else self._pod_parts.pop(pod.uid, None)
+        if part is None:
+            return
+        if sign > 0:
+            self._pod_parts[pod.uid] = part
+        if part.beyond_budget:
+            if sign > 0:
+                self._local.member(part.namespace, +1)
+            for name, n in part.beyond_budget.items():
+                self._local.add("raw", part.namespace, name, sign * n, sign)
+            if sign < 0:
+                self._local.member(part.namespace, -1)
+        if part.node and part.beyond:
+            on_node = self._raw_on_node.setdefault(part.node, _Tally())
+            for name, n in part.beyond.items():
+                on_node.add(name, sign * n, sign)
+            if not on_node:
+                del self._raw_on_node[part.node]
+            self._touched_nodes.add(part.node)
+
+    def _node_capacity(self, node: str) -> dict[str, NodeCapacity]:
+        held, raw = self._held.get(node), self._raw_on_node.get(node)
+        return cap.node_capacity(node, inventory=self._inventories.get(node), held=held.sums if held else {},
+                                 raw_in_use=raw.sums if raw else {})
+
+    def _refresh_node(self, node: str) -> None:
+        """A node's capacity changed: its entries, the names it serves, and the availability there."""
+        before = self._capacity.get(node, {})
+        if node in self._inventories or node in self._held or node in self._raw_on_node:
+            after = self._node_capacity(node)
+            self._capacity[node] = after
+        else:
+            after = {}
+            self._capacity.pop(node, None)
+        for name in sorted(set(before) | set(after)):
+            if before.get(name) == after.get(name):
+                continue
+            entry = after.get(name)
+            serves = entry is not None and entry.fresh and entry.served > 0
+            found = self._serving.get(name, ())
+            if serves and node not in found:
+                self._serving[name] = tuple(sorted((*found, node)))
+            elif not serves and node in found:
+                rest = tuple(n for n in found if n != node)
+                if rest:
+                    self._serving[name] = rest
+                else:
+                    del self._serving[name]
+            for gpu_class in self._classes_of.get(name, ()):
+                self._availability[gpu_class.name] = self._available(gpu_class, node)
+
+    def _available(self, gpu_class: GPUClassView, node: str) -> ClassAvailability:
+        """The class's availability after ``node`` changed, from the one before (as ``_availability`` makes it)."""
+        before = self._availability[gpu_class.name]
+        node_free = dict(before.node_free)
+        old = node_free.pop(node, None)
+        if node in self._serving.get(gpu_class.resource_name, ()) and not node_problem(
+            self._nodes.get(node), node_name=node, tolerations=gpu_class.tolerations,
+            selector=gpu_class.node_selector,
+        ):
+            node_free[node] = cap.free_for_binds(self._capacity[node].get(gpu_class.resource_name))
+        new = node_free.get(node)
+        total = before.free_in_cluster - (old or 0) + (new or 0)
+        best, best_node = before.free_on_best_node, before.best_node
+        if best_node == node and (new is None or new < best):
+            best, best_node = 0, None  # the best went down: look again, in name order as the full build does
+            for name in self._serving.get(gpu_class.resource_name, ()):
+                free = node_free.get(name)
+                if free is not None and free > best:
+                    best, best_node = free, name
+        elif new is not None and (new > best or (new == best and new > 0 and best_node is not None
+                                                 and node < best_node)):
+            best, best_node = new, node
+        return ClassAvailability(class_name=gpu_class.name, node_free=node_free, free_in_cluster=total,
+                                 free_on_best_node=best, best_node=best_node)
+
+    def _make_children(self) -> dict[str, tuple[str, ...]]:
+        children: defaultdict[str, list[str]] = defaultdict(list)
+        for namespace in set(self._namespaces) | set(self._by_namespace) | set(self._budgets):
+            parent = parent_namespace(namespace)
+            if parent is not None:
+                children[parent].append(namespace)
+        return {k: tuple(sorted(v)) for k, v in children.items()}
+
+    def _emit(self, now: datetime) -> Snapshot:
+        self._snapshot = Snapshot(
+            now=now,
+            classes=self._classes,
+            devices=self._devices,
+            nodes=self._nodes,
+            inventories=self._inventories,
+            pods=self._pods,
+            vmis=self._vmis,
+            namespaces=self._namespaces,
+            budgets=self._budgets,
+            effective_names=self._names,
+            permitted=self._permitted,
+            devices_by_node=self._by_node,
+            devices_by_class=self._by_class,
+            devices_by_namespace=self._by_namespace,
+            devices_by_vmi=self._by_vmi,
+            launchers=self._launchers,
+            children=self._children,
+            subtree_usage=self._subtree,
+            pending_usage=self._pending_usage,
+            capacity=self._capacity,
+            availability=self._availability,
+            serving=self._serving,
+        )
+        return self._snapshot

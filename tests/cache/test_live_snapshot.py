@@ -1,0 +1,272 @@
+"""LiveSnapshot: after any sequence of cache events, the same snapshot ``build_snapshot`` builds from scratch.
+
+A small world (two classes, three nodes and their reports, VMIs with launcher
+pods, raw GPU pods, tenant namespaces and budgets, devices in every phase)
+is changed event by event as an informer would show it — a device placed,
+moved, lost, attached, deleted; a node cordoned; a report changed or gone
+stale; a VMI's launcher finishing; a store replaced without events — and at
+random points the incremental snapshot is compared with the reference.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import attrs
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cozygpu import keys
+from cozygpu.cache.snapshot import LIVE_KINDS, LiveSnapshot, Source, build_snapshot
+from cozygpu.model.snapshot import Snapshot
+
+Obj = dict[str, Any]
+T0 = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
+STALE = timedelta(minutes=5)
+RESOURCES = ("nvidia.com/A", "nvidia.com/B")
+NODES = ("n1", "n2", "n3")
+NAMESPACES = ("tenant-root", "tenant-a", "tenant-a-b", "tenant-c", "default")
+VMIS = ("vm1", "vm2")
+DEVICES = tuple(f"d{i}" for i in range(6))
+#: Where devices are ordered: mostly where the VMIs run, and one tenant no Namespace object names.
+DEVICE_NAMESPACES = ("tenant-a", "tenant-a", "tenant-a-b", "tenant-c", "tenant-a-x")
+PODS = ("p1", "p2", "p3")
+_rv = itertools.count(1)
+
+
+def stamp(when: datetime) -> str:
+    return when.isoformat().replace("+00:00", "Z")
+
+
+def meta(name: str, namespace: str | None = None, **more: Any) -> Obj:
+    found: Obj = {"name": name, "resourceVersion": str(next(_rv)), **more}
+    if namespace is not None:
+        found["namespace"] = namespace
+    return found
+
+
+def gpu_class(name: str, resource: str, *, selector: bool = False) -> Obj:
+    spec: Obj = {"mode": "Passthrough", "resourceName": resource}
+    if selector:
+        spec["nodeSelector"] = {"matchLabels": {"gpu": "yes"}}
+    return {"metadata": meta(name), "spec": spec}
+
+
+def node(name: str, *, ready: bool = True, cordoned: bool = False, labelled: bool = True,
+         heartbeat: int = 0) -> Obj:
+    return {"metadata": meta(name, labels={"gpu": "yes"} if labelled else {}),
+            "spec": {"unschedulable": cordoned},
+            "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False",
+                                       "lastHeartbeatTime": str(heartbeat)}]}}
+
+
+def report(name: str, units: Mapping[str, int], *, reported: datetime) -> Obj:
+    devices = [{"resourceName": r, "allocatable": 1} for r, n in units.items() for _ in range(n)]
+    return {"metadata": meta(name), "status": {"devices": devices, "resourceNames": sorted(units),
+                                                "agent": {"lastReport": stamp(reported)}}}
+
+
+def device(name: str, namespace: str, *, class_name: str, count: int, phase: str | None, node_name: str | None,
+           vmi: str | None, uid: str, deleting: bool, request: str | None) -> Obj:
+    status: Obj = {}
+    if phase:
+        status["phase"] = phase
+    if node_name:
+        status["nodeName"] = node_name
+    if vmi:
+        status["attachment"] = {"vmi": vmi, "uid": uid}
+    if request:
+        status["bindRequest"] = {"id": request, "vmi": vmi or ""}
+    extra: Obj = {"creationTimestamp": stamp(T0)}
+    if deleting:
+        extra["deletionTimestamp"] = stamp(T0)
+    return {"metadata": meta(name, namespace, uid=f"uid-{name}", **extra),
+            "spec": {"className": class_name, "count": count}, "status": status}
+
+
+def vmi(name: str, namespace: str, *, uid: str, active: tuple[str, ...], node_name: str | None) -> Obj:
+    return {"metadata": meta(name, namespace, uid=uid),
+            "spec": {}, "status": {"phase": "Running", "nodeName": node_name,
+                                   "activePods": {f"uid-{p}": node_name or "" for p in active}}}
+
+
+def pod(name: str, namespace: str, *, resource: str, units: int, node_name: str | None, phase: str) -> Obj:
+    return {"metadata": meta(name, namespace, uid=f"uid-{name}"),
+            "spec": {"nodeName": node_name, "containers": [{"resources": {"limits": {resource: str(units)}}}]},
+            "status": {"phase": phase}}
+
+
+def quota(namespace: str, total: int) -> Obj:
+    return {"metadata": meta(keys.TENANT_QUOTA_NAME, namespace), "spec": {"hard": {keys.QUOTA_TOTAL: str(total)}}}
+
+
+def key_of(obj: Obj) -> tuple[str, str]:
+    return (obj["metadata"].get("namespace") or "", obj["metadata"]["name"])
+
+
+class World:
+    """The cache's stores, as plain dicts, and the LiveSnapshot fed their events."""
+
+    def __init__(self) -> None:
+        self.stores: dict[str, dict[tuple[str, str], Obj]] = {kind: {} for kind in LIVE_KINDS}
+        self.identities: dict[str, object] = {kind: object() for kind in LIVE_KINDS}
+        self.live = LiveSnapshot(report_stale_after=STALE)
+        self.now = T0
+
+    def put(self, kind: str, obj: Obj | None, key: tuple[str, str] | None = None) -> None:
+        key = key or key_of(obj or {})
+        old = self.stores[kind].get(key)
+        if obj is None:
+            if old is None:
+                return
+            del self.stores[kind][key]
+        else:
+            self.stores[kind][key] = obj
+        self.live.changed(kind, old, obj)
+
+    def replace_store(self, kind: str) -> None:
+        """The kind was served again: a new store, and no events for what was there before."""
+        self.identities[kind] = object()
+
+    def sources(self) -> dict[str, Source | None]:
+        def source(kind: str) -> Source:
+            store = self.stores[kind]
+            return Source(self.identities[kind], lambda: list(store.values()),
+                          lambda namespace, name: store.get((namespace, name)))
+
+        return {kind: source(kind) for kind in LIVE_KINDS}
+
+    def reference(self) -> Snapshot:
+        s = {kind: list(objects.values()) for kind, objects in self.stores.items()}
+        return build_snapshot(now=self.now, classes=s[keys.GPUCLASS_KIND], devices=s[keys.GPUDEVICE_KIND],
+                              gpunodes=s[keys.GPUNODE_KIND], nodes=s["Node"], pods=s["Pod"],
+                              vmis=s["VirtualMachineInstance"], quotas=s["ResourceQuota"],
+                              namespaces=s["Namespace"], kubevirts=s["KubeVirt"], report_stale_after=STALE)
+
+
+def normal(snapshot: Snapshot) -> dict[str, Any]:
+    """The snapshot's fields, the device index tuples as sets (their order means nothing)."""
+    fields = {f.name: getattr(snapshot, f.name) for f in attrs.fields(Snapshot)}
+    for name in ("devices_by_node", "devices_by_class", "devices_by_namespace", "devices_by_vmi"):
+        fields[name] = {k: frozenset(v) for k, v in fields[name].items()}
+    return {name: (dict(value) if isinstance(value, Mapping) else value) for name, value in fields.items()}
+
+
+def assert_same(world: World) -> None:
+    live = normal(world.live.snapshot(now=world.now, sources=world.sources()))
+    reference = normal(world.reference())
+    for name in reference:
+        assert live[name] == reference[name], f"{name} differs after {world.live.last_step}"
+
+
+def seed(world: World) -> None:
+    world.put(keys.GPUCLASS_KIND, gpu_class("a", RESOURCES[0]))
+    world.put(keys.GPUCLASS_KIND, gpu_class("b", RESOURCES[1], selector=True))
+    for name in NODES:
+        world.put("Node", node(name))
+        world.put(keys.GPUNODE_KIND, report(name, {RESOURCES[0]: 4, RESOURCES[1]: 2}, reported=T0))
+    for namespace in NAMESPACES:
+        world.put("Namespace", {"metadata": meta(namespace)})
+    world.put("ResourceQuota", quota("tenant-a", 6))
+
+
+names = st.sampled_from
+steps = st.one_of(
+    st.tuples(st.just("device"), names(DEVICES), names(DEVICE_NAMESPACES), names(("a", "b", "ghost")),
+              st.integers(1, 3), names((None, "Pending", "Bound", "Lost")), names((None, *NODES)),
+              names((None, *VMIS)), st.booleans(), st.booleans(), st.booleans()),
+    st.tuples(st.just("delete device"), names(DEVICES), names(DEVICE_NAMESPACES)),
+    st.tuples(st.just("node"), names(NODES), st.booleans(), st.booleans(), st.booleans(), st.integers(0, 3)),
+    st.tuples(st.just("delete node"), names(NODES)),
+    st.tuples(st.just("report"), names(NODES), st.integers(0, 5), st.integers(0, 3), st.integers(0, 10)),
+    st.tuples(st.just("vmi"), names(VMIS), names(NAMESPACES[1:3]), st.booleans(), names((None, *NODES))),
+    st.tuples(st.just("pod"), names(PODS), names(NAMESPACES[1:3]), names(RESOURCES), st.integers(0, 2),
+              names((None, *NODES)), names(("Running", "Succeeded"))),
+    st.tuples(st.just("quota"), names(NAMESPACES[:3]), st.integers(0, 8)),
+    st.tuples(st.just("class"), names(("a", "b")), st.booleans()),
+    st.tuples(st.just("time"), st.integers(0, 4)),
+    st.tuples(st.just("replace"), names(LIVE_KINDS)),
+    st.tuples(st.just("check")),
+)
+
+
+def apply(world: World, step: tuple[Any, ...]) -> None:
+    what = step[0]
+    if what == "device":
+        _, name, namespace, class_name, count, phase, node_name, vmi_name, same_uid, deleting, request = step
+        uid = f"vmi-uid-{vmi_name}" if same_uid else "an-old-uid"
+        world.put(keys.GPUDEVICE_KIND, device(name, namespace, class_name=class_name, count=count, phase=phase,
+                                              node_name=node_name, vmi=vmi_name, uid=uid, deleting=deleting,
+                                              request="r1" if request else None))
+    elif what == "delete device":
+        world.put(keys.GPUDEVICE_KIND, None, (step[2], step[1]))
+    elif what == "node":
+        _, name, ready, cordoned, labelled, heartbeat = step
+        world.put("Node", node(name, ready=ready, cordoned=cordoned, labelled=labelled, heartbeat=heartbeat))
+    elif what == "delete node":
+        world.put("Node", None, ("", step[1]))
+    elif what == "report":
+        _, name, a_units, b_units, minutes_ago = step
+        world.put(keys.GPUNODE_KIND, report(name, {RESOURCES[0]: a_units, RESOURCES[1]: b_units},
+                                            reported=world.now - timedelta(minutes=minutes_ago)))
+    elif what == "vmi":
+        _, name, namespace, running, node_name = step
+        world.put("VirtualMachineInstance", vmi(name, namespace, uid=f"vmi-uid-{name}",
+                                                active=("p1", "p2") if running else (), node_name=node_name))
+    elif what == "pod":
+        _, name, namespace, resource, units, node_name, phase = step
+        world.put("Pod", pod(name, namespace, resource=resource, units=units, node_name=node_name, phase=phase))
+    elif what == "quota":
+        world.put("ResourceQuota", quota(step[1], step[2]))
+    elif what == "class":
+        world.put(keys.GPUCLASS_KIND, gpu_class(step[1], RESOURCES[0 if step[1] == "a" else 1], selector=step[2]))
+    elif what == "time":
+        world.now += timedelta(minutes=step[1])
+    elif what == "replace":
+        world.replace_store(step[1])
+    else:
+        assert_same(world)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(steps, max_size=40))
+def test_after_any_events_the_live_snapshot_is_the_one_built_from_scratch(events: list[tuple[Any, ...]]) -> None:
+    world = World()
+    seed(world)
+    assert_same(world)
+    for step in events:
+        apply(world, step)
+        assert_same(world)
+
+
+def test_a_device_change_is_an_update_and_a_heartbeat_changes_nothing() -> None:
+    world = World()
+    seed(world)
+    assert_same(world)
+    assert world.live.last_step == "rebuild"
+    world.put(keys.GPUDEVICE_KIND, device("d0", "tenant-a", class_name="a", count=2, phase="Bound", node_name="n1",
+                                          vmi=None, uid="", deleting=False, request=None))
+    world.put("Node", node("n2", heartbeat=7))  # a kubelet heartbeat: no view moved
+    assert_same(world)
+    assert world.live.last_step == "update of 1 device(s)"
+    world.put("Node", node("n2", cordoned=True))
+    assert_same(world)
+    assert world.live.last_step == "rebuild"
+
+
+def test_a_device_attached_to_a_running_vmi_takes_its_launchers_units_off_raw_usage_incrementally() -> None:
+    world = World()
+    seed(world)
+    world.put("VirtualMachineInstance", vmi("vm1", "tenant-a", uid="vmi-uid-vm1", active=("p1",), node_name="n1"))
+    world.put("Pod", pod("p1", "tenant-a", resource=RESOURCES[0], units=2, node_name="n1", phase="Running"))
+    assert_same(world)
+    for step in (("device", "d0", "tenant-a", "a", 1, "Bound", "n1", "vm1", True, False, False),
+                 ("device", "d1", "tenant-a", "a", 1, "Bound", "n2", "vm1", True, False, False),
+                 ("device", "d1", "tenant-a", "a", 1, "Bound", "n1", "vm1", True, False, False),
+                 ("delete device", "d0", "tenant-a")):
+        apply(world, step)
+        assert_same(world)
+        assert world.live.last_step == "update of 1 device(s)"

@@ -147,3 +147,13 @@ def test_the_agent_once_against_an_unreachable_server_ends_with_one_line(tmp_pat
                           capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 1, done.stderr
     assert "Connect call failed" in one_line(done.stderr)
+
+
+def test_cluster_commands_without_a_plane_and_unknown_commands_say_so_in_one_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["cluster", "status", "--dir", str(tmp_path / "none")]) == 1
+    assert f"no control plane recorded in {tmp_path / 'none'}" in one_line(capsys.readouterr().err)
+    assert cli.main(["cluster", "nodes", "remove", "n1", "--dir", str(tmp_path / "none")]) == 1
+    assert "no control plane recorded" in one_line(capsys.readouterr().err)
+    assert cli.main(["stauts"]) == 2
+    assert capsys.readouterr().err.startswith("cozygpu: unknown command 'stauts'")

@@ -756,7 +756,10 @@ def _rebind_lost(planner: _Planner, works: Sequence[_Work]) -> None:
 def _answer_requests(planner: _Planner, works: Sequence[_Work]) -> set[int]:
     answered: set[int] = set()
     for work in works:
-        requests = [d for d in work.members if d.unanswered_request]
+        # A request unanswered on any member is answered on every member that carries it, so a set
+        # whose answer was written half way (a crash between members) ends with one answer, not two.
+        asked = {d.bind_request.id for d in work.members if d.unanswered_request and d.bind_request is not None}
+        requests = [d for d in work.members if d.bind_request is not None and d.bind_request.id in asked]
         if not requests:
             continue
         answered.add(id(work))

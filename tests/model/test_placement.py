@@ -452,3 +452,18 @@ def test_the_fast_lane_binds_new_orders_as_a_full_pass_would_when_nothing_ranks_
     assert fast == plan_pass(snap)
     assert binds(fast) == {("tenant-a", "new"): "n2", ("tenant-a", "newer"): "n1"}
     assert binds(plan_pass(snap, answers_only=True)) == {}
+
+
+def test_a_request_answered_on_one_member_only_is_answered_again_on_every_member() -> None:
+    # A crash between the members' writes: one member moved and answered, the other neither.
+    nodes, inventories = gpu_nodes(("n1", 2), ("n3", 1))
+    answered = attrs.evolve(
+        device("moved", count=1, phase=Phase.BOUND, node="n3", vmi="vm1", request="r1"),
+        bind_answer=BindAnswer(id="r1", result=SUCCEEDED, node="n3"),
+    )
+    left = device("left", count=1, phase=Phase.BOUND, node="n1", vmi="vm1", request="r1")
+    snap = snapshot(nodes=nodes, inventories=inventories, devices=[answered, left])
+    for plan in (plan_pass(snap), plan_pass(snap, answers_only=True)):
+        answers = {a.device[1]: (a.request_id, a.result, a.node) for a in plan.of(Answer)}
+        assert set(answers) == {"moved", "left"}
+        assert len(set(answers.values())) == 1, answers

@@ -10,12 +10,15 @@ that ends with a full stop.
 from __future__ import annotations
 
 import asyncio
+import subprocess
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 import pytest
 
 from cozygpu import keys
+from cozygpu.devcluster import binaries
+from cozygpu.devcluster.plane import ControlPlane
 from cozygpu.kube import Client
 
 pytestmark = pytest.mark.both_minors
@@ -106,3 +109,21 @@ def test_the_walk_finds_a_missing_and_a_cut_description() -> None:
                              "d": {"type": "string", "description": "The bound driver"}}}
     assert problems(schema) == ["b[].c: <no description>",
                                 "d: 'The bound driver' is cut short (no closing full stop)"]
+
+
+async def test_kubectl_explain_prints_the_whole_descriptions(plane: ControlPlane, admin: Client) -> None:
+    kubectl = binaries.cache_dir() / "bin" / f"kubernetes-{binaries.KUBERNETES['1.36']}" / "kubectl"
+    if not kubectl.exists():
+        pytest.fail("kubectl is built with the 1.36 binaries; run `python -m cozygpu.devcluster.binaries`")
+    await published(admin, keys.GPUNODE_KIND)
+    shown = {}
+    for field in ("gpunode.status.devices.driver", "gpudevice.status.bindAnswer.reason", "gpuclass.status.held"):
+        proc = await asyncio.to_thread(
+            subprocess.run, [str(kubectl), "--kubeconfig", str(plane.kubeconfig), "explain", field],
+            capture_output=True, text=True, check=False)
+        assert proc.returncode == 0, proc.stderr
+        shown[field] = " ".join(proc.stdout.split())
+    assert "The bound driver, empty when unbound." in shown["gpunode.status.devices.driver"]
+    assert "A CamelCase reason (for example Bound, StaysOnCordonedNode, NoNodeWithRoom)." in \
+        shown["gpudevice.status.bindAnswer.reason"]
+    assert "<no description>" not in " ".join(shown.values())

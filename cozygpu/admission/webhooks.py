@@ -57,6 +57,13 @@ class AdmissionConfig:
     attachment_grace: timedelta = timedelta(minutes=2)
     hoster_names: tuple[str, ...] = ()
 
+    def __attrs_post_init__(self) -> None:
+        if not 0 < self.timeout <= 30:
+            raise ValueError(f"webhook timeout {self.timeout:g} s: must be 1 to 30 s (the API server's limit)")
+        if self.bind_wait <= 0 or self.bind_wait + WRITE_ROOM > self.timeout:
+            raise ValueError(f"bind wait {self.bind_wait:g} s must be positive and leave {WRITE_ROOM:g} s under "
+                             f"the webhook timeout ({self.timeout:g} s)")
+
 
 class AdmissionWebhooks:
     def __init__(self, cache: Cache, client: Client, config: AdmissionConfig, *,

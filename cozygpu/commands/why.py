@@ -3,8 +3,9 @@
 The last decision is what the binder wrote: the device's Bound condition,
 its bind answer, and the Events about it (for a VMI: the answers on the
 devices it names, its own Events). Then the model decides again on the
-same snapshot the binder would build (``plan_pass``; for a VMI the set
-placement its start asks for, ``place_set``) and says what would change the
+same snapshot the binder would build (``plan_pass``; for a VMI the check
+its start gets from the VMI webhook: ``place_set`` counting the tenant's
+orders not accepted yet) and says what would change the
 answer: which budget to raise and by how much (checked by deciding again
 with that budget raised, until the order fits or something else refuses),
 which node has room, and which node would have room but is not eligible.
@@ -271,12 +272,13 @@ async def explain_vmi(client: Client, cluster: Cluster, namespace: str, name: st
                         "answered": bool(request) and answer.get("id") == request.get("id")})
     events = await common.events_of(client, namespace, "VirtualMachineInstance", name)
     views = [snapshot.devices[k] for k in members]
+    label = f"VMI {namespace}/{name}"
     steps: list[str] = []
     reason = None
     if not views:
         now_text = "no GPUDevice is attached to it or was asked for by it"
     else:
-        placement = place_set(snapshot, views, vmi=vmi)
+        placement = place_set(snapshot, views, vmi=vmi, label=label, count_pending=True)
         if placement.refusal is None:
             now_text = f"a start now would be placed on node {placement.node}"
         else:
@@ -285,7 +287,8 @@ async def explain_vmi(client: Client, cluster: Cluster, namespace: str, name: st
             now_text = f"a start now would be refused: {refusal.message}"
 
             def decide(what_if: Snapshot) -> Refusal | None:
-                return place_set(what_if, [what_if.devices[k] for k in members], vmi=vmi).refusal
+                return place_set(what_if, [what_if.devices[k] for k in members], vmi=vmi, label=label,
+                                 count_pending=True).refusal
 
             steps = remedies(snapshot, refusal, decide, views, (namespace, name))
     return {"object": f"VMI {namespace}/{name}", "exists": vmi is not None,

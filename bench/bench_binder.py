@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import gc
 import json
 import statistics
@@ -96,7 +97,7 @@ async def bounded(jobs: Iterable[Awaitable[Any]], *, concurrency: int = 48) -> f
 def sizes(quick: bool) -> dict[str, int]:
     scale = 0.1 if quick else 1.0
     return {"nodes": int(1000 * scale), "vmis": int(2000 * scale), "devices": int(5000 * scale),
-            "requests": 40 if quick else 200, "orders": 20 if quick else 50}
+            "requests": 40 if quick else 200, "storm": 40 if quick else 200, "orders": 20 if quick else 50}
 
 
 async def populate(admin: Client, size: dict[str, int]) -> None:
@@ -439,40 +440,52 @@ async def measure(admin: Client, child: Child, size: dict[str, int], *, profile:
             results.setdefault("ids", {})[request_id] = (kind, sent, seen)
             return (seen - sent) * 1000
 
+        async def after_follow_up() -> None:
+            """Each answer's write is a device event, so a full pass follows it: let it end first."""
+            async with asyncio.timeout(max(5.0, 10 * idle_gap)):
+                child.full_ended.clear()
+                await child.full_ended.wait()
+            await asyncio.sleep(0.02)
+
         async def idle_requests(count: int, kind: str) -> list[float]:
             latencies = []
             for _ in range(count):
-                await asyncio.sleep(idle_gap)
                 while child.running_full:
                     child.full_ended.clear()
                     await child.full_ended.wait()
                 latencies.append(await one(kind))
+                with contextlib.suppress(TimeoutError):
+                    await after_follow_up()
             return latencies
 
+        print(f"  measuring: {n} idle requests", flush=True)
         results["idle"] = await idle_requests(n, "idle")
+        print(f"  idle: {summary(results['idle'])}; now {n} during a full pass", flush=True)
 
         during = []
         nodes = resource_path("", "v1", "nodes")
         for i in range(n):
-            await asyncio.sleep(idle_gap)
+            while child.running_full:
+                child.full_ended.clear()
+                await child.full_ended.wait()
             child.full_started.clear()
             await admin.merge_patch(f"{nodes}/node-{i % size['nodes']}",
                                     {"metadata": {"labels": {"bench": uuid.uuid4().hex[:8]}}})
             await child.full_started.wait()
             during.append(await one("during"))
         results["during"] = during
+        print(f"  during: {summary(during)}; now a storm of {size['storm']}", flush=True)
 
-        await asyncio.sleep(idle_gap)
         await child.quiet()
         started = time.monotonic()
-        storm = await asyncio.gather(*(one("storm") for _ in range(n)))
+        storm = await asyncio.gather(*(one("storm") for _ in range(size["storm"])))
         results["storm"] = list(storm)
         results["storm_total"] = (time.monotonic() - started) * 1000
+        print(f"  storm: {summary(results['storm'])}; now {size['orders']} new orders", flush=True)
 
         await child.quiet()
         orders, lanes = [], {"answer": 0, "full": 0}
         for i in range(size["orders"]):
-            await asyncio.sleep(idle_gap)
             await child.quiet()
             namespace, name = f"tenant-b{i % TENANTS}", f"new-{uuid.uuid4().hex[:8]}"
             answers_before = sum(p.get("binds", 0) for p in child.answer_passes)
@@ -533,6 +546,7 @@ async def drive(args: argparse.Namespace) -> None:
     if args.attach:
         plane = ControlPlane.attach(Path(args.attach))
         size = json.loads((Path(args.attach) / "bench_binder.json").read_text())
+        size["storm"] = sizes(args.quick)["storm"]
         populated = True
     else:
         if binaries.find(binaries.DEFAULT_MINOR) is None:
@@ -562,6 +576,10 @@ async def drive(args: argparse.Namespace) -> None:
             reader = asyncio.create_task(child.read())
             synced = await asyncio.wait_for(child.synced, timeout=600)
             print(f"binder synced; RSS {synced['rss']:.0f} MB; waiting for its first passes to settle")
+            if args.requests:
+                size = {**size, "requests": args.requests}
+            if args.orders:
+                size = {**size, "orders": args.orders}
             results = await measure(admin, child, size, profile=args.profile)
             await child.send(do="stop")
             await asyncio.wait_for(process.wait(), timeout=60)
@@ -608,6 +626,8 @@ def main() -> None:
     parser.add_argument("--keep", action="store_true", help="leave the control plane running")
     parser.add_argument("--attach", help="reuse a populated control plane left by --keep")
     parser.add_argument("--profile", action="store_true", help="cProfile the idle answer passes")
+    parser.add_argument("--requests", type=int, help="requests one at a time, idle and during (default 200)")
+    parser.add_argument("--orders", type=int, help="new orders one at a time (default 50)")
     parser.add_argument("--binder", metavar="KUBECONFIG", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.binder:

@@ -62,7 +62,7 @@ from cozygpu.kube import Client, errors
 from cozygpu.kube.client import Obj
 from cozygpu.model.capacity import DEFAULT_REPORT_STALE_AFTER
 from cozygpu.model.placement import PassPlan, plan_pass
-from cozygpu.model.snapshot import DeviceKey, Snapshot
+from cozygpu.model.snapshot import DeviceKey, Phase, Snapshot, VmiKey
 from cozygpu.passes.writes import Writes
 
 log = get_logger("cozygpu.binder")
@@ -120,6 +120,39 @@ _LIVE_SPECS: Final[dict[str, KindSpec]] = {
 }
 
 
+def answer_view(snapshot: Snapshot, wanted: Iterable[DeviceKey]) -> Snapshot:
+    """``snapshot`` with only the sets an answer pass can act on, so planning costs what they are.
+
+    An answer pass (``plan_pass(answers_only=True)``, with or without
+    ``new_orders``) acts only on sets with an unanswered request or a Pending
+    member, in the order of ``device_sets``; any other set is skipped — except
+    that the capacity-lost rule, asked about a set on a node holding more
+    than it serves, weighs every set held there. So the view keeps the whole
+    set of every device in ``wanted`` (its VMI's members, or itself) and every
+    set held on a node with a fresh report serving less than is held and
+    used; units, budgets and availability stay the whole snapshot's. The
+    plan is the same action for action (``tests/binder/test_answer_view.py``).
+    """
+    devices = snapshot.devices
+    keep: set[DeviceKey] = set()
+    for key in wanted:
+        device = devices.get(key)
+        if device is not None:
+            keep.add(key)
+    for node, entries in snapshot.capacity.items():
+        if any(entry.fresh and entry.free < 0 for entry in entries.values()):
+            keep.update(snapshot.devices_by_node.get(node, ()))
+    by_vmi: dict[VmiKey, tuple[DeviceKey, ...]] = {}
+    for key in list(keep):
+        device = devices[key]
+        if device.attachment is not None:
+            vmi = (device.namespace, device.attachment.vmi)
+            if vmi not in by_vmi:
+                by_vmi[vmi] = snapshot.devices_by_vmi.get(vmi, (key,))
+                keep.update(by_vmi[vmi])
+    return attrs.evolve(snapshot, devices={k: devices[k] for k in keep}, devices_by_vmi=by_vmi)
+
+
 class _Objects(Mapping[DeviceKey, Obj]):
     """The GPUDevice store as a mapping by key: what a pass reads of the raw devices, without copying them."""
 
@@ -164,6 +197,9 @@ class Binder:
         #: Unanswered bind requests: id -> when this replica first saw it (answer latency).
         self._requests: dict[tuple[DeviceKey, str], float] = {}
         self._on_request: Callable[[], None] | None = None
+        #: Devices an answer pass may act on (a request, a Pending order): from the last full pass's
+        #: snapshot and every device event since; an answer pass plans only their sets (``answer_view``).
+        self._answerable: set[DeviceKey] = set()
         #: Writes of this pass refused on their resourceVersion (or whose object vanished).
         self._stale = 0
         #: Whether new orders may take the answer lane (nothing ranks ahead of them).
@@ -210,9 +246,12 @@ class Binder:
 
     def _device_changed(self, event: Event) -> None:
         self.fast_lane.device(event)
+        if event.type != "DELETED" and _new_order(event.obj):
+            self._answerable.add(_key(event.obj))
         request_id = _unanswered(event.obj) if event.type != "DELETED" else ""
         if request_id and request_id != _unanswered(event.old):
             self._requests.setdefault((_key(event.obj), request_id), self._clock.now())
+            self._answerable.add(_key(event.obj))
         elif not (event.old is None and _new_order(event.obj) and self.fast_lane.settled):
             return  # neither a new request nor a new order the fast lane may bind
         if self._on_request is not None and self._config.gpu_enabled:
@@ -268,12 +307,17 @@ class Binder:
             return
         self._stale = 0
         snapshot, objects, served = self.snapshot()
-        await self._verify_attachments(snapshot, objects, served, writes)
+        # In the same step as the snapshot: a device event after it keeps its key for the next pass.
+        self._answerable = {k for k in self._answerable | self.fast_lane.pending
+                            if (d := snapshot.devices.get(k)) is not None
+                            and (d.unanswered_request or d.phase is Phase.PENDING)}
+        view = answer_view(snapshot, self._answerable)
         fast, why = self.fast_lane.open(snapshot)
+        await self._verify_attachments(snapshot, objects, served, writes)
         if not fast:
             log.debug("new orders wait for the full pass", why=why)
-        plan = plan_pass(snapshot, answers_only=True, new_orders=fast)
-        report = await self._write_plan(plan, snapshot, objects, writes, lane="answer")
+        plan = plan_pass(view, answers_only=True, new_orders=fast)
+        report = await self._write_plan(plan, view, objects, writes, lane="answer")
         if report.requeue:
             self.fast_lane.unsettle("an answer pass's writes were not all done")
         self._requeue_if_stale()
@@ -284,6 +328,8 @@ class Binder:
         if self._config.gpu_enabled:
             mark = self.fast_lane.mark()  # with the snapshot, in one step of the event loop
             snapshot, objects, served = self.snapshot()
+            self._answerable = {k for k, d in snapshot.devices.items()  # in the same step as the snapshot
+                                if d.unanswered_request or d.phase is Phase.PENDING}
             await self._verify_attachments(snapshot, objects, served, writes)
             plan = plan_pass(snapshot)
             report = await self._write_plan(plan, snapshot, objects, writes, lane="full")

@@ -163,6 +163,11 @@ class FastLane:
         return self._settled == self._events
 
     @property
+    def pending(self) -> frozenset[DeviceKey]:
+        """Every device the events showed Pending last (new orders, and orders not accepted yet)."""
+        return frozenset(self._pending)
+
+    @property
     def reason(self) -> str:
         """Why the lane is not settled (the last ranking event), for logs."""
         return "" if self.settled else self._reason

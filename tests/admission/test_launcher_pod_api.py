@@ -8,15 +8,18 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from cozygpu import keys
 from cozygpu.admission.pods import pin_patch
 from cozygpu.cache import specs
 from cozygpu.devcluster import nodes
 from cozygpu.devcluster.kubevirt import KubeVirtStandIn
 from cozygpu.devcluster.plane import ControlPlane
-from cozygpu.kube import Client, resource_path
+from cozygpu.kube import Client, errors, resource_path
 from tests.admission.harness import VMIS, admission, vmi_body, with_binder
 from tests.admission.test_vmi_webhook_api import status, until
-from tests.binder.support import VMI_CRD
+from tests.binder.support import VMI_CRD, device_path
 from tests.binder.world import World
 from tests.support.crds import install_fixture_crd
 from tests.support.planes import Fleet
@@ -95,3 +98,37 @@ def test_the_pin_is_anded_into_every_term_the_pod_has_and_adds_only_missing_tole
     assert pin_patch({"spec": {}}, "n1", []) == [{"op": "add", "path": "/spec/affinity", "value": {"nodeAffinity": {
         "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchFields": [
             {"key": "metadata.name", "operator": "In", "values": ["n1"]}]}]}}}}]
+
+
+async def test_a_launcher_pod_whose_devices_are_not_bound_on_one_node_is_refused_with_the_reason(
+        plane: ControlPlane, admin: Client, namespace: str, tmp_path: Path) -> None:
+    await install_fixture_crd(admin, VMI_CRD)
+    world = await World.make(admin, namespace)
+    pods = resource_path("", "v1", "pods", namespace=namespace)
+
+    def launcher(vmi: str) -> dict[str, Any]:
+        return {"apiVersion": "v1", "kind": "Pod", "metadata": {
+            "generateName": f"virt-launcher-{vmi}-", "labels": {keys.DEVICE_REFS_LABEL: "true",
+                                                               "kubevirt.io": "virt-launcher"},
+            "ownerReferences": [{"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance", "name": vmi,
+                                 "uid": str(uuid.uuid4()), "controller": True}]},
+            "spec": {"containers": [{"name": "compute", "image": "cozygpu.invalid/virt-launcher"}]}}
+
+    try:
+        await world.node("n1", 2)
+        async with admission(plane, admin, namespace, tmp_path) as served:
+            with pytest.raises(errors.ApiError, match=f"launcher pod of VMI {namespace}/none: no GPUDevice is "
+                                                      "attached to the VMI"):
+                await admin.create(pods, launcher("none"), dry_run=True)
+            await world.order("waiting", 1, status={"attachment": {"vmi": "vm"}})
+            await until(served.cache, lambda: bool(status(served.cache, namespace, "waiting").get("attachment")))
+            with pytest.raises(errors.ApiError, match=r"GPUDevices not Bound: waiting \(Pending\)"):
+                await admin.create(pods, launcher("vm"), dry_run=True)
+            await admin.merge_patch(f"{device_path(namespace, 'waiting', status=True)}",
+                                    {"status": world.held("n1")})
+            await until(served.cache, lambda: status(served.cache, namespace, "waiting").get("phase") == "Bound")
+            pinned = await admin.create(pods, launcher("vm"), dry_run=True)
+            terms = pinned["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+            assert terms["nodeSelectorTerms"][0]["matchFields"][0]["values"] == [world.node_name("n1")]
+    finally:
+        await world.cleanup()

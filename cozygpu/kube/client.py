@@ -14,10 +14,16 @@ Contract:
   answer that could mean it took effect, so no decision is made twice.
 - Writes that decide something pass ``resource_version`` and fail with
   ``Conflict`` when the object changed since it was read.
+- ``fenced(fence)`` is the same client (one session) whose writes first ask
+  ``fence()``: a reason instead of None refuses the write unsent with
+  ``errors.Fenced``. The check runs after the last await before the request
+  goes out, so a process frozen mid-pass (a GC pause, SIGSTOP, a suspended
+  VM) that wakes past its leader term sends nothing it decided before.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import random
@@ -94,6 +100,18 @@ class Client:
         self._headers: list[tuple[str, str]] = [("User-Agent", user_agent), ("Accept", JSON)]
         self.default_timeout = default_timeout
         self._session: aiohttp.ClientSession | None = None
+        #: The client whose session a ``fenced`` copy shares (None: this one owns its session).
+        self._owner: Client | None = None
+        #: Why writes are refused now, or None when they may go (see ``fenced``).
+        self._fence: Callable[[], str | None] | None = None
+
+    def fenced(self, fence: Callable[[], str | None]) -> Client:
+        """This client, sharing its session, whose writes are refused unsent while ``fence()`` gives a reason."""
+        clone = copy.copy(self)
+        clone._owner = self._owner or self
+        clone._session = None
+        clone._fence = fence
+        return clone
 
     # -- construction ---------------------------------------------------------------------
 
@@ -136,12 +154,16 @@ class Client:
     # -- plumbing -------------------------------------------------------------------------
 
     def _get_session(self) -> aiohttp.ClientSession:
+        if self._owner is not None:
+            return self._owner._get_session()
         if self._session is None or self._session.closed:
             connector = aiohttp.TCPConnector(ssl=self._ssl if self._ssl is not None else False, limit=64)
             self._session = aiohttp.ClientSession(connector=connector)
         return self._session
 
     async def close(self) -> None:
+        if self._owner is not None:
+            return  # the owner's session: closed with the owner
         if self._session is not None:
             await self._session.close()
             self._session = None
@@ -239,6 +261,8 @@ class Client:
                 headers = [(k, v) for k, v in headers if k.lower() not in overridden] + list(extra_headers.items())
             if data is not None:
                 headers.append(("Content-Type", content_type))
+            if self._fence is not None and method != "GET" and (why := self._fence()) is not None:
+                raise errors.Fenced(why, method=method, path=path)
             async with self._get_session().request(
                 method, self.host + path, params=query, data=data, headers=headers, timeout=budget
             ) as resp:

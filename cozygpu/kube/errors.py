@@ -76,6 +76,17 @@ class Conflict(ApiError):
     pass
 
 
+class Fenced(Conflict):
+    """A write never sent: the client's fence said its writer may not write now (a leader past its term).
+
+    A Conflict, so a caller drops the write as it drops one refused on its
+    resourceVersion; nothing reached the API server.
+    """
+
+    def __init__(self, why: str, *, method: str = "", path: str = "") -> None:
+        super().__init__(409, {"reason": "Fenced", "message": f"not sent: {why}"}, method=method, path=path)
+
+
 class AlreadyExists(ApiError):
     pass
 

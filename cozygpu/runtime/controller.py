@@ -137,14 +137,17 @@ class Controller:
                            retry_period=options.retry_period),
             metrics=LeaderMetrics.on(self.registry), guard=self.watchdog,
         )
+        #: Leader work writes through this client: nothing is sent once the term is over (a fence by the
+        #: local clock, for a process that was frozen mid-pass), beside the resourceVersion on each write.
+        leader_client = client.fenced(self.elector.write_fence)
         publisher = SettingsPublisher(
-            client, self.cache, namespace=options.namespace, hoster_names=options.gpu_resource_names,
+            leader_client, self.cache, namespace=options.namespace, hoster_names=options.gpu_resource_names,
             raw_names=options.raw_gpu_names, gpu_enabled=options.enable_gpu,
             metrics=SettingsMetrics.on(self.registry),
         )
         #: Leader-only work, started in this order each term (the binder joins here).
         #: The one writer of placement (with GPU) and the always-on reconcilers (with or without).
-        self.binder = Binder(self.cache, client, BinderConfig(
+        self.binder = Binder(self.cache, leader_client, BinderConfig(
             identity=options.identity, gpu_enabled=options.enable_gpu,
             attachment_grace=dt.timedelta(seconds=options.attachment_grace),
             hoster_names=options.gpu_resource_names), clock=LoopClock(), metrics=BinderMetrics.on(self.registry))

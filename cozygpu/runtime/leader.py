@@ -207,6 +207,23 @@ class LeaderElector:
         """True from the moment leader work is started until it has been stopped."""
         return self._leading
 
+    def write_fence(self) -> str | None:
+        """Why leader work may not write now (None while it may): for ``Client.fenced``.
+
+        Leader work may write from the start of its term until the renew
+        deadline after the last renewal sent, on the local monotonic clock —
+        the moment the elector itself gives the term up. Others can take the
+        lease only ``lease_duration`` after they last saw it change, later
+        still, so the gap is left for writes already in flight.
+        """
+        if not self._leading or self._renewed_at is None:
+            return f"{self.config.identity} is not leading"
+        late = self._clock.now() - (self._renewed_at + self.config.renew_deadline)
+        if late >= 0:
+            return (f"{self.config.identity}'s term is over: no renewal for the renew deadline "
+                    f"({self.config.renew_deadline:g}s), {late:.3g}s ago")
+        return None
+
     @property
     def holder(self) -> str:
         """The holder this process last observed ("" when free or unknown)."""

@@ -160,3 +160,18 @@ async def test_an_answer_that_is_not_json_is_unavailable_not_a_decode_error() ->
                     pass
     finally:
         await runner.cleanup()
+
+
+async def test_a_fenced_client_sends_no_write_while_its_fence_says_why_and_reads_all_the_same(
+        admin: Client, namespace: str) -> None:
+    why: list[str] = ["the term is over"]
+    fenced = admin.fenced(lambda: why[0] or None)
+    maps = resource_path("", "v1", "configmaps", namespace=namespace)
+    with pytest.raises(errors.Fenced, match="the term is over"):
+        await fenced.create(maps, {"metadata": {"name": "fenced"}})
+    assert await admin.get_or_none(f"{maps}/fenced") is None  # nothing reached the server
+    assert (await fenced.list_objects(maps))["items"] == []  # reads go, on the owner's session
+    why[0] = ""
+    await fenced.create(maps, {"metadata": {"name": "fenced"}})
+    await fenced.close()  # a fenced copy closes nothing: the owner's session stays open
+    assert (await admin.get(f"{maps}/fenced"))["metadata"]["name"] == "fenced"

@@ -7,8 +7,11 @@ Contract:
   election does not fence; this precondition is what keeps a deposed leader,
   or a decision from a stale view, harmless (R-BIND-2).
 - The members of a set are written one after another, each preconditioned.
-  A Conflict (or the device gone: 404) drops the rest of *that* set, is
-  logged and reported as ``requeue``; it is never retried blindly. Any other
+  A Conflict (or the device gone: 404) drops the rest of that set *and every
+  set after it*, is logged and reported as ``requeue``; it is never retried
+  blindly. The later sets were decided on a plan that counted the dropped
+  set's action — units it would free on a node, budget it would release —
+  so writing them anyway could book a node or a budget twice. Any other
   API error stops the whole run: the server is unwell and the next pass
   starts from a fresh view. It is reported as ``error`` rather than raised,
   so the caller still learns what was written and can wait for the cache to
@@ -67,7 +70,7 @@ class WriteReport:
     dropped: tuple[Dropped, ...] = ()
     #: An error that stopped the run (not a Conflict); the caller raises it after waiting for ``written``.
     error: errors.KubeError | None = None
-    #: Sets never tried because ``error`` stopped the run.
+    #: Sets never tried: ``error`` stopped the run, or an earlier set was dropped.
     skipped: tuple[str, ...] = ()
 
     @property
@@ -131,7 +134,10 @@ async def write_sets(client: Client, sets: Sequence[SetWrite], *, now: datetime,
                 log.info("set dropped, requeued", set=device_set.label, device="/".join(write.key), why=why,
                          resource_version=write.resource_version)
                 dropped.append(Dropped(label=device_set.label, key=write.key, why=why))
-                break
+                rest = _labels(sets[index + 1:])
+                if rest:
+                    log.info("later sets of the pass not written, requeued", sets=len(rest))
+                return WriteReport(written=tuple(written), dropped=tuple(dropped), skipped=rest)
             except errors.KubeError as error:
                 log.warning("writes stopped", set=device_set.label, device="/".join(write.key), error=str(error))
                 return WriteReport(written=tuple(written), dropped=tuple(dropped), error=error,

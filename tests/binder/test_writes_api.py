@@ -95,3 +95,21 @@ async def test_a_device_gone_before_its_write_drops_its_set(admin: Client, names
     report = await write_sets(admin, writes, now=NOW)
     assert [d.why for d in report.dropped] == ["gone"]
     assert report.written == ()
+
+
+async def test_a_dropped_set_stops_the_later_sets_that_counted_on_what_it_would_free(
+        admin: Client, namespace: str) -> None:
+    # "held" is Bound on a gone node and the plan moves it to n1; "new" takes n2 because the plan booked n1
+    # for "held". The plan is one piece: when "held" is dropped, "new" is not written either.
+    await order(admin, namespace, "held", count=2, status={"phase": "Bound", "nodeName": "gone"})
+    await order(admin, namespace, "new", count=2)
+    objects = await read_all(admin, namespace)
+    snap = snap_of(objects, ("n1", 2), ("n2", 2))
+    writes = plan_writes(plan_pass(snap), snap, objects, now=NOW)
+    assert [s.label for s in writes] == [f"GPUDevice {namespace}/held", f"GPUDevice {namespace}/new"]
+    await admin.merge_patch(device_path(namespace, "held"), {"metadata": {"labels": {"touched": "yes"}}})
+    report = await write_sets(admin, writes, now=NOW)
+    assert [d.key[1] for d in report.dropped] == ["held"]
+    assert report.skipped == (f"GPUDevice {namespace}/new",)
+    assert report.requeue
+    assert "phase" not in ((await admin.get(device_path(namespace, "new"))).get("status") or {})

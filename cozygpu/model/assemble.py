@@ -394,9 +394,10 @@ def _add_key(index: dict[_K, tuple[DeviceKey, ...]], bucket: _K, key: DeviceKey)
 
 def _drop_key(index: dict[_K, tuple[DeviceKey, ...]], bucket: _K, key: DeviceKey) -> None:
     found = index.get(bucket, ())
-    if key not in found:
+    at = bisect.bisect_left(found, key)
+    if at == len(found) or found[at] != key:
         return
-    rest = tuple(k for k in found if k != key)
+    rest = (*found[:at], *found[at + 1:])
     if rest:
         index[bucket] = rest
     else:

@@ -234,7 +234,19 @@ async def apply_usage(client: Client, plan: UsagePlan) -> UsageReport:
             log.info("usage record change stale, requeued", error=str(error))
             stale += 1
             continue
+        except errors.Forbidden as error:
+            if not _namespace_terminating(error):
+                raise
+            # Its namespace is being deleted, and the records with it: nothing to keep, nothing to retry.
+            log.info("usage record skipped: its namespace is being deleted", error=str(error))
+            continue
         if answer is not None:
             versions.append((str(answer.get("kind") or ""),
                              str((answer.get("metadata") or {}).get("resourceVersion") or "")))
     return UsageReport(written=written, stale=stale, versions=tuple(versions))
+
+
+def _namespace_terminating(error: errors.Forbidden) -> bool:
+    """The API server's refusal to create in a namespace being deleted (its NamespaceLifecycle admission)."""
+    causes = {str(c.get("type") or c.get("reason") or "") for c in error.causes}
+    return "NamespaceTerminating" in causes or "because it is being terminated" in error.message

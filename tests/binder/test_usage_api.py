@@ -46,3 +46,22 @@ async def test_records_follow_holds_and_go_with_the_device(admin: Client, namesp
     assert await records(admin, namespace) == {}
     assert await items(admin, monitor_path(namespace)) == []
     await admin.delete(class_path(name))
+
+
+async def test_a_namespace_being_deleted_gets_no_record_and_fails_no_pass(admin: Client) -> None:
+    """Without a namespace controller the namespace stays Terminating: creating in it is refused (403)."""
+    await install_fixture_crd(admin, "workloadmonitors.cozystack.io")
+    await install_fixture_crd(admin, "workloads.cozystack.io")
+    doomed = unique("doomed")
+    await admin.create("/api/v1/namespaces", {"metadata": {"name": doomed}})
+    name = unique("h100")
+    await offer(admin, name, resource_name="nvidia.com/TEST")
+    await order(admin, doomed, "d1", class_name=name, status={"phase": "Bound", "nodeName": "n1"})
+    devices = await items(admin, device_path(doomed))
+    await admin.delete(f"/api/v1/namespaces/{doomed}")
+    plan = usage_plan(devices, await items(admin, class_path()), [], [])
+    assert plan.put_monitors  # the pass would write there
+    report = await apply_usage(admin, plan)
+    assert (report.written, report.stale) == (0, 0)
+    assert await items(admin, monitor_path(doomed)) == []
+    await admin.delete(class_path(name))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -11,23 +10,7 @@ import pytest
 from cozygpu import keys
 from cozygpu.cache import specs
 from cozygpu.kube import Client, resource_path
-from tests.binder.world import GPUNODES, NODES, RunningBinder, World, running_binder, seen_by, stamp
-from tests.support.crds import install_fixture_crd
-
-
-@pytest.fixture
-async def world(admin: Client, namespace: str) -> AsyncIterator[World]:
-    made = await World.make(admin, namespace)
-    yield made
-    await made.cleanup()
-
-
-@pytest.fixture
-async def binder(admin: Client) -> AsyncIterator[RunningBinder]:
-    # Served, so the attachments other tests left behind can be judged (R-BIND-7 otherwise fails every pass).
-    await install_fixture_crd(admin, "virtualmachineinstances.kubevirt.io")
-    async with running_binder(admin) as running:
-        yield running
+from tests.binder.world import GPUNODES, NODES, RunningBinder, World, seen_by, stamp
 
 
 async def test_an_order_is_bound_onto_the_fullest_node_with_room(world: World, binder: RunningBinder) -> None:

@@ -21,13 +21,6 @@ CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 
 
 @pytest.fixture
-async def world(admin: Client, namespace: str) -> AsyncIterator[World]:
-    made = await World.make(admin, namespace)
-    yield made
-    await made.cleanup()
-
-
-@pytest.fixture
 async def binder(admin: Client) -> AsyncIterator[RunningBinder]:
     await install_fixture_crd(admin, VMI_CRD)
     async with running_binder(admin, attachment_grace=timedelta(seconds=30)) as running:

@@ -8,30 +8,14 @@ answer pass leaves it Pending and the full pass binds it in R-BIND-5's order.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
 from cozygpu.cache import specs
-from cozygpu.kube import Client, errors
+from cozygpu.kube import errors
 from tests.binder.support import device_path
-from tests.binder.world import GPUNODES, NODES, RunningBinder, World, cache_until, running_binder, seen_by
-from tests.support.crds import install_fixture_crd
-
-
-@pytest.fixture
-async def world(admin: Client, namespace: str) -> AsyncIterator[World]:
-    made = await World.make(admin, namespace)
-    yield made
-    await made.cleanup()
-
-
-@pytest.fixture
-async def binder(admin: Client) -> AsyncIterator[RunningBinder]:
-    await install_fixture_crd(admin, "virtualmachineinstances.kubevirt.io")
-    async with running_binder(admin) as running:
-        yield running
+from tests.binder.world import GPUNODES, NODES, RunningBinder, World, cache_until, seen_by
 
 
 async def settled_full_pass(binder: RunningBinder) -> None:

@@ -15,10 +15,7 @@ times out (counted) and starts over, never deciding.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
 
-import pytest
 from prometheus_client import CollectorRegistry
 
 from cozygpu import keys
@@ -34,26 +31,9 @@ from cozygpu.passes.driver import DriverConfig, Lane
 from tests.binder.support import class_path, device_path
 from tests.binder.world import NODES, World
 from tests.support.proxy import Proxy
+from tests.support.waiting import eventually
 
 DEVICES_WATCH = resource_path(keys.GROUP, keys.VERSION, keys.GPUDEVICE_PLURAL)
-
-
-async def eventually(check: Callable[[], Awaitable[Any]], *, timeout: float = 30.0, what: str) -> Any:
-    try:
-        async with asyncio.timeout(timeout):
-            while True:
-                if result := await check():
-                    return result
-                await asyncio.sleep(0.05)
-    except TimeoutError:
-        raise AssertionError(what) from None
-
-
-@pytest.fixture
-async def world(admin: Client, namespace: str) -> AsyncIterator[World]:
-    made = await World.make(admin, namespace)
-    yield made
-    await made.cleanup()
 
 
 async def zone(world: World, short: str, name: str) -> None:
@@ -110,7 +90,8 @@ async def test_a_pass_waits_for_its_own_writes_behind_a_late_watch_and_books_no_
                 guarded = all(keys.DEVICE_FINALIZER in d["metadata"].get("finalizers", ()) for d in (a, b))
                 return waits and guarded
 
-            await eventually(settled, what="order b never got its not-accepted condition, or a finalizer is missing")
+            await eventually(settled, interval=0.05,
+                             what="order b never got its not-accepted condition, or a finalizer is missing")
             # Quiet: a full pass that writes no device, so nothing is unseen when the watch is held.
             while True:
                 before = [(await world.device(n))["metadata"]["resourceVersion"] for n in ("a", "b")]
@@ -120,7 +101,7 @@ async def test_a_pass_waits_for_its_own_writes_behind_a_late_watch_and_books_no_
                 async def ran(done: float = done) -> bool:
                     return full_passes(registry) > done
 
-                await eventually(ran, what="the requested full pass did not run")
+                await eventually(ran, interval=0.05, what="the requested full pass did not run")
                 if [(await world.device(n))["metadata"]["resourceVersion"] for n in ("a", "b")] == before:
                     break
 
@@ -131,7 +112,7 @@ async def test_a_pass_waits_for_its_own_writes_behind_a_late_watch_and_books_no_
             async def moved() -> bool:
                 return ((await world.device("a")).get("status") or {}).get("nodeName") == world.node_name("n2")
 
-            await eventually(moved, what="a was not moved off n1, which its class no longer selects")
+            await eventually(moved, interval=0.05, what="a was not moved off n1, which its class no longer selects")
             timeouts = counted(registry, "cozygpu_pass_write_sync_timeouts_total", loop="binder")
 
             # A reason for a pass that the stale view would answer wrongly; the driver must wait instead.
@@ -142,7 +123,7 @@ async def test_a_pass_waits_for_its_own_writes_behind_a_late_watch_and_books_no_
                     return True  # a pass decided (from the stale view, as the watch is still held)
                 return counted(registry, "cozygpu_pass_write_sync_timeouts_total", loop="binder") >= timeouts + 2
 
-            await eventually(decided_or_waited, what="the driver neither decided nor waited")
+            await eventually(decided_or_waited, interval=0.05, what="the driver neither decided nor waited")
             units = await bound_units(world)
             assert all(held <= 2 for held in units.values()), f"units booked twice from a stale view: {units}"
             assert ((await world.device("b")).get("status") or {}).get("phase") != "Bound"
@@ -155,7 +136,7 @@ async def test_a_pass_waits_for_its_own_writes_behind_a_late_watch_and_books_no_
                 ran = full_passes(registry) > passes
                 return ran and (seen.get("status") or {}).get("nodeName") == world.node_name("n2")
 
-            await eventually(caught_up, what="no pass ran once the watch caught up")
+            await eventually(caught_up, interval=0.05, what="no pass ran once the watch caught up")
             runner.cancel()
 
     # From the true view: a stays on n2, b takes n1; no node holds more than its two units.

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Awaitable, Callable
-from typing import Any
 
 from prometheus_client import CollectorRegistry
 
@@ -25,19 +23,9 @@ from cozygpu.devcluster import nodes
 from cozygpu.kube import Client
 from tests.binder.world import World
 from tests.support.planes import Fleet
+from tests.support.waiting import eventually
 
 NAMESPACES = "/api/v1/namespaces"
-
-
-async def eventually(check: Callable[[], Awaitable[Any]], *, timeout: float, what: str) -> Any:
-    try:
-        async with asyncio.timeout(timeout):
-            while True:
-                if result := await check():
-                    return result
-                await asyncio.sleep(0.2)
-    except TimeoutError:
-        raise AssertionError(what) from None
 
 
 async def test_sets_leave_a_node_the_node_controller_finds_dead_and_a_node_its_operator_taints(

@@ -4,9 +4,7 @@ component (kube-controller-manager, kube-scheduler, kwok)."""
 
 from __future__ import annotations
 
-import asyncio
 import uuid
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -14,18 +12,9 @@ import pytest
 from cozygpu.devcluster import nodes
 from cozygpu.kube import Client, errors, resource_path
 from tests.support.planes import Fleet
+from tests.support.waiting import eventually
 
 NAMESPACES = resource_path("", "v1", "namespaces")
-
-
-async def eventually(check: Callable[[], Awaitable[Any]], *, timeout: float = 30.0, what: str) -> Any:
-    """Poll ``check`` until it returns something truthy; fail with ``what`` after ``timeout``."""
-    async with asyncio.timeout(timeout):
-        while True:
-            if result := await check():
-                return result
-            await asyncio.sleep(0.2)
-    raise AssertionError(what)  # pragma: no cover - asyncio.timeout raises first
 
 
 def gpu_name() -> str:

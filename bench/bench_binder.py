@@ -43,7 +43,7 @@ import statistics
 import sys
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -51,6 +51,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.bench_cache import bounded, rss_mb  # noqa: E402
 from cozygpu import keys  # noqa: E402
 from cozygpu.kube import Client, resource_path  # noqa: E402
 
@@ -66,29 +67,8 @@ DEVICES = (keys.GROUP, keys.VERSION, keys.GPUDEVICE_PLURAL)
 VMIS = ("kubevirt.io", "v1", "virtualmachineinstances")
 
 
-def rss_mb() -> tuple[float, float]:
-    values: dict[str, float] = {}
-    for line in Path("/proc/self/status").read_text().splitlines():
-        key, _, rest = line.partition(":")
-        if key in ("VmRSS", "VmHWM"):
-            values[key] = int(rest.split()[0]) / 1024
-    return values["VmRSS"], values["VmHWM"]
-
-
 def stamp(when: datetime | None = None) -> str:
     return (when or datetime.now(UTC)).isoformat(timespec="seconds").replace("+00:00", "Z")
-
-
-async def bounded(jobs: Iterable[Awaitable[Any]], *, concurrency: int = 48) -> float:
-    started = time.perf_counter()
-    iterator = iter(jobs)
-
-    async def worker() -> None:
-        for job in iterator:
-            await job
-
-    await asyncio.gather(*(worker() for _ in range(concurrency)))
-    return time.perf_counter() - started
 
 
 # -- populating (this process) ---------------------------------------------------------------

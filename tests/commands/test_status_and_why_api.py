@@ -73,8 +73,9 @@ async def read(admin: Client) -> common.Cluster:
     return await common.read_cluster(admin)
 
 
-def by_name(rows: list[dict[str, Any]], name: str) -> dict[str, Any]:
-    return next(row for row in rows if row["name"] == name)
+def by_name(rows: list[dict[str, Any]], name: str, namespace: str | None = None) -> dict[str, Any]:
+    """The row named ``name`` (in ``namespace``, for devices: other tests leave devices of the same name)."""
+    return next(row for row in rows if row["name"] == name and namespace in (None, row.get("namespace")))
 
 
 async def test_status_shows_units_nodes_waiting_devices_and_whether_the_full_pass_kept_up(
@@ -84,7 +85,7 @@ async def test_status_shows_units_nodes_waiting_devices_and_whether_the_full_pas
 
     before = status.gather(await read(admin), answer_within=10)
     assert ours <= set(before["passes"]["fullPass"]["behind"]), "no pass has decided on them yet"
-    assert by_name(before["devices"], "over")["decided"] is False
+    assert by_name(before["devices"], "over", world.namespace)["decided"] is False
 
     await binder.full_pass()
     report = status.gather(await read(admin), answer_within=10)
@@ -101,11 +102,11 @@ async def test_status_shows_units_nodes_waiting_devices_and_whether_the_full_pas
     assert n1["reportFresh"] is True
     assert n1["reportAgeSeconds"] is not None
     assert (n2["eligible"], n2["reason"]) == (False, "NodeCordoned")
-    over = by_name(report["devices"], "over")
+    over = by_name(report["devices"], "over", world.namespace)
     assert (over["phase"], over["decided"], over["reason"]) == ("Pending", True, "BudgetExceeded")
     assert over["message"] == (f"not accepted: budget {keys.QUOTA_TOTAL} of {scene.parent}: 3 allowed, 2 in use, "
                                "order of 2 exceeds it by 1")
-    assert by_name(report["devices"], "big")["reason"] == "NoNodeWithRoom"
+    assert by_name(report["devices"], "big", scene.plain)["reason"] == "NoNodeWithRoom"
     assert "held" not in {row["name"] for row in report["devices"] if row["namespace"] == world.namespace}
 
 
@@ -209,7 +210,7 @@ async def test_the_commands_answer_through_a_kubeconfig_as_a_person_runs_them(
     code = await asyncio.to_thread(cli.main, ["status", "-o", "json", "--kubeconfig", kubeconfig])
     out = capsys.readouterr().out
     assert code == 0
-    assert by_name(json.loads(out)["devices"], "over")["reason"] == "BudgetExceeded"
+    assert by_name(json.loads(out)["devices"], "over", scene.world.namespace)["reason"] == "BudgetExceeded"
 
     code = await asyncio.to_thread(cli.main, ["status", "--kubeconfig", kubeconfig])
     table = capsys.readouterr().out

@@ -19,6 +19,11 @@ from cozygpu.kube import Client, errors
 
 FIELD_MANAGER = "cozygpu-dev"
 
+#: Minimal CRDs of the kinds cozygpu reads but does not own (KubeVirt, Cozystack): the demo installs the
+#: KubeVirt ones for the stand-in, the tests install any of them at any moment (``crds/README.md``).
+STANDIN_CRDS = Path(__file__).resolve().parent / "crds"
+KUBEVIRT_CRDS = ("kubevirt.io_virtualmachineinstances.yaml", "kubevirt.io_virtualmachines.yaml")
+
 
 def chart_dir() -> Path:
     """The Helm chart (``manifests/``) of this checkout, or ``$COZYGPU_CHART``."""
@@ -129,3 +134,8 @@ async def wait_crd_served(client: Client, name: str, *, timeout: float = 30.0) -
 async def install_crds(client: Client) -> None:
     """Install (or update) the chart's three CRDs and wait until they are served."""
     await apply_objects(client, load_files(crd_files()))
+
+
+async def install_kubevirt_crds(client: Client) -> None:
+    """Install (or update) the VirtualMachine and VirtualMachineInstance CRDs the KubeVirt stand-in serves."""
+    await apply_objects(client, load_files(STANDIN_CRDS / name for name in KUBEVIRT_CRDS))

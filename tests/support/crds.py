@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from cozygpu.devcluster import apply
 from cozygpu.kube import Client
 
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "crds"
+FIXTURES = apply.STANDIN_CRDS
 
 #: CRD name -> fixture file
 FIXTURE_CRDS = {

@@ -10,6 +10,9 @@
   pass then binds it unless something ranks ahead of it by then.
 - Read-your-writes (R-BIND-2) is the driver's: it waits until the cache has
   seen every write the last pass recorded before the next pass snapshots.
+- No pass starts before the cache knows every kind the binder reads (listed,
+  or known not to be served): a kind that syncs late holds the first pass
+  until it has synced, and no pass fails or backs off meanwhile.
 """
 
 from __future__ import annotations
@@ -28,10 +31,11 @@ NAME = "binder"
 def binder_driver(binder: Binder, cache: Cache, *, registry: CollectorRegistry, clock: Clock | None = None,
                   config: DriverConfig | None = None) -> PassDriver[Lane, Lane]:
     """The driver that runs ``binder``'s passes; ``run()`` it in the leader term."""
+    needs = [spec.key for spec in binder.kinds]
     driver: PassDriver[Lane, Lane] = PassDriver(
         NAME, LaneWork({Lane.FULL: binder.full_pass, Lane.ANSWER: binder.answer_pass}), cache=cache,
         triggers={Lane.FULL: [cache.trigger(*binder.kinds, name=NAME)]}, clock=clock or LoopClock(),
-        metrics=PassMetrics.on(registry), config=config,
+        metrics=PassMetrics.on(registry), config=config, needs={Lane.FULL: needs, Lane.ANSWER: needs},
     )
     binder.on_request(lambda: driver.request(Lane.ANSWER, "bind request"))
     return driver

@@ -20,11 +20,17 @@ everything around it, once for every loop (docs/passes.md has the story):
   the writes stay unseen and the wait starts over — no pass decides from a
   view older than its own last write. A kind that stopped being served has no
   view to be stale, so its writes are dropped.
+- Syncs. A lane does not start before every kind it ``needs`` is known to
+  the cache (listed, or known not to be served), and a pass that raised
+  ``NotSynced`` for a kind waits for that kind the same way: the lane runs
+  the moment the kind is known, with no backoff and no failure counted.
 - Outcomes (``outcomes.classify``). OK resets the lane's backoffs. REQUEUED
   runs the lane again after its requeue backoff (short), or at once if a
-  request came meanwhile. WAITING does the same on the failure backoff.
-  FAILED holds the lane for the failure backoff whatever comes, logs (a bug
-  with its traceback) and never ends the loop.
+  request came meanwhile. WAITING on a kind not served does the same on the
+  failure backoff (its trigger fires when it is served); WAITING on a kind
+  not synced waits for its sync (above). FAILED holds the lane for the
+  failure backoff whatever comes, logs (a bug with its traceback) and never
+  ends the loop.
 - Metrics (``PassMetrics``) per loop and lane: duration, passes by outcome,
   queue wait (first request to start), and the write-sync wait and timeouts.
 
@@ -49,7 +55,8 @@ from cozygpu.base.backoff import Backoff
 from cozygpu.base.clock import Cancellable, Clock, LoopClock
 from cozygpu.base.deadline import deadline
 from cozygpu.base.logging import get_logger
-from cozygpu.cache.errors import KindNotServed, UnknownKind
+from cozygpu.cache.errors import KindNotServed, NotSynced, UnknownKind
+from cozygpu.cache.informer import Informer
 from cozygpu.cache.triggers import Trigger
 from cozygpu.passes.metrics import PassMetrics
 from cozygpu.passes.outcomes import Outcome, classify, is_bug
@@ -112,10 +119,17 @@ class LaneWork:
 
 
 class SeesWrites(Protocol):
-    """What the driver needs of ``cozygpu.cache.Cache`` for read-your-writes."""
+    """What the driver needs of ``cozygpu.cache.Cache``: read-your-writes, and each kind's informer (syncs)."""
 
     async def wait_for_resource_version(self, spec_or_key: str, resource_version: str,
                                         timeout: float | None = None) -> object: ...
+
+    def informer(self, spec_or_key: str) -> Informer: ...
+
+
+def _known(informer: Informer) -> bool:
+    """Whether a pass can read the kind's answer: listed, or known not to be served."""
+    return informer.has_synced or informer.served is False
 
 
 #: Called after every pass with its lane, outcome and the error it raised (None when OK).
@@ -161,9 +175,11 @@ class _LaneState:
     hold_until: float = -math.inf
     #: ... unless a request lifts the hold (REQUEUED, WAITING; not FAILED).
     hold_lifts_on_request: bool = True
+    #: Kinds the lane waits for the cache to know (listed, or not served) before its next pass.
+    unsynced: set[str] = attrs.Factory(set)
 
     def due(self, now: float) -> bool:
-        return self.pending and self.hold_until <= now
+        return self.pending and self.hold_until <= now and not self.unsynced
 
 
 class PassDriver(Generic[ViewT, PlanT]):
@@ -180,11 +196,14 @@ class PassDriver(Generic[ViewT, PlanT]):
         metrics: PassMetrics | None = None,
         config: DriverConfig | None = None,
         on_outcome: OutcomeHook | None = None,
+        needs: Mapping[Lane, Sequence[str]] | None = None,
     ) -> None:
         self.name = name
         self._work = work
         self._cache = cache
         self._triggers = {lane: tuple(ts) for lane, ts in (triggers or {}).items()}
+        #: Kind keys each lane reads: its passes start only once the cache knows them all.
+        self._needs = {lane: tuple(keys) for lane, keys in (needs or {}).items()}
         self._clock = clock or LoopClock()
         self._metrics = metrics or PassMetrics.on(CollectorRegistry())
         self._config = config or DriverConfig()
@@ -202,6 +221,9 @@ class PassDriver(Generic[ViewT, PlanT]):
         #: Answer passes run in a row while the full lane was due.
         self._full_waited = 0
         self._running = False
+        self._group: asyncio.TaskGroup | None = None
+        #: Kinds a task is waiting for the cache to know.
+        self._watching: set[str] = set()
 
     # -- asking for passes ----------------------------------------------------------------
 
@@ -219,6 +241,10 @@ class PassDriver(Generic[ViewT, PlanT]):
 
     def pending(self, lane: Lane) -> bool:
         return self._lanes[lane].pending
+
+    def waiting_for(self, lane: Lane) -> frozenset[str]:
+        """The kinds ``lane`` waits for the cache to list (or to know unserved) before its next pass."""
+        return frozenset(self._lanes[lane].unsynced)
 
     @property
     def unseen_writes(self) -> dict[str, str]:
@@ -248,11 +274,19 @@ class PassDriver(Generic[ViewT, PlanT]):
                     if (reasons := trigger.poll()) is not None:
                         self.request(lane, ",".join(sorted(reasons)))
             async with asyncio.TaskGroup() as group:
+                self._group = group
                 for lane, triggers in self._triggers.items():
                     for trigger in triggers:
                         group.create_task(self._forward(trigger, lane), name=f"{self.name} {trigger.name}")
+                for lane, needed in self._needs.items():
+                    for key in needed:
+                        self._wait_for_sync(self._lanes[lane], key)
                 await self._loop()
         finally:
+            self._group = None
+            self._watching.clear()
+            for state in self._lanes.values():
+                state.unsynced.clear()
             self._running = False
 
     async def _forward(self, trigger: Trigger, lane: Lane) -> NoReturn:
@@ -279,6 +313,39 @@ class PassDriver(Generic[ViewT, PlanT]):
                 self._full_waited += 1
             await self._pass(lane)
 
+    # -- waiting for a kind's sync --------------------------------------------------------
+
+    def _wait_for_sync(self, state: _LaneState, key: str) -> bool:
+        """Hold ``state``'s lane until the cache knows ``key``; False when there is no cache to ask."""
+        if self._cache is None or self._group is None:
+            return False
+        try:
+            informer = self._cache.informer(key)
+        except UnknownKind:
+            return False
+        if _known(informer):
+            return True
+        if not state.unsynced:
+            self._log.info("the next pass waits for the cache to list a kind", lane=state.lane.value, kind=key)
+        state.unsynced.add(key)
+        if key not in self._watching:
+            self._watching.add(key)
+            self._group.create_task(self._synced(informer), name=f"{self.name} sync {key}")
+        return True
+
+    async def _synced(self, informer: Informer) -> None:
+        trigger = Trigger(f"{self.name} sync {informer.key}")
+        informer.add_trigger(trigger)  # fires on the first list and on every served change
+        try:
+            while not _known(informer):
+                await trigger.wait()
+        finally:
+            informer.remove_trigger(trigger)
+            self._watching.discard(informer.key)
+        for state in self._lanes.values():
+            state.unsynced.discard(informer.key)
+        self._wake.set()
+
     def _choose(self, now: float) -> Lane | None:
         answer, full = self._lanes[Lane.ANSWER], self._lanes[Lane.FULL]
         if full.due(now) and (not answer.due(now) or self._full_waited >= self._config.answer_streak):
@@ -288,7 +355,7 @@ class PassDriver(Generic[ViewT, PlanT]):
         return None
 
     def _next_time(self) -> float:
-        holds = [state.hold_until for state in self._lanes.values() if state.pending]
+        holds = [state.hold_until for state in self._lanes.values() if state.pending and not state.unsynced]
         return min([self._resync_at, *holds])
 
     async def _sleep_until(self, when: float) -> None:
@@ -367,6 +434,12 @@ class PassDriver(Generic[ViewT, PlanT]):
             log.debug("pass done")
             return
         again = state.pending  # a request came while the pass ran
+        if isinstance(error, NotSynced) and self._wait_for_sync(state, error.kind):
+            # Not a failure: the lane runs the moment the kind is listed (its backoffs stay as they were).
+            log.info("pass waiting for a kind to sync", kind=error.kind)
+            if not state.pending:
+                state.pending, state.since = True, self._clock.now()
+            return
         if outcome is Outcome.REQUEUED:
             delay = state.requeue.next_delay()
             log.info("pass requeued", error=str(error), after=0.0 if again else delay)

@@ -87,6 +87,9 @@ class Informers:
                                         timeout: float | None = None) -> Store:
         return await self.by_key[spec_or_key].wait_for_resource_version(resource_version, timeout)
 
+    def informer(self, spec_or_key: str) -> Informer:
+        return self.by_key[spec_or_key]
+
 
 def devices_synced_at(resource_version: str) -> tuple[Informer, Sink]:
     """A served GPUDevice informer whose first list is stored at ``resource_version``, and its feed."""
@@ -109,11 +112,11 @@ async def running(driver: PassDriver[Lane, Lane]) -> AsyncIterator[asyncio.Task[
 
 
 def make(clock: FakeClock, *, cache: Informers | None = None, triggers: dict[Lane, list[Trigger]] | None = None,
-         metrics: PassMetrics | None = None,
-         on_outcome: OutcomeHook | None = None) -> tuple[Script, PassDriver[Lane, Lane]]:
+         metrics: PassMetrics | None = None, on_outcome: OutcomeHook | None = None,
+         needs: dict[Lane, list[str]] | None = None) -> tuple[Script, PassDriver[Lane, Lane]]:
     script = Script(clock)
     driver = PassDriver("test", script, clock=clock, config=CONFIG, cache=cache, triggers=triggers, metrics=metrics,
-                        on_outcome=on_outcome)
+                        on_outcome=on_outcome, needs=needs)
     return script, driver
 
 
@@ -252,7 +255,7 @@ async def test_a_request_lifts_a_requeue_hold() -> None:
         assert script.started == [0.0, 0.0625]
 
 
-async def test_a_pass_waiting_for_the_cache_runs_again_on_the_next_request_or_after_the_failure_backoff() -> None:
+async def test_without_a_cache_a_waiting_pass_runs_again_on_the_next_request_or_after_the_failure_backoff() -> None:
     clock = FakeClock()
     script, driver = make(clock)
     script.errors = {Lane.FULL: [NotSynced("gpunodes"), NotSynced("gpunodes")]}
@@ -266,6 +269,68 @@ async def test_a_pass_waiting_for_the_cache_runs_again_on_the_next_request_or_af
         assert len(script.started) == 2
         await clock.run_for(0.25)
     assert script.started == [0.0, 0.5, 2.5], "the second wait backed off to 2 s"
+
+
+NODES = KindSpec("gpu.cozystack.io", "v1alpha1", "gpunodes", "GPUNode", True)
+
+
+def passes_counted(registry: CollectorRegistry, outcome: str) -> float:
+    return sum(registry.get_sample_value("cozygpu_passes_total", {"loop": "test", "lane": lane.value,
+                                                                  "outcome": outcome}) or 0.0 for lane in Lane)
+
+
+async def test_a_lane_starts_only_once_the_kinds_it_needs_are_listed_and_no_pass_waits_or_fails_meanwhile() -> None:
+    clock = FakeClock()
+    registry = CollectorRegistry()
+    informer, _ = devices_synced_at("5")
+    nodes = Informer(NODES)
+    script, driver = make(clock, cache=Informers(informer, nodes), metrics=PassMetrics.on(registry),
+                          needs={Lane.FULL: [DEVICES.key, NODES.key], Lane.ANSWER: [NODES.key]})
+    async with running(driver):
+        driver.request(Lane.ANSWER, "webhook")
+        await clock.run_for(120.0, step=1.0)
+        assert script.passes == [], "no pass before the kinds it reads are listed"
+        assert driver.waiting_for(Lane.FULL) == {NODES.key}
+        nodes.begin_cycle().replace([], "7")
+        await settle()
+        assert script.passes == [Lane.ANSWER, Lane.FULL], "both lanes ran the moment the kind was listed"
+        assert script.started == [120.0, 120.0]
+    assert passes_counted(registry, "waiting") == 0
+    assert passes_counted(registry, "failed") == 0
+
+
+async def test_a_lane_needing_a_kind_known_not_to_be_served_is_not_held() -> None:
+    clock = FakeClock()
+    nodes = Informer(NODES)
+    nodes.end_cycle("the CRD is not installed")
+    script, driver = make(clock, cache=Informers(nodes), needs={Lane.FULL: [NODES.key]})
+    async with running(driver):
+        await settle()
+        assert script.passes == [Lane.FULL]
+
+
+async def test_a_pass_that_finds_a_kind_not_synced_waits_for_its_sync_not_the_failure_backoff() -> None:
+    clock = FakeClock()
+    registry = CollectorRegistry()
+    nodes = Informer(NODES)
+    feed = nodes.begin_cycle()  # served, not listed yet; the lane does not say it needs the kind
+    script, driver = make(clock, cache=Informers(nodes), metrics=PassMetrics.on(registry))
+    script.errors = {Lane.FULL: [NotSynced(NODES.key), ValueError("a bug")]}
+    async with running(driver):
+        assert script.started == [0.0]
+        await clock.run_for(0.5)
+        driver.request(Lane.FULL, "event")  # a request does not start it either: the kind is not listed
+        await clock.run_for(60.0, step=1.0)
+        assert script.started == [0.0], "held for the sync, not for a backoff"
+        assert driver.waiting_for(Lane.FULL) == {NODES.key}
+        feed.replace([], "9")
+        await settle()
+        assert script.started == [0.0, 60.5], "ran the moment the kind was listed"
+        await clock.run_for(0.75)
+        assert len(script.started) == 2
+        await clock.run_for(0.25)
+        assert script.started[-1] == 61.5, "the failure after it held 1 s: the wait had not grown the backoff"
+    assert passes_counted(registry, "failed") == 1
 
 
 async def test_a_failure_holds_its_lane_for_the_backoff_whatever_comes_and_a_success_resets_it() -> None:

@@ -41,11 +41,27 @@ own policy charts are).
 {{- end -}}
 
 {{/*
+The kinds this chart's own templates create (templates/crds/, rendered on every
+install, GPU on or off). Helm applies a release's CustomResourceDefinitions
+before its ValidatingAdmissionPolicies (CRDs are early in its install order,
+policies are a kind it does not list and so come last, and it finishes each
+kind before the next), so a policy matching only these kinds can render in the
+same install that creates them.
+*/}}
+{{- define "cozygpu.policies.shippedKinds" -}}
+{{- list "gpu.cozystack.io/v1alpha1/GPUClass" "gpu.cozystack.io/v1alpha1/GPUDevice" "gpu.cozystack.io/v1alpha1/GPUNode" | toJson -}}
+{{- end -}}
+
+{{/*
 "true" when every kind in .kinds ("group/version/Kind") is served, decided by
-the switch .Values.policies.kinds.<.switch>: auto asks .Capabilities, true
-asserts the kinds exist, false never renders. A policy matching a kind the
-cluster does not serve yet can break kube-controller-manager's policy type
-checking (the ordering hazard, SPEC §5), so policies render only behind this.
+the switch .Values.policies.kinds.<.switch>: auto renders when each kind is
+either served already (.Capabilities) or created by this chart in the same
+release (cozygpu.policies.shippedKinds), true asserts the kinds exist, false
+never renders. A policy matching a kind nobody creates can break
+kube-controller-manager's policy type checking (the ordering hazard, SPEC §5),
+so policies render only behind this. With auto, the GPU-kind policies render
+on a first install, together with the CRDs, so there is no window after
+`helm install` in which they are missing.
 Usage: include "cozygpu.policies.served" (dict "ctx" . "switch" "gpu" "kinds" (list "gpu.cozystack.io/v1alpha1/GPUNode"))
 */}}
 {{- define "cozygpu.policies.served" -}}
@@ -53,9 +69,10 @@ Usage: include "cozygpu.policies.served" (dict "ctx" . "switch" "gpu" "kinds" (l
 {{- if eq $setting "true" -}}
 true
 {{- else if eq $setting "auto" -}}
+{{- $shipped := include "cozygpu.policies.shippedKinds" .ctx | fromJsonArray -}}
 {{- $served := true -}}
 {{- range .kinds -}}
-{{- if not ($.ctx.Capabilities.APIVersions.Has .) -}}{{- $served = false -}}{{- end -}}
+{{- if not (or ($.ctx.Capabilities.APIVersions.Has .) (has . $shipped)) -}}{{- $served = false -}}{{- end -}}
 {{- end -}}
 {{- if $served -}}true{{- end -}}
 {{- else if ne $setting "false" -}}
@@ -66,8 +83,8 @@ true
 {{/*
 "true" when the agent's node-restriction policy (R-POL-2) renders. The agent's
 RBAC binding renders only then too: an agent must never hold write access to
-GPUNodes that no policy narrows to its own node (on a first install with
-policies.kinds.gpu=auto, both appear with the upgrade after the CRDs).
+GPUNodes that no policy narrows to its own node (with policies.kinds.gpu=false
+neither renders).
 */}}
 {{- define "cozygpu.agentPolicy.renders" -}}
 {{- if and .Values.gpu.enabled (include "cozygpu.policies.supported" .) (include "cozygpu.policies.served" (dict "ctx" . "switch" "gpu" "kinds" (list "gpu.cozystack.io/v1alpha1/GPUNode"))) -}}true{{- end -}}

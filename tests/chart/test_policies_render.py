@@ -87,33 +87,35 @@ def test_the_vmi_policy_waits_for_the_vmi_kind_to_be_served() -> None:
     assert policy_names(render(refused)) == EVERY_POLICY - GPU_VMIS
 
 
-def test_policies_on_gpu_kinds_wait_for_the_gpu_crds_to_be_served() -> None:
-    """A first install: the chart creates the CRDs, so their policies come with the next upgrade."""
+def test_policies_on_gpu_kinds_render_on_a_first_install_with_the_crds_they_match() -> None:
+    """A first install: the GPU kinds are not served yet, but this chart creates them in the same release.
+
+    Without this the GPU-kind policies came only with the next upgrade, a
+    window in which an agent could write any GPUNode and a tenant drop a
+    device finalizer.
+    """
     first_install = [chart.VALIDATING_ADMISSION_POLICY, chart.VMI]
-    assert policy_names(render(GPU_ON, api_versions=first_install)) == ALWAYS | GPU_PODS | GPU_VMIS
-    asserted = {**GPU_ON, "policies": {"kinds": {"gpu": "true"}}}
-    assert policy_names(render(asserted, api_versions=first_install)) == EVERY_POLICY
+    objects = render(GPU_ON, api_versions=first_install)
+    assert policy_names(objects) == EVERY_POLICY
+    crds = chart.render(GPU_ON, api_versions=first_install, include_crds=True)
+    assert {obj["metadata"]["name"] for obj in crds if obj["kind"] == "CustomResourceDefinition"} == {
+        f"{plural}.{keys.GROUP}" for plural in (keys.GPUCLASS_PLURAL, keys.GPUDEVICE_PLURAL, keys.GPUNODE_PLURAL)}
+    refused = {**GPU_ON, "policies": {"kinds": {"gpu": False}}}
+    assert policy_names(render(refused, api_versions=first_install)) == ALWAYS | GPU_PODS | GPU_VMIS
 
 
 def test_the_agent_is_bound_to_its_role_only_where_its_node_restriction_renders() -> None:
     """R-POL-2: no agent ever holds GPUNode write access that no policy narrows to its own node."""
     first_install = [chart.VALIDATING_ADMISSION_POLICY, chart.VMI]
     objects = render(GPU_ON, api_versions=first_install)
-    assert "cozygpu-agent" in named(objects, "ClusterRole")
-    assert "cozygpu-agent" not in named(objects, "ClusterRoleBinding")
-    assert "cozygpu-agent-own-node" not in policy_names(objects)
-    upgraded = render(GPU_ON)
-    assert "cozygpu-agent" in named(upgraded, "ClusterRoleBinding")
-    assert "cozygpu-agent-own-node" in policy_names(upgraded)
+    assert "cozygpu-agent" in named(objects, "ClusterRoleBinding")
+    assert "cozygpu-agent-own-node" in policy_names(objects)
+    switched_off = render({**GPU_ON, "policies": {"kinds": {"gpu": False}}})
+    assert "cozygpu-agent" in named(switched_off, "ClusterRole")
+    assert "cozygpu-agent" not in named(switched_off, "ClusterRoleBinding")
+    assert "cozygpu-agent-own-node" not in policy_names(switched_off)
     no_policies = render(GPU_ON, api_versions=[f"{keys.API_VERSION}/{keys.GPUNODE_KIND}"])
     assert "cozygpu-agent" not in named(no_policies, "ClusterRoleBinding")
-
-
-def test_a_policy_renders_only_when_every_kind_it_matches_is_served() -> None:
-    """The deleting-class policy matches GPUDevice and reads GPUClass: both must be served."""
-    only_devices = [chart.VALIDATING_ADMISSION_POLICY, f"{keys.API_VERSION}/{keys.GPUDEVICE_KIND}"]
-    assert policy_names(render(GPU_ON, api_versions=only_devices)) == (
-        ALWAYS | GPU_PODS | {"cozygpu-device-protection"})
 
 
 def test_a_kinds_switch_other_than_auto_true_or_false_fails_the_render() -> None:

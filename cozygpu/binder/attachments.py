@@ -11,6 +11,11 @@ Contract (decided on the model's Snapshot, pure; ``apply_attachments`` writes):
   within the attachment grace after ``attachedAt`` (an attachment without a
   time is judged from now on: it is never cleared on the pass that first
   sees it).
+- The VMI's UID is **recorded** on an attachment that has none (the VMI
+  webhook attaches before the VMI exists, so it cannot know it) once a VMI of
+  that name exists: from then on the VMI's deletion is seen at once (VMI
+  gone) instead of after the grace, and a later VMI of the same name is not
+  taken for it.
 - A **template device** (the template-device label) is deleted, not
   cleared, where its attachment would be cleared: it lives and dies with its
   VMI.
@@ -79,8 +84,18 @@ class Detach:
 
 
 @attrs.frozen(kw_only=True)
+class Adopt:
+    """Record the UID of the VMI an attachment names, now that the VMI exists."""
+
+    device: DeviceKey
+    vmi: str
+    uid: str
+
+
+@attrs.frozen(kw_only=True)
 class AttachmentPlan:
     detaches: tuple[Detach, ...] = ()
+    adopts: tuple[Adopt, ...] = ()
     #: Attached devices whose VMI cannot be looked up (the VMI kind is not served).
     unverified: tuple[DeviceKey, ...] = ()
 
@@ -130,16 +145,20 @@ def plan_attachments(snapshot: Snapshot, *, vmis_served: bool, grace: timedelta,
         return AttachmentPlan(unverified=tuple(sorted(d.key for d in attached)))
     skipped = set(skip)
     seen = first_seen or {}
-    detaches = []
+    detaches, adopts = [], []
     for device in sorted(attached, key=lambda d: d.key):
         if device.key in skipped or device.deleting:
             continue  # a deleting device is the finalizer's to judge (R-BIND-9)
+        attachment = device.attachment
+        assert attachment is not None
         why = _why_detach(snapshot, device, grace=grace, first_seen=seen.get(device.key, snapshot.now))
         if why is not None:
-            assert device.attachment is not None
-            detaches.append(Detach(device=device.key, vmi=device.attachment.vmi, reason=why,
-                                   delete=device.template))
-    return AttachmentPlan(detaches=tuple(detaches))
+            detaches.append(Detach(device=device.key, vmi=attachment.vmi, reason=why, delete=device.template))
+            continue
+        vmi = snapshot.vmis.get((device.namespace, attachment.vmi))
+        if not attachment.uid and vmi is not None and vmi.uid:
+            adopts.append(Adopt(device=device.key, vmi=attachment.vmi, uid=vmi.uid))
+    return AttachmentPlan(detaches=tuple(detaches), adopts=tuple(adopts))
 
 
 @attrs.frozen(kw_only=True)
@@ -159,9 +178,25 @@ def _path(key: DeviceKey, *, subresource: str | None = None) -> str:
 
 
 async def apply_attachments(client: Client, plan: AttachmentPlan, objects: Mapping[DeviceKey, Obj]) -> AttachmentReport:
-    """Write ``plan``'s detaches, each on the resourceVersion of its device in ``objects``."""
+    """Write ``plan``'s detaches and adopted UIDs, each on the resourceVersion of its device in ``objects``."""
     written: list[str] = []
     dropped = 0
+    for adopt in plan.adopts:
+        obj = objects.get(adopt.device)
+        if obj is None:
+            continue
+        version = str((obj.get("metadata") or {}).get("resourceVersion") or "")
+        try:
+            answer = await client.merge_patch(_path(adopt.device, subresource="status"),
+                                              {"status": {"attachment": {"uid": adopt.uid}}},
+                                              resource_version=version)
+        except (errors.Conflict, errors.NotFound) as error:
+            dropped += 1
+            log.info("VMI UID not recorded, requeued", device="/".join(adopt.device), why=type(error).__name__,
+                     resource_version=version)
+            continue
+        written.append(str((answer.get("metadata") or {}).get("resourceVersion") or ""))
+        log.info("VMI UID recorded on the attachment", device="/".join(adopt.device), vmi=adopt.vmi, uid=adopt.uid)
     for detach in plan.detaches:
         obj = objects.get(detach.device)
         if obj is None:

@@ -448,7 +448,7 @@ class Binder:
         for version in report.written:
             writes.record(specs.GPU_DEVICES, version)
         self._stale += report.dropped
-        done = {*skip, *(d.device for d in plan.detaches)}
+        done = {*skip, *(d.device for d in plan.detaches), *(a.device for a in plan.adopts)}
         await self._mark_verified([k for k, o in objects.items() if k not in done and _unverified(o)], objects,
                                   writes, snapshot.now)
         if self._metrics is not None:

@@ -90,6 +90,27 @@ async def test_an_attachment_is_cleared_when_its_vmi_is_gone_or_never_came_and_t
     assert (await world.device("young"))["status"]["attachment"]["vmi"] == "vm-young"
 
 
+async def test_a_vm_stopped_within_the_grace_is_detached_at_once_because_its_vmi_uid_was_recorded(
+        world: World, binder: RunningBinder) -> None:
+    # The webhook attaches before the VMI exists (no UID): the binder records the UID once the VMI is there,
+    # so the VMI's deletion (a VM stopped seconds after it started) clears the attachment on the next pass.
+    await world.node("n1", 4)
+    await world.order("held", status={**world.held("n1"), "attachment": {"vmi": "vm-a", "attachedAt": stamp()}})
+    made = await vmi(world, "vm-a")
+    await seen_by(binder, specs.VMIS.key, made)
+
+    await binder.full_pass()
+    assert (await world.device("held"))["status"]["attachment"]["uid"] == made["metadata"]["uid"]
+
+    await world.admin.delete(f"{resource_path(*VMIS, namespace=world.namespace)}/vm-a")
+    await cache_until(binder, specs.VMIS, lambda: binder.cache.store(specs.VMIS).get(world.namespace, "vm-a") is None)
+    await binder.full_pass()
+
+    kept = (await world.device("held"))["status"]
+    assert "attachment" not in kept, "the attachment waited out the grace (30 s) instead"
+    assert (kept["phase"], kept["nodeName"]) == ("Bound", world.node_name("n1"))
+
+
 async def test_a_template_device_goes_with_its_vmi(world: World, binder: RunningBinder) -> None:
     await world.node("n1", 2)
     vm = await vmi(world, "vm")

@@ -9,6 +9,11 @@ Order of work, so that a dry run and a refused start leave no trace:
    merge patch preconditioned on the resourceVersion the decision read. On a
    Conflict the device is read again and attached only if still free (so two
    VMIs never take one device: the later one finds the other's attachment).
+   The creates run concurrently, then the attachments do (at most
+   ``WRITE_CONCURRENCY`` at once). A write is never cancelled because a
+   sibling failed or the request ended: every write sent finishes and is
+   recorded before the undo runs, so the undo knows all of them; after a
+   failure no further write starts.
 3. Wait at most ``bind_wait`` for the binder's answer on every member,
    watching the cache's GPUDevice events (no polling).
 4. Every member Succeeded → allowed, with one ``gpus`` entry per GPU and
@@ -29,7 +34,7 @@ import asyncio
 import contextlib
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -53,6 +58,8 @@ _log = get_logger("cozygpu.admission.vmi")
 SUCCEEDED = "Succeeded"
 #: Attempts at one device's attachment write when its resourceVersion moved under it.
 ATTEMPTS = 3
+#: Writes of one start (and of its undo) in flight at once.
+WRITE_CONCURRENCY = 8
 
 
 @attrs.frozen(kw_only=True)
@@ -141,7 +148,7 @@ class VMIWebhook:
                 request_id = uuid.uuid4().hex
                 await writes.write(request_id, now=utc_now())
         except Refused as error:
-            await writes.undo(request_id, self._cache)
+            await asyncio.shield(writes.undo(request_id, self._cache))
             return Verdict.refuse(str(error), reason=error.reason)
         except BaseException:
             await asyncio.shield(writes.undo(request_id, self._cache))
@@ -153,7 +160,7 @@ class VMIWebhook:
             raise
         if failure is None:
             return Verdict.allow(patch)
-        await writes.undo(request_id, self._cache)
+        await asyncio.shield(writes.undo(request_id, self._cache))
         return Verdict.refuse(failure[1], reason=failure[0])
 
     async def _wait(self, plan: StartPlan, request_id: str) -> tuple[str, str] | None:
@@ -227,14 +234,54 @@ class _Writes:
         self._versions = dict(versions)
         #: Template devices this start created: name -> UID.
         self.created: dict[str, str] = {}
+        #: Members whose attachment write was sent (or about to be): the undo checks each by request id.
         self.attached: list[str] = []
+        self._limit = asyncio.Semaphore(WRITE_CONCURRENCY)
+        #: Writes still running; the undo waits for them before it looks at what was written.
+        self._pending: set[asyncio.Task[None]] = set()
+        #: Set by the undo: no write starts any more.
+        self._stopped = False
 
     async def write(self, request_id: str, *, now: datetime) -> None:
+        """Create the template devices, then attach every member; each step's writes concurrently.
+
+        Raises the first failure (a ``Refused`` if any) once every write of the
+        step has finished, so what was written is all recorded for the undo.
+        """
         plan = self._plan
-        for member in plan.to_create:
+
+        async def create(member: Member) -> None:
             self._versions[member.name] = await self._create(member)
-        for member in plan.members:
+
+        async def attach(member: Member) -> None:
             await self._attach(member, self._versions[member.name], request_id, now=now)
+
+        await self._each(plan.to_create, create)
+        await self._each(plan.members, attach)
+
+    async def _each(self, members: Sequence[Member], write: Callable[[Member], Awaitable[None]]) -> None:
+        failures: list[BaseException] = []
+
+        async def one(member: Member) -> None:
+            async with self._limit:
+                if self._stopped or failures:
+                    return
+                try:
+                    await write(member)
+                except Exception as error:  # raised below, once every sibling has finished
+                    failures.append(error)
+
+        tasks = {asyncio.create_task(one(member), name=f"admission write {member.name}") for member in members}
+        if not tasks:
+            return
+        self._pending |= tasks
+        # asyncio.wait never cancels the writes, not even when this call is: a write cancelled in
+        # flight may still have been applied, and the undo could not know it.
+        await asyncio.wait(tasks)
+        self._pending -= tasks
+        failures += [asyncio.CancelledError(f"{task.get_name()} was cancelled") for task in tasks if task.cancelled()]
+        if failures:
+            raise next((f for f in failures if isinstance(f, Refused)), failures[0])
 
     async def _create(self, member: Member) -> str:
         plan = self._plan
@@ -260,10 +307,10 @@ class _Writes:
             "attachment": {"vmi": plan.vmi, "uid": None, "attachedAt": stamp(now), "requestId": request_id},
             "bindRequest": {"id": request_id, "vmi": plan.vmi, "time": stamp(now)}}}
         path = _device_path(plan.namespace, member.name, status=True)
+        self.attached.append(member.name)  # before the write: its answer may be lost, the undo checks the request id
         for attempt in range(ATTEMPTS):
             try:
                 await self._client.merge_patch(path, patch, resource_version=version)
-                self.attached.append(member.name)
                 return
             except errors.Conflict:
                 if attempt == ATTEMPTS - 1:
@@ -283,26 +330,46 @@ class _Writes:
             except errors.NotFound:
                 raise Refused(f"GPUDevice {plan.namespace}/{member.name} was deleted meanwhile",
                               reason="DeviceGone") from None
+            except errors.ApiError as error:
+                raise Refused(f"attaching GPUDevice {plan.namespace}/{member.name} to VMI {plan.namespace}/"
+                              f"{plan.vmi} was refused: {error.message}", reason="AttachRefused") from None
         raise Refused(f"GPUDevice {plan.namespace}/{member.name} kept changing while VMI {plan.namespace}/"
                       f"{plan.vmi} was being attached; try again", reason="Conflict")
 
     async def undo(self, request_id: str, cache: Cache) -> None:
-        """Take back this start's writes; what another request took over meanwhile is left alone."""
-        plan = self._plan
-        for name in self.attached:
-            if name in self.created:
-                continue
-            await self._detach(name, request_id, cache)
-        for name, uid in self.created.items():
-            try:
-                await self._client.delete(_device_path(plan.namespace, name), uid=uid)
-            except (errors.NotFound, errors.Conflict):
-                pass
-            except errors.KubeError as error:
-                _log.error("could not delete a template device of a refused start", device=name,
-                           error=str(error))
+        """Take back this start's writes; what another request took over meanwhile is left alone.
+
+        Waits first for every write still running (none is cancelled), so all
+        that was written is known; then clears and deletes concurrently.
+        """
+        self._stopped = True
+        if self._pending:
+            await asyncio.wait(set(self._pending))
+            self._pending.clear()
+        created = dict(self.created)
+        detach = [name for name in dict.fromkeys(self.attached) if name not in created]
+
+        async def bounded(step: Awaitable[None]) -> None:
+            async with self._limit:
+                try:
+                    await step
+                except Exception as error:  # one step's failure must not stop the others
+                    _log.error("an undo step of a refused start failed", request=request_id, error=str(error))
+
+        steps = [*(self._detach(name, request_id, cache) for name in detach),
+                 *(self._delete(name, uid) for name, uid in created.items())]
+        if steps:
+            await asyncio.wait({asyncio.create_task(bounded(step)) for step in steps})
         self.attached.clear()
         self.created.clear()
+
+    async def _delete(self, name: str, uid: str) -> None:
+        try:
+            await self._client.delete(_device_path(self._plan.namespace, name), uid=uid)
+        except (errors.NotFound, errors.Conflict):
+            pass
+        except errors.KubeError as error:
+            _log.error("could not delete a template device of a refused start", device=name, error=str(error))
 
     async def _detach(self, name: str, request_id: str, cache: Cache) -> None:
         plan = self._plan

@@ -103,6 +103,9 @@ async def test_a_refused_start_and_a_dry_run_leave_no_trace(
             await held(admin, served.cache, world, "theirs", 1)
             other = await admin.create(VMIS.format(namespace), vmi_body("other", [{"device": "theirs"}]))
             assert len(gpus(other)) == 1
+            # The binder records the VMI's UID on the attachment once the VMI exists: a write of its own.
+            await until(served.cache, lambda: bool(status(served.cache, namespace, "theirs")
+                                                   .get("attachment", {}).get("uid")))
             before = await devices(admin, namespace)
             cases = {
                 "GPUDevice {ns}/nope does not exist": [{"device": "mine"}, {"device": "nope"}],

@@ -61,7 +61,7 @@ from cozygpu.cache.store import Event, Store
 from cozygpu.kube import Client, errors
 from cozygpu.kube.client import Obj
 from cozygpu.model.capacity import DEFAULT_REPORT_STALE_AFTER
-from cozygpu.model.placement import PassPlan, plan_pass
+from cozygpu.model.placement import SPLIT_WHILE_VM_RUNS, PassPlan, Stay, plan_pass
 from cozygpu.model.snapshot import DeviceKey, Phase, Snapshot, VmiKey
 from cozygpu.passes.writes import Writes
 
@@ -333,7 +333,10 @@ class Binder:
             await self._verify_attachments(snapshot, objects, served, writes)
             plan = plan_pass(snapshot)
             report = await self._write_plan(plan, snapshot, objects, writes, lane="full")
-            if not report.requeue:
+            if any(stay.why == SPLIT_WHILE_VM_RUNS for stay in plan.of(Stay)):
+                # Not settled: the first room on its launcher's node is the split set's, before any new order.
+                self.fast_lane.unsettle("a set is split while its VM runs")
+            elif not report.requeue:
                 self.fast_lane.settle(mark)
             written = {w.key for w in report.written} | {d.key for d in report.dropped}
             await self._attachments(snapshot, objects, written, writes)

@@ -26,6 +26,7 @@ from typing import Any, Final
 import attrs
 
 from cozygpu.model.placement import (
+    SPLIT_WHILE_VM_RUNS,
     SUCCEEDED,
     VM_RUNS_THERE,
     Action,
@@ -52,6 +53,7 @@ REASON_LOST: Final = "Lost"
 REASON_NOT_ACCEPTED: Final = "NotAccepted"
 REASON_STAYS: Final = "StaysOnCordonedNode"
 REASON_STAYS_RUNNING: Final = "StaysWhileVMRuns"
+REASON_SPLIT_RUNNING: Final = "SplitWhileVMRuns"
 
 NORMAL: Final = "Normal"
 WARNING: Final = "Warning"
@@ -155,13 +157,21 @@ def _placement(
         events.append(EventNote(type=WARNING, reason=REASON_NOT_ACCEPTED, message=condition["message"]))
     elif decided.stay is not None:
         stay = decided.stay
-        message = f"stays on node {stay.node} ({stay.why}): {stay.cause.message}"
-        condition = _condition("True", _stay_reason(stay), message)
-        events.append(EventNote(type=NORMAL, reason=condition["reason"], message=message))
+        if stay.why == SPLIT_WHILE_VM_RUNS:
+            message = (f"{set_label} is split and its VM runs on node {stay.node}, so no member the VM uses is moved; "
+                       f"the set is gathered there once the node can take it: {stay.cause.message}")
+            condition = _condition("True" if phase is Phase.BOUND else "False", _stay_reason(stay), message)
+            events.append(EventNote(type=WARNING, reason=condition["reason"], message=message))
+        else:
+            message = f"stays on node {stay.node} ({stay.why}): {stay.cause.message}"
+            condition = _condition("True", _stay_reason(stay), message)
+            events.append(EventNote(type=NORMAL, reason=condition["reason"], message=message))
     return fields, condition, events
 
 
 def _stay_reason(stay: Stay) -> str:
+    if stay.why == SPLIT_WHILE_VM_RUNS:
+        return REASON_SPLIT_RUNNING
     return REASON_STAYS_RUNNING if stay.why == VM_RUNS_THERE else REASON_STAYS
 
 

@@ -26,7 +26,11 @@ Contract:
   and used, sets leave larger first until it fits).
 - **Running VMs (R-BIND-7).** A set whose VMI has a running launcher pod is
   never moved or sent to Lost: whatever its node's problem it is a ``Stay``
-  (``its VM runs there``), and the capacity-lost rule passes it over.
+  (``its VM runs there``), and the capacity-lost rule passes it over. The
+  only node such a set may go to is its launcher's: a set found split (a
+  fault) is gathered there, the member the VM uses staying put, or left
+  split with a ``Stay`` (``SPLIT_WHILE_VM_RUNS``) when that node cannot take
+  the rest; an answer for it is refused the same way.
 - **Where to.** Where a set goes is one choice, ``destination``: the
   fullest node with room, else Lost. The full pass and the answer path
   both use them, and every move carries its cause. A stale report is never
@@ -214,6 +218,8 @@ ON_CORDON_STAY = "onCordon: Stay"
 NO_ROOM_ELSEWHERE = "no other node has room"
 #: Why a set whose VMI has a running launcher keeps its node whatever the node's problem (R-BIND-7).
 VM_RUNS_THERE = "its VM runs there"
+#: Why a split set whose VMI runs is left split: its launcher's node, the only one it may go to, cannot take it.
+SPLIT_WHILE_VM_RUNS = "its VM runs there and the node cannot take the rest of the set"
 
 
 @attrs.define
@@ -357,8 +363,9 @@ class _Planner:
                 per[name] = per.get(name, 0) + device.count
         return need, held_on
 
-    def choose(self, work: _Work, *, exclude: Iterable[str] = ()) -> tuple[str | None, Refusal | None]:
-        """The node for the whole set, or why there is none."""
+    def choose(self, work: _Work, *, exclude: Iterable[str] = (),
+               only: str | None = None) -> tuple[str | None, Refusal | None]:
+        """The node for the whole set (``only`` that one, when given), or why there is none."""
         classes = self.classes_of(work)
         if classes is None:
             missing = next(d.class_name for d in work.members if d.class_name not in self.s.classes)
@@ -367,6 +374,14 @@ class _Planner:
         names = sorted(need)
         skip = set(exclude)
         candidates = self.eligible(work, classes, names)
+        if only is not None:
+            if only not in candidates:
+                problem = self.node_problem(work, only, classes)
+                if problem is None:
+                    missing = ", ".join(n for n in names if only not in self.s.serving.get(n, ()))
+                    problem = refusals.no_node_for_set(work.label, needs=missing or ", ".join(names), candidates=0)
+                return None, problem
+            candidates = (only,)
         best: tuple[int, int, str] | None = None
         # Nothing held yet and a name no node has room for: no need to look.
         hopeless = not held_on and any(need[name] > self.max_free(name) for name in names)
@@ -400,6 +415,17 @@ class _Planner:
         ``cause`` is why the set leaves ``leaving`` (None for a gather or a
         rebind, where a Lost set is lost for want of room).
         """
+        if _running(self.s, work):
+            # R-BIND-7: a set whose VM runs may go to its launcher's node only (the member the VM uses is there).
+            launcher = _launcher_node(self.s, work)
+            if launcher is None:
+                no_room = refusals.vm_runs_on(work.label, node=None, why=None)
+                return _Lost(cause=cause or no_room, no_room=no_room)
+            node, why = self.choose(work, only=launcher)
+            if node is not None:
+                return _Move(node=node, cause=cause)
+            no_room = refusals.vm_runs_on(work.label, node=launcher, why=why)
+            return _Lost(cause=cause or no_room, no_room=no_room)
         node, no_room = self.choose(work, exclude=(leaving,) if leaving else ())
         if node is not None:
             return _Move(node=node, cause=cause)
@@ -582,6 +608,11 @@ class _Planner:
                 nodes.add(node)
         return nodes.pop() if len(nodes) == 1 else None
 
+    def split_while_running(self, whole: _Work) -> bool:
+        """Whether the accepted members ``whole`` are split (over nodes, or partly Lost) while their VM runs."""
+        return (len(whole.members) > 1 and len({self.where(d) for d in whole.members}) > 1
+                and _running(self.s, whole))
+
     def held_part(self, work: _Work) -> _Work | None:
         """The set's accepted members (what it holds or lost) as a set of their own, None when there are none."""
         accepted = self.accepted(work)
@@ -621,7 +652,14 @@ class _Planner:
         held = self.held_node(target)
         classes = self.classes_of(target)
         if held is None or classes is None:
-            return self._settle(target, pending, self.destination(target))
+            decision = self.destination(target)
+            split = self.held_part(target)
+            if isinstance(decision, _Lost) and split is not None and self.split_while_running(split):
+                # As the restore step leaves it (R-BIND-7): the answer carries the same Stay.
+                node = _launcher_node(self.s, split) or ""
+                stay = self.record_stay(split, node, _Stay(cause=decision.no_room, why=SPLIT_WHILE_VM_RUNS))
+                return SetPlacement(node=None, refusal=decision.no_room, stay=stay)
+            return self._settle(target, pending, decision)
         held_part = self.held_part(target)
         assert held_part is not None
         decision = self.stayed(held_part) or self.keep_or_move(target, held, classes)
@@ -680,6 +718,17 @@ def _running(snapshot: Snapshot, work: _Work) -> bool:
     return any((pod := snapshot.pods.get(uid)) is not None and not pod.final for uid in work.vmi.active_pods)
 
 
+def _launcher_node(snapshot: Snapshot, work: _Work) -> str | None:
+    """The node of the set's running launcher pod (the first by uid), None when it has none yet."""
+    if work.vmi is None:
+        return None
+    for uid in sorted(work.vmi.active_pods):
+        pod = snapshot.pods.get(uid)
+        if pod is not None and not pod.final and pod.node_name:
+            return pod.node_name
+    return None
+
+
 def plan_pass(snapshot: Snapshot, *, answers_only: bool = False, new_orders: bool = False) -> PassPlan:
     """Everything one binder pass decides, in the order of R-BIND-5 (or only the answers, R-BIND-3).
 
@@ -702,13 +751,24 @@ def plan_pass(snapshot: Snapshot, *, answers_only: bool = False, new_orders: boo
 
 
 def _restore_sets(planner: _Planner, works: Sequence[_Work]) -> None:
-    """R-BIND-4: a set partly Lost or split over nodes is gathered onto one node or sent to Lost whole."""
+    """R-BIND-4: a set partly Lost or split over nodes is gathered onto one node or sent to Lost whole.
+
+    R-BIND-7: a set whose VM runs is gathered onto its launcher's node only
+    (``destination``), the members held there staying put; when that node
+    cannot take the rest the set is left as it is, with a ``Stay`` saying why,
+    and never sent to Lost.
+    """
     for work in works:
         whole = planner.held_part(work)
         if whole is None or len(whole.members) < 2:
             continue
         if len({planner.where(d) for d in whole.members}) > 1:
-            planner.carry_out(whole, planner.destination(whole))
+            decision = planner.destination(whole)
+            if isinstance(decision, _Lost) and planner.split_while_running(whole):
+                node = _launcher_node(planner.s, whole) or ""
+                planner.record_stay(whole, node, _Stay(cause=decision.no_room, why=SPLIT_WHILE_VM_RUNS))
+                continue
+            planner.carry_out(whole, decision)
 
 
 def _move_off(planner: _Planner, works: Sequence[_Work]) -> None:

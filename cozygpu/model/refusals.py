@@ -200,6 +200,25 @@ def no_node_for_set(subject: str, *, needs: str, candidates: int) -> Refusal:
     )
 
 
+def vm_runs_on(subject: str, *, node: str | None, why: Refusal | None) -> Refusal:
+    """A set whose VM runs may go to its launcher's node only (R-BIND-7), and that node cannot take it."""
+    if node is None:
+        return Refusal(
+            reason=Reason.NO_NODE_WITH_ROOM,
+            message=f"{subject}: its VM has a launcher pod on no node yet, and a set whose VM runs goes nowhere else",
+            subject=subject,
+        )
+    because = f": {why.message}" if why is not None else ""
+    return Refusal(
+        reason=why.reason if why is not None else Reason.NO_NODE_WITH_ROOM,
+        message=f"{subject}: its VM runs on node {node}, the only node the set may go to, and it cannot take the "
+                f"set{because}",
+        subject=subject,
+        limit=why.limit if why is not None else None,
+        in_use=why.in_use if why is not None else None,
+    )
+
+
 def unknown_device(namespace: str, name: str) -> Refusal:
     return Refusal(
         reason=Reason.UNKNOWN_DEVICE,

@@ -175,3 +175,54 @@ async def wait_gone(admin: Client, path: str, timeout: float = 30.0) -> None:
             if await admin.get_or_none(path) is None:
                 return
             await asyncio.sleep(0.1)
+
+
+def placed(device: dict[str, Any]) -> tuple[str, str]:
+    return device["status"]["phase"], device["status"].get("nodeName")
+
+
+async def split_running_set(world: World, binder: RunningBinder, *, n1: int) -> None:
+    """VMI vm's two devices split: a (1 unit) on n1, where its launcher runs, and b (2 units) on n2 (4 units)."""
+    await world.node("n1", n1)
+    await world.node("n2", 4)
+    vm = await vmi(world, "vm")
+    attached = {"attachment": {"vmi": "vm", "uid": vm["metadata"]["uid"], "attachedAt": stamp()}}
+    await world.order("a", 1, status={**world.held("n1"), **attached})
+    await world.order("b", 2, status={**world.held("n2"), **attached})
+    vm = await running_launcher(world, vm, world.node_name("n1"))
+    await seen_by(binder, specs.VMIS.key, vm)
+    for name in ("a", "b"):
+        await seen_by(binder, specs.GPU_DEVICES.key, await world.device(name))
+    await cache_until(binder, specs.PODS, lambda: any(
+        p["metadata"]["name"] == "virt-launcher-vm-abcde" and (p.get("status") or {}).get("phase") == "Running"
+        for p in binder.cache.store(specs.PODS).list()))
+
+
+async def test_a_split_set_whose_vm_runs_is_gathered_onto_the_launchers_node_never_moving_its_member(
+        world: World, binder: RunningBinder) -> None:
+    # n2 holds more of the set and has room for all of it: an idle set would gather there, moving a off the
+    # node its VM runs on. R-BIND-7: b joins a on n1 instead.
+    await split_running_set(world, binder, n1=3)
+
+    await binder.full_pass()
+
+    a, b = await world.device("a"), await world.device("b")
+    assert placed(a) == ("Bound", world.node_name("n1")), "the member the running VM uses was moved"
+    assert placed(b) == ("Bound", world.node_name("n1"))
+    assert a["status"]["attachment"]["vmi"] == b["status"]["attachment"]["vmi"] == "vm"
+
+
+async def test_a_split_set_whose_vm_runs_is_left_split_with_a_condition_when_the_launchers_node_has_no_room(
+        world: World, binder: RunningBinder) -> None:
+    # n1 serves 1 unit: b cannot join a there. n2 has room for the whole set, but going there moves a.
+    await split_running_set(world, binder, n1=1)
+
+    await binder.full_pass()
+
+    a, b = await world.device("a"), await world.device("b")
+    assert placed(a) == ("Bound", world.node_name("n1")), "the member the running VM uses was moved"
+    assert placed(b) == ("Bound", world.node_name("n2"))
+    for device in (a, b):
+        (bound,) = [c for c in device["status"]["conditions"] if c["type"] == "Bound"]
+        assert bound["reason"] == "SplitWhileVMRuns", bound
+        assert f"runs on node {world.node_name('n1')}" in bound["message"], bound["message"]

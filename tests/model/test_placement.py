@@ -6,6 +6,7 @@ import attrs
 
 from cozygpu.model.placement import (
     FAILED,
+    SPLIT_WHILE_VM_RUNS,
     SUCCEEDED,
     VM_RUNS_THERE,
     Answer,
@@ -104,6 +105,74 @@ def test_a_split_set_with_no_node_to_gather_on_goes_lost_as_a_whole() -> None:
     plan = plan_pass(snap)
     lost = {a.device for a in plan.of(MarkLost)}
     assert lost == {("tenant-a", "a"), ("tenant-a", "b")}
+
+
+def test_a_split_set_whose_vm_runs_is_gathered_onto_the_launchers_node_not_where_most_of_it_is() -> None:
+    # Unlike an idle set (gathered onto n2, which holds most of it), the member the running VM uses stays on n1.
+    nodes, inventories = gpu_nodes(("n1", 8), ("n2", 8))
+    snap = snapshot(
+        nodes=nodes,
+        inventories=inventories,
+        devices=[
+            device("big", count=3, phase=Phase.BOUND, node="n2", vmi="vm1"),
+            device("small", count=1, phase=Phase.BOUND, node="n1", vmi="vm1"),
+        ],
+        vmis=[vmi("vm1", active=["launcher"])],
+        pods=[pod("virt-launcher-vm1", uid="launcher", node_name="n1", requests={H100: 1})],
+    )
+    plan = plan_pass(snap)
+    assert binds(plan) == {("tenant-a", "big"): "n1"}
+    assert not plan.of(MarkLost)
+
+
+def test_a_split_set_whose_vm_runs_is_left_split_with_a_stay_when_the_launchers_node_has_no_room() -> None:
+    # Room for the whole set on n3, none on n1 where the VM runs: nothing moves, nothing goes Lost.
+    nodes, inventories = gpu_nodes(("n1", 2), ("n2", 2), ("n3", 8))
+    snap = snapshot(
+        nodes=nodes,
+        inventories=inventories,
+        devices=[
+            device("a", count=2, phase=Phase.BOUND, node="n1", vmi="vm1", request="r1"),
+            device("b", count=2, phase=Phase.BOUND, node="n2", vmi="vm1"),
+            device("c", count=1, phase=Phase.LOST, vmi="vm1"),
+        ],
+        vmis=[vmi("vm1", active=["launcher"])],
+        pods=[pod("virt-launcher-vm1", uid="launcher", node_name="n1", requests={H100: 2})],
+    )
+    plan = plan_pass(snap)
+    assert not plan.of(Bind)
+    assert not plan.of(MarkLost)
+    (stay,) = plan.of(Stay)
+    assert (stay.node, stay.why) == ("n1", SPLIT_WHILE_VM_RUNS)
+    assert set(stay.devices) == {("tenant-a", "a"), ("tenant-a", "b"), ("tenant-a", "c")}
+    assert "node n1" in stay.cause.message
+    (answer,) = plan.of(Answer)
+    assert answer.result == FAILED
+    assert answer.refusal is not None
+    assert "its VM runs on node n1" in answer.refusal.message
+    # The answer path alone refuses it the same way and moves nothing.
+    alone = plan_pass(snap, answers_only=True)
+    assert not alone.of(Bind)
+    assert not alone.of(MarkLost)
+    assert [a.result for a in alone.of(Answer)] == [FAILED]
+
+
+def test_a_split_set_whose_launcher_has_no_node_yet_is_left_as_it_is() -> None:
+    nodes, inventories = gpu_nodes(("n1", 8), ("n2", 8))
+    snap = snapshot(
+        nodes=nodes,
+        inventories=inventories,
+        devices=[
+            device("a", count=1, phase=Phase.BOUND, node="n1", vmi="vm1"),
+            device("b", count=1, phase=Phase.BOUND, node="n2", vmi="vm1"),
+        ],
+        vmis=[vmi("vm1", active=["launcher"])],
+        pods=[pod("virt-launcher-vm1", uid="launcher", node_name=None, requests={H100: 2})],
+    )
+    plan = plan_pass(snap)
+    assert not plan.of(Bind)
+    assert not plan.of(MarkLost)
+    assert [s.why for s in plan.of(Stay)] == [SPLIT_WHILE_VM_RUNS]
 
 
 def test_a_set_left_partly_lost_is_gathered_where_its_held_members_are() -> None:

@@ -15,7 +15,7 @@ Contract:
   request refused with a message saying so. A handler that must undo its
   writes does so inside its own deadline (the VMI webhook's bind wait ends
   earlier than this one).
-- Metrics: answers by webhook and outcome, and a latency histogram per webhook.
+- Metrics: answers by webhook, outcome and refusal reason (a bounded set), and a latency histogram per webhook.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ import attrs
 import orjson
 from aiohttp import web
 
-from cozygpu.admission.metrics import AdmissionMetrics
+from cozygpu.admission.metrics import AdmissionMetrics, metric_reason
 from cozygpu.base.logging import get_logger
 
 _log = get_logger("cozygpu.admission")
@@ -147,13 +147,13 @@ def review_answer(uid: str, verdict: Verdict) -> dict[str, Any]:
     return {"apiVersion": API_VERSION, "kind": KIND, "response": response}
 
 
-def _bad(message: str) -> tuple[int, bytes, str]:
-    return 400, orjson.dumps({"error": readable(message)}), BAD_REQUEST
+def _bad(message: str) -> tuple[int, bytes, str, str]:
+    return 400, orjson.dumps({"error": readable(message)}), BAD_REQUEST, "BadRequest"
 
 
 async def respond(name: str, handler: Handler, *, method: str, content_type: str, body: bytes, deadline: float
-                  ) -> tuple[int, bytes, str]:
-    """(HTTP status, body, outcome) for one call: 400 for what is not an AdmissionReview, else 200 and the answer."""
+                  ) -> tuple[int, bytes, str, str]:
+    """(HTTP status, body, outcome, metric reason) for one call: 400 for what is not an AdmissionReview, else 200."""
     if method != "POST":
         return _bad(f"{name}: admission reviews are POSTed, not {method}")
     if content_type != "application/json":
@@ -166,7 +166,8 @@ async def respond(name: str, handler: Handler, *, method: str, content_type: str
         return _bad(f"{name}: {error}")
     verdict = await answer(name, handler, request, deadline=deadline)
     outcome = ALLOWED if verdict.allowed else (ERROR if verdict.reason == "InternalError" else REFUSED)
-    return 200, orjson.dumps(review_answer(request.uid, verdict)), outcome
+    reason = metric_reason(verdict.reason or "Refused", allowed=verdict.allowed)
+    return 200, orjson.dumps(review_answer(request.uid, verdict)), outcome, reason
 
 
 def endpoint(name: str, handler: Handler, *, deadline: float, metrics: AdmissionMetrics | None = None
@@ -175,21 +176,21 @@ def endpoint(name: str, handler: Handler, *, deadline: float, metrics: Admission
 
     async def serve(http: web.Request) -> web.StreamResponse:
         started = time.perf_counter()
-        outcome = BAD_REQUEST
+        outcome, reason = BAD_REQUEST, "BadRequest"
         try:
             if http.content_length is not None and http.content_length > MAX_BODY:
-                status, body, outcome = _bad(f"{name}: body of {http.content_length} bytes exceeds {MAX_BODY}")
+                status, body, outcome, reason = _bad(f"{name}: body of {http.content_length} bytes exceeds {MAX_BODY}")
             else:
                 try:
                     raw = await http.read() if http.method == "POST" else b""  # capped at the app's client_max_size
                 except web.HTTPRequestEntityTooLarge:
                     raw = b"x" * (MAX_BODY + 1)
-                status, body, outcome = await respond(name, handler, method=http.method,
-                                                      content_type=http.content_type, body=raw, deadline=deadline)
+                status, body, outcome, reason = await respond(
+                    name, handler, method=http.method, content_type=http.content_type, body=raw, deadline=deadline)
             return web.Response(status=status, body=body, content_type="application/json")
         finally:
             if metrics is not None:
-                metrics.answers.labels(name, outcome).inc()
+                metrics.answers.labels(name, outcome, reason).inc()
                 metrics.latency.labels(name).observe(time.perf_counter() - started)
 
     return serve

@@ -1,6 +1,8 @@
 """The webhooks' figures.
 
-    cozygpu_admission_answers_total{webhook, outcome}   answers: allowed, refused, error, bad-request
+    cozygpu_admission_answers_total{webhook, outcome, reason}
+                                                        answers: allowed, refused, error, bad-request; reason
+                                                        is the refusal's (``metric_reason``), "" when allowed
     cozygpu_admission_duration_seconds{webhook}         request read → answer written
     cozygpu_admission_bind_wait_seconds{result}         bind request written → the binder's answer seen
 """
@@ -12,8 +14,29 @@ from typing import Final
 import attrs
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
+from cozygpu.model.refusals import Reason
+
 #: Seconds: a GPUDevice answer within 20 ms, a VMI answer (with the binder's) within 150 ms at the p99.
 _BUCKETS: Final = (0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.15, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0)
+
+#: The reasons the webhooks refuse with besides the model's ``Reason``: the label's whole set.
+ADMISSION_REASONS: Final = frozenset({
+    "Refused", "Invalid", "NotReady", "InternalError", "BadRequest",
+    # the VMI start (R-ADM-2, R-ADM-3, R-ADM-5)
+    "InvalidDeviceRefs", "DeviceAttached", "DeviceDeleting", "DeviceGone", "RawGPUName", "Conflict",
+    "TemplateRefused", "AttachRefused", "BindTimeout", "BindFailed", "SplitSet",
+    # the launcher pod (R-ADM-4)
+    "NoVMI", "NotAttached", "NotBound",
+})
+#: Every value the ``reason`` label takes: the model's reasons, the webhooks' own, "" (allowed), Other.
+METRIC_REASONS: Final = frozenset({str(r) for r in Reason}) | ADMISSION_REASONS | {"", "Other"}
+
+
+def metric_reason(reason: str, *, allowed: bool) -> str:
+    """The ``reason`` label of one answer: bounded, since a binder's answer reason is read from device status."""
+    if allowed:
+        return ""
+    return reason if reason in METRIC_REASONS and reason else "Other"
 
 
 @attrs.frozen
@@ -25,8 +48,8 @@ class AdmissionMetrics:
     @classmethod
     def on(cls, registry: CollectorRegistry) -> AdmissionMetrics:
         return cls(
-            answers=Counter("cozygpu_admission_answers", "Admission answers, by webhook and outcome",
-                            ("webhook", "outcome"), registry=registry),
+            answers=Counter("cozygpu_admission_answers", "Admission answers, by webhook, outcome and refusal reason",
+                            ("webhook", "outcome", "reason"), registry=registry),
             latency=Histogram("cozygpu_admission_duration_seconds", "From an AdmissionReview read to its answer",
                               ("webhook",), buckets=_BUCKETS, registry=registry),
             bind_wait=Histogram("cozygpu_admission_bind_wait_seconds", "From a bind request written to the "

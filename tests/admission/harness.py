@@ -70,9 +70,18 @@ class Served:
     names: list[str]
 
     def answers(self, webhook: str, outcome: str) -> float:
-        value = self.registry.get_sample_value("cozygpu_admission_answers_total",
-                                               {"webhook": webhook, "outcome": outcome})
-        return value or 0.0
+        """Answers of ``webhook`` with ``outcome``, whatever their reason."""
+        return answers(self.registry, webhook, outcome)
+
+
+def answers(registry: CollectorRegistry, webhook: str, outcome: str) -> float:
+    total = 0.0
+    for family in registry.collect():
+        for sample in family.samples:
+            if (sample.name == "cozygpu_admission_answers_total" and sample.labels.get("webhook") == webhook
+                    and sample.labels.get("outcome") == outcome):
+                total += sample.value
+    return total
 
 
 async def register(admin: Client, plane: ControlPlane, url: str, namespace: str, *, timeout_seconds: int

@@ -17,11 +17,13 @@ from hypothesis import strategies as st
 from cozygpu import keys
 from cozygpu.admission.devices import DeviceWebhook
 from cozygpu.admission.envelope import Request, Verdict, respond
+from cozygpu.admission.metrics import METRIC_REASONS
 from cozygpu.admission.pods import LauncherPodWebhook
 from cozygpu.admission.refs import DeviceRef, RefsError, TemplateRef, parse_refs
 from cozygpu.admission.view import SnapshotSource
 from cozygpu.admission.vmi import VMIConfig, VMIWebhook
 from cozygpu.model.assemble import assemble
+from cozygpu.model.refusals import Reason
 from cozygpu.model.snapshot import GPUClassView, Mode, Snapshot
 
 
@@ -49,8 +51,8 @@ def review(obj: Any, *, uid: Any = "u-1", kind: str = "GPUDevice", dry_run: bool
 
 
 async def call(handler: Any, body: bytes, *, content_type: str = "application/json") -> tuple[int, Any, str]:
-    status, raw, outcome = await respond("test", handler, method="POST", content_type=content_type, body=body,
-                                         deadline=5.0)
+    status, raw, outcome, _reason = await respond("test", handler, method="POST", content_type=content_type,
+                                                  body=body, deadline=5.0)
     return status, orjson.loads(raw), outcome
 
 
@@ -76,9 +78,44 @@ async def test_a_crash_or_an_overrun_is_a_refusal_with_a_message_never_a_traceba
         await asyncio.Event().wait()
         raise AssertionError
 
-    _, raw, _ = await respond("test", hang, method="POST", content_type="application/json",
+    _, raw, _, _ = await respond("test", hang, method="POST", content_type="application/json",
                               body=orjson.dumps(review({})), deadline=0.01)
     assert "no answer within 0.01 s" in orjson.loads(raw)["response"]["status"]["message"]
+
+
+async def test_an_answer_is_counted_with_its_refusal_reason_from_a_bounded_set() -> None:
+    async def refuse_budget(_request: Request) -> Verdict:
+        return Verdict.refuse("over budget", reason="BudgetExceeded")
+
+    async def refuse_anything(_request: Request) -> Verdict:
+        return Verdict.refuse("odd", reason="SomethingATenantWrote")
+
+    async def allow(_request: Request) -> Verdict:
+        return Verdict.allow()
+
+    body = orjson.dumps(review({}))
+    reasons = {}
+    for handler in (refuse_budget, refuse_anything, allow):
+        *_, reasons[handler.__name__] = await respond("test", handler, method="POST",
+                                                      content_type="application/json", body=body, deadline=5.0)
+    assert reasons == {"refuse_budget": "BudgetExceeded", "refuse_anything": "Other", "allow": ""}
+    *_, bad = await respond("test", allow, method="POST", content_type="text/plain", body=body, deadline=5.0)
+    assert bad == "BadRequest"
+
+
+def test_every_reason_the_webhooks_refuse_with_is_a_label_value_of_its_own() -> None:
+    """A reason missing from the set would be counted as Other: the panel of refusals by reason would hide it."""
+    import re
+    from pathlib import Path
+
+    import cozygpu.admission as package
+
+    source = "".join(path.read_text() for path in Path(package.__file__).parent.glob("*.py"))
+    used = set(re.findall(r'reason="([A-Za-z]+)"', source))
+    used |= set(re.findall(r'return \(?"([A-Z][A-Za-z]+)",', source))
+    assert used, "the scan found no reasons"
+    assert used <= METRIC_REASONS, used - METRIC_REASONS
+    assert {str(r) for r in Reason} <= METRIC_REASONS
 
 
 @pytest.mark.parametrize(("body", "content_type", "expected"), [

@@ -11,7 +11,7 @@ from cozygpu import keys
 from cozygpu.devcluster.plane import ControlPlane
 from cozygpu.kube import Client, resource_path
 from cozygpu.runtime.controller import Controller
-from tests.admission.harness import VMIS, register, unregister, vmi_body, wait_called
+from tests.admission.harness import VMIS, answers, register, unregister, vmi_body, wait_called
 from tests.binder.support import VMI_CRD
 from tests.binder.test_controller_binder_api import serving_cert
 from tests.binder.world import World
@@ -49,12 +49,9 @@ async def test_the_replica_that_does_not_lead_admits_a_start_the_leaders_binder_
             refs = [{"template": "gpu", "class": world.gpu_class, "count": 2}]
             made = await admin.create(VMIS.format(namespace), vmi_body("vm", refs))
             assert [e["deviceName"] for e in made["spec"]["domain"]["devices"]["gpus"]] == [world.resource] * 2
-            answers = follower.registry.get_sample_value("cozygpu_admission_answers_total",
-                                                         {"webhook": "vmi", "outcome": "allowed"})
-            assert answers == 1
+            assert answers(follower.registry, "vmi", "allowed") == 1
             leader = next(r for r in replicas if r.options.identity == holder)
-            assert leader.registry.get_sample_value("cozygpu_admission_answers_total",
-                                                    {"webhook": "vmi", "outcome": "allowed"}) in (None, 0.0)
+            assert answers(leader.registry, "vmi", "allowed") == 0
     finally:
         await unregister(admin, names)
         await world.cleanup()

@@ -79,6 +79,22 @@ def test_the_rule_and_the_service_monitor_render_only_where_their_kinds_are_serv
     assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
 
 
+def test_the_admission_answers_are_read_by_labels_the_counter_has() -> None:
+    """The refusals-by-reason panel groups by ``reason``: a label the counter must carry, not an empty series."""
+    from prometheus_client import CollectorRegistry
+
+    from cozygpu.admission.metrics import AdmissionMetrics
+
+    labels = set(AdmissionMetrics.on(CollectorRegistry()).answers._labelnames)
+    assert "reason" in labels
+    reading = [e for e in expressions() if "cozygpu_admission_answers_total" in e]
+    assert any("reason" in e for e in reading), "no panel reads the reason"
+    for expr in reading:
+        grouped = {name.strip() for by in re.findall(r"by \(([^)]*)\)", expr) for name in by.split(",")}
+        matched = set(re.findall(r"cozygpu_admission_answers_total\{([a-z_]+)", expr))
+        assert grouped | matched <= labels, (expr, labels)
+
+
 def test_the_rule_thresholds_come_from_the_values() -> None:
     (rule,) = of_kind(rendered({"monitoring": {"rules": {"answerLatencySeconds": 2, "reportStaleSeconds": 90}}}),
                       "PrometheusRule")

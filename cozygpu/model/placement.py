@@ -419,13 +419,13 @@ class _Planner:
             # R-BIND-7: a set whose VM runs may go to its launcher's node only (the member the VM uses is there).
             launcher = _launcher_node(self.s, work)
             if launcher is None:
-                no_room = refusals.vm_runs_on(work.label, node=None, why=None)
-                return _Lost(cause=cause or no_room, no_room=no_room)
-            node, why = self.choose(work, only=launcher)
-            if node is not None:
-                return _Move(node=node, cause=cause)
-            no_room = refusals.vm_runs_on(work.label, node=launcher, why=why)
-            return _Lost(cause=cause or no_room, no_room=no_room)
+                refused = refusals.vm_runs_on(work.label, node=None, why=None)
+                return _Lost(cause=cause or refused, no_room=refused)
+            only, why = self.choose(work, only=launcher)
+            if only is not None:
+                return _Move(node=only, cause=cause)
+            refused = refusals.vm_runs_on(work.label, node=launcher, why=why)
+            return _Lost(cause=cause or refused, no_room=refused)
         node, no_room = self.choose(work, exclude=(leaving,) if leaving else ())
         if node is not None:
             return _Move(node=node, cause=cause)
@@ -652,14 +652,14 @@ class _Planner:
         held = self.held_node(target)
         classes = self.classes_of(target)
         if held is None or classes is None:
-            decision = self.destination(target)
+            going = self.destination(target)
             split = self.held_part(target)
-            if isinstance(decision, _Lost) and split is not None and self.split_while_running(split):
+            if isinstance(going, _Lost) and split is not None and self.split_while_running(split):
                 # As the restore step leaves it (R-BIND-7): the answer carries the same Stay.
                 node = _launcher_node(self.s, split) or ""
-                stay = self.record_stay(split, node, _Stay(cause=decision.no_room, why=SPLIT_WHILE_VM_RUNS))
-                return SetPlacement(node=None, refusal=decision.no_room, stay=stay)
-            return self._settle(target, pending, decision)
+                stay = self.record_stay(split, node, _Stay(cause=going.no_room, why=SPLIT_WHILE_VM_RUNS))
+                return SetPlacement(node=None, refusal=going.no_room, stay=stay)
+            return self._settle(target, pending, going)
         held_part = self.held_part(target)
         assert held_part is not None
         decision = self.stayed(held_part) or self.keep_or_move(target, held, classes)

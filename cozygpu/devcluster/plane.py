@@ -250,7 +250,7 @@ class ControlPlane:
         names = {"etcd": self.etcd_pid, "kube-apiserver": self.apiserver_pid}
         names.update({name: pid for name, (pid, _) in self.components.items()})
         return {name: _tail(self.directory / "logs" / f"{name}.log")
-                for name, pid in names.items() if not _alive(pid, name)}
+                for name, pid in names.items() if not alive(pid, name)}
 
     def check(self) -> None:
         """Raise with the tails of their logs when any process of this plane has died."""
@@ -270,7 +270,7 @@ class ControlPlane:
         probes += [(name, pid, url, insecure if url.startswith("https") else None)
                    for name, (pid, url) in self.components.items()]
         for name, pid, url, ctx in probes:
-            if not _alive(pid, name):
+            if not alive(pid, name):
                 rows.append((name, pid, "not running"))
                 continue
             try:
@@ -480,7 +480,7 @@ def _wait_http(url: str, context: ssl.SSLContext | None, timeout: float,
     raise ControlPlaneError(f"{what} was not ready within {timeout:.0f} s ({url}: {last})")
 
 
-def _alive(pid: int, expect: str | None = None) -> bool:
+def alive(pid: int, expect: str | None = None) -> bool:
     """Whether ``pid`` runs (a zombie does not), and, with ``expect``, is still that program.
 
     ``expect`` guards pids read back from a state file: after a reboot or once
@@ -501,16 +501,16 @@ def _alive(pid: int, expect: str | None = None) -> bool:
 
 def terminate(pid: int, timeout: float, *, expect: str | None = None) -> None:
     """SIGTERM, then SIGKILL after ``timeout``; nothing when ``pid`` is gone or (``expect``) not that program."""
-    if not _alive(pid, expect):
+    if not alive(pid, expect):
         return
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if not _alive(pid):
+        if not alive(pid):
             return
         time.sleep(0.05)
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)
-    while _alive(pid):
+    while alive(pid):
         time.sleep(0.05)

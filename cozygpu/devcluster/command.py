@@ -74,7 +74,7 @@ def main(argv: Sequence[str]) -> int:
     if args.action == "demo":
         return demo.main(plane.directory)
     if args.action == "stop":
-        demo.stop_controller(plane.directory)
+        demo.stop_background(plane.directory)
         plane.stop()
         print(f"stopped the control plane in {plane.directory}")
         return 0
@@ -82,7 +82,9 @@ def main(argv: Sequence[str]) -> int:
 
 
 def _status(plane: ControlPlane) -> int:
-    rows = plane.health()
+    plane_rows = plane.health()
+    # The demo's processes are listed too; only the plane's decide the exit code (hack/up.sh reuses a live plane).
+    rows = plane_rows + demo.background_health(plane.directory)
     print(f"Kubernetes {plane.kubernetes_version} at {plane.host} ({'full' if plane.full else 'API only'})\n"
           f"kubeconfig: {plane.kubeconfig}")
     width = max(len(name) for name, _, _ in rows)
@@ -92,7 +94,7 @@ def _status(plane: ControlPlane) -> int:
     dead = plane.dead()
     for name, tail in dead.items():
         print(f"\n{name} is not running; the end of {plane.directory / 'logs' / (name + '.log')}:\n{tail}")
-    return 0 if all(state == "ok" for _, _, state in rows) else 1
+    return 0 if all(state == "ok" for _, _, state in plane_rows) else 1
 
 
 async def _nodes(plane: ControlPlane, args: argparse.Namespace) -> int:

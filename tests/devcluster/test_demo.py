@@ -1,14 +1,20 @@
-"""The main job end to end: a local control plane, the demo, the catalog command, and a clean stop."""
+"""The main job end to end: a local plane, the demo's story checked from the API server, a second run, a stop."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
+from cozygpu import keys
+from cozygpu.devcluster import demo as demo_module
+from cozygpu.devcluster import story
 from cozygpu.devcluster.plane import ControlPlane
+from cozygpu.kube import resource_path
 from tests.support.processes import gone
 
 
@@ -17,14 +23,89 @@ def cozygpu(*args: str) -> subprocess.CompletedProcess[str]:
                           check=False, timeout=180)
 
 
-def test_the_demo_runs_the_agent_and_the_controller_and_the_catalog_explains_refusals(
+def story_lines(stdout: str) -> dict[str, list[str]]:
+    """The printed story by step ("1." … "7."): each step's heading and the lines under it."""
+    steps: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    for line in stdout.splitlines():
+        head = line.split(" ", 1)[0]
+        if head in {f"{n}." for n in range(1, 8)}:
+            current = steps.setdefault(head, [])
+        elif line.startswith("continue by hand"):
+            current = None
+        if current is not None:
+            current.append(line)
+    return steps
+
+
+async def api_outcomes(plane: ControlPlane) -> dict[str, Any]:
+    """What the story left, read from the API server (not from what the demo printed)."""
+    async with plane.client() as admin:
+        train = await admin.get(story.device_path(story.ACME, story.HELD))
+        events = (await admin.list_objects(resource_path("", "v1", "events", namespace=story.ACME), params={
+            "fieldSelector": f"involvedObject.name={story.HELD}"}))["items"]
+        vm = await admin.get(story.kubevirt_path("virtualmachines", story.ACME, story.VM))
+        nodes = (await admin.list_objects("/api/v1/nodes"))["items"]
+        reports = {n["metadata"]["name"]: n["status"]["agent"]["lastReport"] for n in (await admin.list_objects(
+            resource_path(keys.GROUP, keys.VERSION, keys.GPUNODE_PLURAL)))["items"]}
+        return {
+            "train": train["status"],
+            "events": [(e["reason"], e["message"]) for e in events],
+            "vm_running": vm["spec"]["running"],
+            "vmis": {ns: [v["metadata"]["name"] for v in (await admin.list_objects(
+                story.kubevirt_path("virtualmachineinstances", ns)))["items"]] for ns in story.NAMESPACES},
+            "devices": {ns: [d["metadata"]["name"] for d in (await admin.list_objects(
+                story.device_path(ns)))["items"]] for ns in story.NAMESPACES},
+            "launchers": [p["metadata"]["name"] for p in (await admin.list_objects(
+                resource_path("", "v1", "pods", namespace=story.ACME)))["items"]],
+            "cordoned": [n["metadata"]["name"] for n in nodes if n["spec"].get("unschedulable")],
+            "reports": reports,
+        }
+
+
+def check_story(stdout: str, outcomes: dict[str, Any]) -> None:
+    steps = story_lines(stdout)
+    assert sorted(steps) == [f"{n}." for n in range(1, 8)], stdout
+    first = outcomes["train"]["nodeName"]
+    # 1. bound; 6. moved off the node it was bound on, to the other H100 node, with an Event saying so.
+    bound_on = steps["1."][1].split("Bound on ", 1)[1].split(" ", 1)[0]
+    assert {bound_on, first} == {"gpu-1", "gpu-3"}
+    assert outcomes["train"]["phase"] == "Bound"
+    assert ("Bound", f"bound on node {bound_on}") in outcomes["events"]
+    assert ("Moved", f"moved from node {bound_on} to node {first}: node {bound_on}: cordoned (spec.unschedulable)") \
+        in outcomes["events"]
+    assert f"moved to {first}" in steps["6."][1]
+    assert outcomes["cordoned"] == [], "the story uncordons the node again"
+    # 2. the order over the parent's budget was refused with the numbers, and nothing of it was created.
+    assert "budget gpu.cozystack.io/h100 of tenant-acme: 1 allowed, 1 in use, order of 1 exceeds it by 1" \
+        in steps["2."][1]
+    assert outcomes["devices"] == {story.ACME: [story.HELD], story.BETA: []}
+    # 3. the VM ran on the node holding its device: the launcher pod placed there by kube-scheduler, run by kwok.
+    assert f"pinned to {bound_on} by the pod webhook" in steps["3."][1]
+    assert f"VMI Running on {bound_on}" in steps["3."][1]
+    # 4. stopped: no VMI, no launcher, the hold kept (and detached, so the cordon could move it).
+    assert outcomes["vm_running"] is False
+    assert outcomes["vmis"] == {story.ACME: [], story.BETA: []}
+    assert outcomes["launchers"] == []
+    assert "attachment" not in outcomes["train"]
+    assert f"is still Bound on {bound_on}" in steps["4."][1]
+    # 5. the other tenant's start that cannot fit: refused with the reason, no template device left behind.
+    assert "class h100: at most 2 units free on one node" in steps["5."][1]
+    assert "order of 3 exceeds it by 1" in steps["5."][1]
+    # 7. the catalog per tenant.
+    assert any("cozygpu catalog -n tenant-beta" in line for line in steps["7."])
+
+
+def test_the_demo_tells_the_story_through_the_api_server_and_can_be_told_again(
     full_plane: ControlPlane, tmp_path: Path
 ) -> None:
     # `full_plane` proves the binaries exist (or fails under CI); the demo gets a full plane of its own.
     directory = tmp_path / "cluster"
     assert cozygpu("cluster", "start", "--dir", str(directory)).returncode == 0
+    demo_plane = ControlPlane.attach(directory)
     try:
         demo = cozygpu("cluster", "demo", "--dir", str(directory))
+        print(demo.stdout)
         assert demo.returncode == 0, demo.stderr
         assert "gpu-1: 2 GPU functions, 2 allocatable" in demo.stdout
         assert "gpu-2: 2 GPU functions, 5 allocatable" in demo.stdout
@@ -32,28 +113,37 @@ def test_the_demo_runs_the_agent_and_the_controller_and_the_catalog_explains_ref
         assert published["gpuEnabled"] == "true"
         assert json.loads(published["resourceNames"]) == [
             "nvidia.com/GH100_H100_SXM5_80GB", "nvidia.com/GRID_T4-1Q", "nvidia.com/GRID_T4-2Q"]
-        controller_pid = int((directory / "controller.pid").read_text())
-        os.kill(controller_pid, 0)  # still running after the demo returned
-        demo_plane = ControlPlane.attach(directory)
+        check_story(demo.stdout, asyncio.run(api_outcomes(demo_plane)))
+        background = {name: int((directory / f"{name}.pid").read_text()) for name in demo_module.BACKGROUND}
+        for pid in background.values():
+            os.kill(pid, 0)  # still running after the demo returned
         assert sorted(demo_plane.components) == ["kube-controller-manager", "kube-scheduler", "kwok"]
 
-        answer = cozygpu("catalog", "-n", "tenant-acme-ml", "--count", "2", "-o", "json",
+        answer = cozygpu("catalog", "-n", "tenant-acme", "--count", "1", "-o", "json",
                          "--kubeconfig", str(directory / "kubeconfig"))
         assert answer.returncode == 0, answer.stderr
         by_class = {row["class"]: row for row in json.loads(answer.stdout)["classes"]}
-        # The parent's budget caps the child's order (R-MOD-2), with the numbers.
+        # The held device counts against the parent's budget (R-MOD-2), with the numbers.
         assert by_class["h100"]["reason"] == "BudgetExceeded"
-        assert "gpu.cozystack.io/h100 of tenant-acme: 1 allowed, 0 in use" in by_class["h100"]["message"]
-        assert by_class["h100"]["freeInCluster"] == 2
-        # A VGPU class defaults to one GPU per device (R-MOD-11).
-        assert by_class["t4-1q"]["reason"] == "MaxCountExceeded"
+        assert "gpu.cozystack.io/h100 of tenant-acme: 1 allowed, 1 in use" in by_class["h100"]["message"]
+        assert by_class["h100"]["freeInCluster"] == 3
         beta = json.loads(cozygpu("catalog", "-n", "tenant-beta", "-o", "json",
                                   "--kubeconfig", str(directory / "kubeconfig")).stdout)
         assert {row["class"]: row["reason"] for row in beta["classes"]} == {"h100": None, "t4-1q": "NotEntitled"}
+
+        again = cozygpu("cluster", "demo", "--dir", str(directory))
+        assert again.returncode == 0, again.stderr
+        assert f"cleared what an earlier run left: vm/{story.VM} -n {story.ACME}, gpudevice/{story.HELD} -n " \
+               f"{story.ACME}" in again.stdout
+        check_story(again.stdout, asyncio.run(api_outcomes(demo_plane)))
+        for name, pid in background.items():
+            assert gone(pid), f"the second demo left the first one's {name} running"
+        background = {name: int((directory / f"{name}.pid").read_text()) for name in demo_module.BACKGROUND}
     finally:
         stopped = cozygpu("cluster", "stop", "--dir", str(directory))
     assert stopped.returncode == 0, stopped.stderr
-    assert gone(controller_pid), "cozygpu cluster stop left the controller running"
+    for name, pid in background.items():
+        assert gone(pid), f"cozygpu cluster stop left {name} running"
     for name, (pid, _) in demo_plane.components.items():
         assert gone(pid), f"cozygpu cluster stop left {name} running"
 

@@ -59,13 +59,11 @@ The pods are created by ``client``'s identity (KubeVirt's is the
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import copy
 import hashlib
 import logging
-import signal
 from collections.abc import Coroutine, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
@@ -73,7 +71,6 @@ from typing import Any, Final
 from prometheus_client import CollectorRegistry
 
 from cozygpu import keys
-from cozygpu.base.logging import configure
 from cozygpu.cache import Cache, CacheError, FrozenDict, KindSpec, Store
 from cozygpu.cache.store import IndexFunc
 from cozygpu.kube import Client, Obj, errors, resource_path
@@ -414,33 +411,20 @@ def _key(obj: Mapping[str, Any]) -> str:
     return f"{meta.get('namespace')}/{meta.get('name')}"
 
 
-async def _serve(directory: Path) -> None:
-    from cozygpu.devcluster.plane import ControlPlane  # the plane's module is not needed by the tests' stand-in
-
-    async with ControlPlane.attach(directory).client() as client:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(signum, stop.set)
-        async with asyncio.TaskGroup() as tasks:
-            standin = tasks.create_task(KubeVirtStandIn(client).run(), name="kubevirt-standin")
-            await stop.wait()
-            standin.cancel()
-    log.info("stopped")
+async def serve(client: Client, directory: Path, stop: asyncio.Event) -> None:
+    """The stand-in until ``stop`` (``directory``, the plane's, is not needed: the client says where)."""
+    async with asyncio.TaskGroup() as tasks:
+        standin = tasks.create_task(KubeVirtStandIn(client).run(), name="kubevirt-standin")
+        await stop.wait()
+        standin.cancel()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m cozygpu.devcluster.kubevirt --dir DIR``: the stand-in against a local plane until SIGTERM.
+    """``python -m cozygpu.devcluster.kubevirt --dir DIR``: the stand-in against a local plane until SIGTERM."""
+    from cozygpu.devcluster import background  # the plane's modules are not needed by the tests' stand-in
 
-    The demo runs it in the background beside the controller (``DIR/kubevirt.pid``); ``cozygpu cluster
-    stop`` ends it.
-    """
-    parser = argparse.ArgumentParser(prog="python -m cozygpu.devcluster.kubevirt", description=main.__doc__)
-    parser.add_argument("--dir", type=Path, required=True, help="the local control plane's directory")
-    args = parser.parse_args(argv)
-    configure(fmt="text", level="INFO")
-    asyncio.run(_serve(args.dir.resolve()))
-    return 0
+    return background.main("python -m cozygpu.devcluster.kubevirt",
+                           "the KubeVirt stand-in against a local plane, until SIGTERM", serve, argv)
 
 
 if __name__ == "__main__":

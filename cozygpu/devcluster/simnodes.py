@@ -18,10 +18,8 @@ vGPU host driver with five mdev instances of two profiles (``t4``).
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import shutil
-import signal
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -30,10 +28,9 @@ from typing import Final
 from cozygpu.agent.pods import ApiPodLookup
 from cozygpu.agent.report import GPUNodeWriter
 from cozygpu.agent.runner import Agent
-from cozygpu.base.logging import configure, get_logger
-from cozygpu.devcluster import nodes, sysfs_tree
+from cozygpu.base.logging import get_logger
+from cozygpu.devcluster import background, nodes, sysfs_tree
 from cozygpu.devcluster.fake_kubelet import Device, FakeKubelet
-from cozygpu.devcluster.plane import ControlPlane
 from cozygpu.kube import Client
 
 log = get_logger(__name__)
@@ -112,24 +109,13 @@ async def _serve(admin: Client, laid: Sequence[tuple[str, sysfs_tree.SysfsTree, 
             await kubelet.stop()
 
 
-async def _main(directory: Path) -> None:
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, stop.set)
-    async with ControlPlane.attach(directory).client() as admin:
-        await serve(admin, directory / "nodes", DEMO_NODES, stop)
-    log.info("stopped")
+async def _serve_demo(admin: Client, directory: Path, stop: asyncio.Event) -> None:
+    await serve(admin, directory / "nodes", DEMO_NODES, stop)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m cozygpu.devcluster.simnodes",
-                                     description="the demo's simulated GPU nodes and their agents, until SIGTERM")
-    parser.add_argument("--dir", type=Path, required=True, help="the local control plane's directory")
-    args = parser.parse_args(argv)
-    configure(fmt="text", level="INFO")
-    asyncio.run(_main(args.dir.resolve()))
-    return 0
+    return background.main("python -m cozygpu.devcluster.simnodes",
+                           "the demo's simulated GPU nodes and their agents, until SIGTERM", _serve_demo, argv)
 
 
 if __name__ == "__main__":

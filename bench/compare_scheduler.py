@@ -1,0 +1,823 @@
+"""Side by side with kube-scheduler: one control plane, one simulated fleet, one run.
+
+    python bench/compare_scheduler.py [--sizes 100,1000,5000] [--samples 200] [--burst 200] [--rounds 4]
+                                      [--quick] [--png PATH] [--json PATH] [--budget-s S]
+
+Starts the full local plane (etcd, kube-apiserver, kube-controller-manager,
+kube-scheduler with its defaults, kwok), installs the CRDs and the VMI CRD
+fixture, and runs the real controller (``cozygpu controller --enable-gpu``) as
+its own process beside kube-scheduler: its webhooks registered with the API
+server by URL on loopback HTTPS, its binder leading. For each fleet size N
+(ascending; the fleet grows between sizes) there are N kwok nodes with 8 units
+of one GPU resource name in allocatable, a GPUNode report of the same 8 per
+node (written in bulk as the agent writes it, refreshed in bulk before each
+phase so none goes stale), one GPUClass, and tenants with budgets far above
+what the run orders. Measured from this process, every latency on one
+monotonic clock, each through a watch it holds open:
+
+- floor: a ConfigMap created → its ADDED event seen (one write, one watch event);
+- A, kube-scheduler: a pod requesting ``<resource>: 1`` created → ``spec.nodeName`` seen;
+- B, the binder: a GPUDevice of count 1 created → ``status.phase: Bound`` seen;
+- C, a VM start: a VMI naming a held device (one that B bound) created → the API
+  server's answer (webhook, bind request, the binder's answer, the mutation).
+
+One at a time, in rounds that rotate the order (F A B C, A B C F, ...) so the
+machine's noise falls on all four alike; then a burst of each (created at once),
+timed until the last is bound / answered. A's pods are deleted after each
+phase: the binder counts pods asking for a GPU resource against the node's
+units, as it must, so they would fill the fleet for B. Printed: p50/p90/p99/max
+per system per N, the ratios B/A, C/A and each to the floor, and how each
+grows with N.
+
+The profile of B's answer path comes from the same run: the controller process
+times its binder's passes where the binder calls them (snapshot, plan,
+plan_writes, writes; when its cache first saw each order), on the same clock,
+and each timed order is split into create → the binder's cache saw it →
+waiting for its pass → snapshot → plan → status write → Bound seen here.
+
+Client rate limits: kube-scheduler runs with its default client (QPS 50, burst
+100). cozygpu's client has no limiter of its own, so the controller here runs
+with the same token bucket (50/s, burst 100) in front of every request it
+sends (``--no-qps-match`` runs it unlimited). Figures are printed, never
+asserted; the machine is shared, so read ratios taken in the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import bisect
+import contextlib
+import json
+import os
+import signal
+import statistics
+import sys
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.bench_binder import percentile  # noqa: E402
+from bench.bench_cache import bounded  # noqa: E402
+from cozygpu import keys  # noqa: E402
+from cozygpu.kube import Client, errors, resource_path  # noqa: E402
+
+RESOURCE = "nvidia.com/GH100_H100_SXM5_80GB"
+CLASS = "h100-compare"
+UNITS = 8
+TENANTS = 10
+BENCH_LABEL = "bench.gpu.cozystack.io/compare"
+CONTROLLER_NS = "cozy-gpu-compare"
+PODS_NS = "compare-pods"
+FLOOR_NS = "compare-floor"
+#: kube-scheduler's default client (KubeSchedulerConfiguration clientConnection), applied to cozygpu too.
+QPS, BURST = 50.0, 100
+#: A GPUNode report older than the binder's 5 min is stale; refresh well before.
+REFRESH_AFTER_S = 150.0
+#: kwok renews each Lease every quarter of this (5,000 nodes at 600 s: ~33 writes/s).
+NODE_LEASE_SECONDS = 600
+SYSTEMS = ("floor", "A", "B", "C")
+#: Where the controller leaves its binder's pass records (in the plane's directory).
+RECORDS = "compare-binder-passes.json"
+LABELS = {"floor": "floor (ConfigMap → watch)", "A": "A kube-scheduler", "B": "B binder", "C": "C VM start"}
+
+NODES = resource_path("", "v1", "nodes")
+GPUNODES = resource_path(keys.GROUP, keys.VERSION, keys.GPUNODE_PLURAL)
+ALL_DEVICES = resource_path(keys.GROUP, keys.VERSION, keys.GPUDEVICE_PLURAL)
+VALIDATING = resource_path("admissionregistration.k8s.io", "v1", "validatingwebhookconfigurations")
+MUTATING = resource_path("admissionregistration.k8s.io", "v1", "mutatingwebhookconfigurations")
+
+
+def stamp() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def load() -> str:
+    one, five, fifteen = os.getloadavg()
+    return f"load {one:.2f} {five:.2f} {fifteen:.2f}"
+
+
+def nodes_to_score(n: int) -> tuple[int, int]:
+    """kube-scheduler's default adaptive percentageOfNodesToScore at ``n`` nodes: (percent, nodes)."""
+    if n < 100:
+        return 100, n
+    percent = max(5, 50 - n // 125)
+    return percent, min(n, max(100, n * percent // 100))
+
+
+# -- the controller, rate-limited like client-go (child process) ------------------------------
+
+
+class TokenBucket:
+    """client-go's default limiter: ``qps`` tokens a second, ``burst`` at most; a request waits for its token."""
+
+    def __init__(self, qps: float, burst: int) -> None:
+        self.rate, self.capacity = qps, float(burst)
+        self.tokens, self.at = float(burst), time.monotonic()
+
+    async def take(self) -> None:
+        now = time.monotonic()
+        self.tokens = min(self.capacity, self.tokens + (now - self.at) * self.rate)
+        self.at = now
+        self.tokens -= 1.0  # reserved now, waited for below (as rate.Limiter.Wait does)
+        if self.tokens < 0:
+            await asyncio.sleep(-self.tokens / self.rate)
+
+
+def instrument(records: list[dict[str, Any]]) -> None:
+    """Time the binder's passes where the binder calls them (module globals and methods: the bench's probes).
+
+    Each pass leaves one record: lane, start and end, its snapshot, plan,
+    plan_writes and writes, the devices it bound, and when the binder's cache
+    first saw each of them; one monotonic clock, the same as the bench's.
+    """
+    import cozygpu.binder.binder as binder_module
+    from cozygpu.model.placement import Answer, Bind
+
+    Binder = binder_module.Binder
+    current: dict[str, Any] = {}
+    first_seen: dict[tuple[str, str], float] = {}
+
+    def timed(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def wrapper(*args: Any, **kw: Any) -> Any:
+            started = time.monotonic()
+            try:
+                return fn(*args, **kw)
+            finally:
+                current[name] = current.get(name, 0.0) + time.monotonic() - started
+        return wrapper
+
+    real_plan_pass, real_write_sets = binder_module.plan_pass, binder_module.write_sets
+
+    def plan_pass(*args: Any, **kw: Any) -> Any:
+        started = time.monotonic()
+        plan = real_plan_pass(*args, **kw)
+        current["plan"] = current.get("plan", 0.0) + time.monotonic() - started
+        current.setdefault("binds", []).extend("/".join(a.device) for a in plan.actions if isinstance(a, Bind))
+        current["answers"] = current.get("answers", 0) + sum(1 for a in plan.actions if isinstance(a, Answer))
+        return plan
+
+    async def write_sets(*args: Any, **kw: Any) -> Any:
+        started = time.monotonic()
+        current.setdefault("writes_started", started)
+        try:
+            return await real_write_sets(*args, **kw)
+        finally:
+            current["writes"] = current.get("writes", 0.0) + time.monotonic() - started
+
+    def lane(name: str, fn: Callable[..., Awaitable[None]]) -> Callable[..., Awaitable[None]]:
+        async def wrapper(self: Any, writes: Any) -> None:
+            current.clear()
+            current.update(lane=name, started=time.monotonic())
+            try:
+                await fn(self, writes)
+            finally:
+                current["ended"] = time.monotonic()
+                current["saw"] = {key: first_seen[tuple(key.split("/", 1))] for key in current.get("binds", ())
+                                  if tuple(key.split("/", 1)) in first_seen}
+                records.append(dict(current))
+        return wrapper
+
+    real_changed = Binder._device_changed
+
+    def device_changed(self: Any, event: Any) -> None:
+        if event.old is None and event.type != "DELETED":
+            meta = event.obj.get("metadata") or {}
+            first_seen.setdefault((meta.get("namespace", ""), meta.get("name", "")), time.monotonic())
+        real_changed(self, event)
+
+    setattr(binder_module, "plan_pass", plan_pass)  # noqa: B010
+    setattr(binder_module, "plan_writes", timed("plan_writes", binder_module.plan_writes))  # noqa: B010
+    setattr(binder_module, "write_sets", write_sets)  # noqa: B010
+    setattr(Binder, "snapshot", timed("snapshot", Binder.snapshot))  # noqa: B010
+    setattr(Binder, "full_pass", lane("full", Binder.full_pass))  # noqa: B010
+    setattr(Binder, "answer_pass", lane("answer", Binder.answer_pass))  # noqa: B010
+    setattr(Binder, "_device_changed", device_changed)  # noqa: B010
+
+
+def run_controller(argv: list[str], *, qps: float | None, records_path: str) -> int:
+    from cozygpu import cli
+
+    if qps is not None:
+        buckets: dict[int, TokenBucket] = {}
+        original = Client._once
+
+        async def limited(self: Client, *args: Any, **kw: Any) -> Any:
+            owner = self._owner or self  # a fenced copy shares its owner's session, and its limiter
+            bucket = buckets.setdefault(id(owner), TokenBucket(qps, BURST))
+            await bucket.take()
+            return await original(self, *args, **kw)
+
+        setattr(Client, "_once", limited)  # noqa: B010 - the bench's limiter, nothing else
+    records: list[dict[str, Any]] = []
+    instrument(records)
+    try:
+        return cli.main(argv)
+    finally:
+        Path(records_path).write_text(json.dumps(records))
+
+
+# -- watching (this process) ---------------------------------------------------------------------
+
+
+class Seen:
+    """One watch of one collection; a future per expected key, resolved when ``done(obj)`` first holds."""
+
+    def __init__(self, client: Client, path: str, done: Callable[[dict[str, Any]], bool],
+                 params: dict[str, str] | None = None) -> None:
+        self.client, self.path, self.done, self.params = client, path, done, params or {}
+        self.waiting: dict[tuple[str, str], asyncio.Future[float]] = {}
+        self.synced = asyncio.Event()
+        #: The keys that exist, from the events since the watch started (the collection starts empty).
+        self.live: set[tuple[str, str]] = set()
+        self.changed = asyncio.Event()
+
+    def expect(self, namespace: str, name: str) -> asyncio.Future[float]:
+        future: asyncio.Future[float] = asyncio.get_running_loop().create_future()
+        self.waiting[(namespace, name)] = future
+        return future
+
+    async def run(self) -> None:
+        version = ""
+        while True:
+            if not version:
+                listed = await self.client.list_objects(self.path, params={**self.params, "limit": 1})
+                version = str(listed["metadata"]["resourceVersion"])
+                self.synced.set()
+            try:
+                async for event in self.client.watch(self.path, params={
+                        **self.params, "resourceVersion": version, "allowWatchBookmarks": "true"}):
+                    now = time.monotonic()
+                    obj = event.get("object") or {}
+                    meta = obj.get("metadata") or {}
+                    version = str(meta.get("resourceVersion") or version)
+                    if event.get("type") == "BOOKMARK":
+                        continue
+                    key = (meta.get("namespace", ""), meta.get("name", ""))
+                    if event.get("type") == "DELETED":
+                        self.live.discard(key)
+                    else:
+                        self.live.add(key)
+                    self.changed.set()
+                    future = self.waiting.get(key)
+                    if future is not None and not future.done() and self.done(obj):
+                        future.set_result(now)
+                        del self.waiting[key]
+            except errors.Gone:
+                version = ""
+            except errors.Unavailable:
+                await asyncio.sleep(0.1)
+
+
+def pod_bound(obj: dict[str, Any]) -> bool:
+    return bool((obj.get("spec") or {}).get("nodeName"))
+
+
+def device_bound(obj: dict[str, Any]) -> bool:
+    return (obj.get("status") or {}).get("phase") == "Bound"
+
+
+# -- the world -----------------------------------------------------------------------------------
+
+
+class Bench:
+    def __init__(self, admin: Client, burst_clients: list[Client], args: argparse.Namespace) -> None:
+        self.admin, self.burst_clients, self.args = admin, burst_clients, args
+        self.tag = uuid.uuid4().hex[:5]
+        self.counter = 0
+        self.nodes: list[str] = []
+        self.refreshed = 0.0
+        self.held: list[tuple[str, str]] = []  # devices B bound, not yet started by C
+        #: Every order B timed: its key, sent, seen and phase ("N one", "N burst", "" untimed).
+        self.orders: list[dict[str, Any]] = []
+        self.phase = ""
+        self.floor = Seen(admin, resource_path("", "v1", "configmaps", namespace=FLOOR_NS), lambda _: True)
+        self.pods = Seen(admin, resource_path("", "v1", "pods", namespace=PODS_NS), pod_bound)
+        self.devices = Seen(admin, ALL_DEVICES, device_bound, {"labelSelector": f"{BENCH_LABEL}=order"})
+
+    def name(self, prefix: str) -> str:
+        self.counter += 1
+        return f"{prefix}-{self.tag}-{self.counter}"
+
+    def tenant(self) -> str:
+        return f"tenant-cmp{self.counter % TENANTS}"
+
+    async def setup(self) -> None:
+        namespaces = resource_path("", "v1", "namespaces")
+        for ns, labels in [(CONTROLLER_NS, {}), (PODS_NS, {}), (FLOOR_NS, {}),
+                           *[(f"tenant-cmp{i}", {BENCH_LABEL: "tenant"}) for i in range(TENANTS)]]:
+            await self.admin.create(namespaces, {"metadata": {"name": ns, "labels": labels}})
+        for i in range(TENANTS):
+            await self.admin.create(resource_path("", "v1", "resourcequotas", namespace=f"tenant-cmp{i}"), {
+                "metadata": {"name": "tenant-quota"},
+                "spec": {"hard": {f"requests.{keys.GROUP}/{CLASS}": "100000"}}})
+        await self.admin.create(resource_path(keys.GROUP, keys.VERSION, keys.GPUCLASS_PLURAL), {
+            "apiVersion": keys.API_VERSION, "kind": keys.GPUCLASS_KIND, "metadata": {"name": CLASS},
+            "spec": {"vendor": "NVIDIA", "model": "H100", "mode": "Passthrough", "memory": "80Gi",
+                     "resourceName": RESOURCE, "source": {"devicePlugin": {}}}})
+
+    async def grow(self, n: int) -> float:
+        """Add kwok nodes (8 units each) and their GPUNode reports until the fleet has ``n``; seconds taken."""
+        from cozygpu.devcluster import nodes
+
+        started = time.monotonic()
+        new = [f"cmp-node-{i:05d}" for i in range(len(self.nodes), n)]
+        await nodes.add_nodes(self.admin, [nodes.SimNode(name, {RESOURCE: UNITS}) for name in new])
+
+        async def report(name: str) -> None:
+            await self.admin.create(GPUNODES, {"apiVersion": keys.API_VERSION, "kind": keys.GPUNODE_KIND,
+                                               "metadata": {"name": name}})
+            await self.admin.merge_patch(f"{GPUNODES}/{name}/status", {"status": self.report_body()})
+
+        await bounded(report(name) for name in new)
+        self.nodes += new
+        self.refreshed = time.monotonic()
+        await nodes.wait_ready(self.admin, self.nodes, timeout=600)
+        return time.monotonic() - started
+
+    def report_body(self) -> dict[str, Any]:
+        devices = [{"address": f"0000:{d + 1:02x}:00.0", "resourceName": RESOURCE, "allocatable": 1,
+                    "driver": "vfio-pci"} for d in range(UNITS)]
+        return {"devices": devices, "resourceNames": [RESOURCE], "agent": {"lastReport": stamp()}}
+
+    async def keep_fresh(self, force: bool = False) -> None:
+        """The agent's report, rewritten on every GPUNode in bulk, when the last is getting old; then settle."""
+        if not force and time.monotonic() - self.refreshed < REFRESH_AFTER_S:
+            return
+        body = {"status": self.report_body()}
+        took = await bounded(self.admin.merge_patch(f"{GPUNODES}/{name}/status", body) for name in self.nodes)
+        self.refreshed = time.monotonic()
+        print(f"    reports refreshed on {len(self.nodes)} GPUNodes in {took:.1f}s", flush=True)
+        await asyncio.sleep(2.0)  # the binder's full passes over the refreshed reports, before any timing
+
+    async def frozen(self, controller: asyncio.subprocess.Process, count: int) -> dict[str, list[float]]:
+        """Floor and A again with the controller frozen (SIGSTOP, for a few seconds): what it costs them."""
+        figures: dict[str, list[float]] = {"floor": [], "A": []}
+        controller.send_signal(signal.SIGSTOP)
+        try:
+            for _ in range(count):
+                for system in figures:
+                    figures[system].append(await self.one(system)(self.admin) * 1000)
+        finally:
+            controller.send_signal(signal.SIGCONT)
+        return figures
+
+    async def clear_pods(self) -> None:
+        """A's pods deleted (kwok removes them): the binder counts them against the nodes' units too."""
+        path = resource_path("", "v1", "pods", namespace=PODS_NS)
+        await self.admin.delete(path)
+        async with asyncio.timeout(300):
+            while self.pods.live:
+                self.pods.changed.clear()
+                await self.pods.changed.wait()
+        await asyncio.sleep(2.0)  # the binder's full passes over the deletions, before any timing
+
+    # -- one sample of each ------------------------------------------------------------------------
+
+    def floor_body(self, name: str) -> dict[str, Any]:
+        return {"metadata": {"name": name}, "data": {"k": "v"}}
+
+    def pod_body(self, name: str) -> dict[str, Any]:
+        return {"metadata": {"name": name}, "spec": {
+            "containers": [{"name": "c", "image": "compare.invalid/c",
+                            "resources": {"requests": {RESOURCE: "1"}, "limits": {RESOURCE: "1"}}}]}}
+
+    def order_body(self, name: str) -> dict[str, Any]:
+        return {"apiVersion": keys.API_VERSION, "kind": keys.GPUDEVICE_KIND,
+                "metadata": {"name": name, "labels": {BENCH_LABEL: "order"}},
+                "spec": {"className": CLASS, "count": 1}}
+
+    async def floor_one(self, client: Client) -> float:
+        name = self.name("cm")
+        seen = self.floor.expect(FLOOR_NS, name)
+        sent = time.monotonic()
+        await client.create(resource_path("", "v1", "configmaps", namespace=FLOOR_NS), self.floor_body(name))
+        return await asyncio.wait_for(seen, 120) - sent
+
+    async def a_one(self, client: Client) -> float:
+        name = self.name("pod")
+        seen = self.pods.expect(PODS_NS, name)
+        sent = time.monotonic()
+        await client.create(resource_path("", "v1", "pods", namespace=PODS_NS), self.pod_body(name))
+        return await asyncio.wait_for(seen, 120) - sent
+
+    async def b_one(self, client: Client) -> float:
+        name, namespace = self.name("gpu"), self.tenant()
+        seen = self.devices.expect(namespace, name)
+        sent = time.monotonic()
+        await client.create(resource_path(keys.GROUP, keys.VERSION, keys.GPUDEVICE_PLURAL, namespace=namespace),
+                            self.order_body(name))
+        at = await asyncio.wait_for(seen, 120)
+        self.held.append((namespace, name))
+        self.orders.append({"key": f"{namespace}/{name}", "sent": sent, "seen": at, "phase": self.phase})
+        return at - sent
+
+    async def c_one(self, client: Client) -> float:
+        from tests.admission.harness import vmi_body
+
+        namespace, device = self.held.pop(0)
+        name = self.name("vm")
+        sent = time.monotonic()
+        made = await client.create(resource_path("kubevirt.io", "v1", "virtualmachineinstances", namespace=namespace),
+                                   vmi_body(name, [{"device": device}]))
+        took = time.monotonic() - sent
+        if not (made.get("spec") or {}).get("domain", {}).get("devices", {}).get("gpus"):
+            raise SystemExit(f"VMI {namespace}/{name} was admitted without its GPU: {made.get('spec')}")
+        return took
+
+    def one(self, system: str) -> Callable[[Client], Awaitable[float]]:
+        return {"floor": self.floor_one, "A": self.a_one, "B": self.b_one, "C": self.c_one}[system]
+
+    async def rounds(self, samples: int, rounds: int) -> dict[str, list[float]]:
+        figures: dict[str, list[float]] = {s: [] for s in SYSTEMS}
+        per_round = [samples // rounds + (1 if r < samples % rounds else 0) for r in range(rounds)]
+        for r, count in enumerate(per_round):
+            await self.keep_fresh()
+            if len(self.held) < count:  # C may come before B this round: devices to start, bound untimed
+                await asyncio.gather(*(self.b_one(self.admin) for _ in range(count - len(self.held))))
+            order = SYSTEMS[r % 4:] + SYSTEMS[:r % 4]
+            for system in order:
+                for _ in range(count):
+                    figures[system].append(await self.one(system)(self.admin) * 1000)
+            print(f"    round {r + 1}/{rounds} ({' '.join(order)}): " + ", ".join(
+                f"{s} p50 {statistics.median(figures[s]):.1f}" for s in SYSTEMS) + f" ms; {load()}", flush=True)
+        return figures
+
+    async def burst(self, system: str, count: int) -> dict[str, Any]:
+        """``count`` created at once (spread over several connection pools); each latency and the wall time."""
+        await self.keep_fresh()
+        await asyncio.sleep(1.0)
+        clients = self.burst_clients
+        started = time.monotonic()
+        latencies = await asyncio.gather(*(self.one(system)(clients[i % len(clients)]) for i in range(count)))
+        wall = time.monotonic() - started
+        return {"latencies": [t * 1000 for t in latencies], "wall_ms": wall * 1000}
+
+
+# -- the run -------------------------------------------------------------------------------------
+
+
+async def metrics_of(url: str) -> dict[str, float]:
+    """The controller's admission and binder latency sums and counts, from its /metrics."""
+    import aiohttp
+    from prometheus_client.parser import text_string_to_metric_families
+
+    async with aiohttp.ClientSession() as session, session.get(url) as resp:
+        text = await resp.text()
+    wanted = {"cozygpu_admission_duration_seconds", "cozygpu_admission_bind_wait_seconds",
+              "cozygpu_binder_answer_latency_seconds"}
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        if family.name not in wanted:
+            continue
+        for sample in family.samples:
+            if sample.name.endswith(("_sum", "_count")):
+                label = ",".join(f"{k}={v}" for k, v in sorted(sample.labels.items()))
+                out[f"{sample.name}{{{label}}}"] = out.get(f"{sample.name}{{{label}}}", 0.0) + sample.value
+    return out
+
+
+def shares(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """Mean ms per call of each histogram between two scrapes."""
+    out: dict[str, float] = {}
+    for key, value in after.items():
+        if "_sum{" not in key:
+            continue
+        count_key = key.replace("_sum{", "_count{")
+        calls = after.get(count_key, 0.0) - before.get(count_key, 0.0)
+        if calls > 0:
+            out[key.replace("_sum", "") + f" n={calls:.0f}"] = (value - before.get(key, 0.0)) / calls * 1000
+    return out
+
+
+async def start_controller(plane: Any, args: argparse.Namespace) -> tuple[asyncio.subprocess.Process, str, str]:
+    from cozygpu.devcluster import pki
+    from cozygpu.devcluster.plane import free_port
+
+    cert_dir = plane.directory / "compare-webhook"
+    cert_dir.mkdir(exist_ok=True)
+    pki.issue(pki.KeyPair(plane.pki_dir / "serving-ca.crt", plane.pki_dir / "serving-ca.key"), cert_dir, "tls",
+              common_name="cozygpu-webhook", hosts=("127.0.0.1",), server=True)
+    webhook_port, health_port = free_port(), free_port()
+    argv = ["controller", "--kubeconfig", str(plane.kubeconfig), "--namespace", CONTROLLER_NS, "--enable-gpu",
+            "--cert-dir", str(cert_dir),
+            "--webhook-addr", f"127.0.0.1:{webhook_port}", "--health-addr", f"127.0.0.1:{health_port}",
+            "--metrics-addr", f"127.0.0.1:{health_port}", "--identity", "compare-bench",
+            "--log-format", "text", "--log-level", args.controller_log_level]
+    log = (plane.directory / "logs" / "cozygpu-controller.log").open("wb")
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, __file__, "--controller", json.dumps(argv), "--records", str(plane.directory / RECORDS),
+        *(["--no-qps-match"] if args.no_qps_match else []),
+        stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=log, cwd=ROOT)
+    import aiohttp
+
+    async with asyncio.timeout(300), aiohttp.ClientSession() as session:
+        while True:
+            if process.returncode is not None:
+                raise SystemExit("the controller exited; see logs/cozygpu-controller.log in the plane directory")
+            with contextlib.suppress(aiohttp.ClientError):
+                async with session.get(f"http://127.0.0.1:{health_port}/readyz") as resp:
+                    if resp.status == 200:
+                        break
+            await asyncio.sleep(0.2)
+    return process, f"https://127.0.0.1:{webhook_port}", f"http://127.0.0.1:{health_port}/metrics"
+
+
+async def register_webhooks(admin: Client, plane: Any, url: str) -> None:
+    from cozygpu.admission.webhooks import configurations
+    from tests.admission.harness import wait_called
+
+    validating, mutating = configurations(
+        url, base64.b64encode(plane.ca_file.read_bytes()).decode(), timeout_seconds=15,
+        namespace_selector={"matchLabels": {BENCH_LABEL: "tenant"}}, name="cozygpu-compare")
+    await admin.create(VALIDATING, validating)
+    await admin.create(MUTATING, mutating)
+    await wait_called(admin, "tenant-cmp0")
+
+
+async def warm_up(bench: Bench) -> None:
+    """A few of each, untimed: the scheduler's and the binder's first cycles after the fleet changed."""
+    for _ in range(5):
+        for system in SYSTEMS:
+            await bench.one(system)(bench.admin)
+
+
+STEPS = ("create → binder's cache saw it", "waiting for its pass", "snapshot", "plan", "plan_writes",
+         "other in pass before writes", "status write → Bound seen here", "total")
+#: The part of "waiting for its pass" spent while another (full) pass ran: passes never overlap.
+WAIT_IN_FULL = "  of the wait, another full pass running"
+
+
+def answer_path(records: list[dict[str, Any]], orders: list[dict[str, Any]]) -> dict[str, dict[str, list[float]]]:
+    """Per phase ("N one"), each step of every timed order's path, in ms; and by which lane it was bound."""
+    fulls = sorted((r for r in records if r["lane"] == "full"), key=lambda r: float(r["started"]))
+    starts = [r["started"] for r in fulls]
+    by_device: dict[str, dict[str, Any]] = {}
+    for record in records:
+        for key in record.get("binds", ()):
+            by_device.setdefault(key, record)
+    out: dict[str, dict[str, list[float]]] = {}
+    for order in orders:
+        record = by_device.get(order["key"])
+        if not order["phase"] or record is None or order["key"] not in record.get("saw", {}):
+            continue
+        steps = out.setdefault(order["phase"], {step: [] for step in (*STEPS, WAIT_IN_FULL,
+                                                                        "bound by an answer pass")})
+        saw, started = record["saw"][order["key"]], record["started"]
+        writes_started = record.get("writes_started", record["ended"])
+        inside = sum(record.get(k, 0.0) for k in ("snapshot", "plan", "plan_writes"))
+        values = [saw - order["sent"], started - saw, record.get("snapshot", 0.0), record.get("plan", 0.0),
+                  record.get("plan_writes", 0.0), writes_started - started - inside, order["seen"] - writes_started,
+                  order["seen"] - order["sent"]]
+        for step, value in zip(STEPS, values, strict=True):
+            steps[step].append(value * 1000)
+        steps["bound by an answer pass"].append(1.0 if record["lane"] == "answer" else 0.0)
+        waited, j = 0.0, bisect.bisect_left(starts, started) - 1
+        while j >= 0 and fulls[j]["ended"] > saw:  # passes never overlap: walk back over those in the way
+            if fulls[j] is not record:
+                waited += max(0.0, min(fulls[j]["ended"], started) - max(fulls[j]["started"], saw))
+            j -= 1
+        steps[WAIT_IN_FULL].append(waited * 1000)
+    return out
+
+
+def row(values: list[float]) -> tuple[float, float, float, float]:
+    return (percentile(values, 50), percentile(values, 90), percentile(values, 99), max(values))
+
+
+def table(results: dict[int, dict[str, Any]]) -> list[str]:
+    lines = ["| N | what | n | p50 ms | p90 ms | p99 ms | max ms | burst of all, wall ms | ÷ floor p50 / p99 |",
+             "|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for n, result in results.items():
+        floor = row(result["one"]["floor"])
+        for system in SYSTEMS:
+            values = result["one"][system]
+            p50, p90, p99, top = row(values)
+            wall = result["burst"][system]["wall_ms"]
+            lines.append(f"| {n} | {LABELS[system]} | {len(values)} | {p50:.1f} | {p90:.1f} | {p99:.1f} | {top:.1f}"
+                         f" | {wall:.0f} | {p50 / floor[0]:.2f} / {p99 / floor[2]:.2f} |")
+    lines += ["", "| N | ratio | p50 | p90 | p99 | max | burst wall |", "|---:|---|---:|---:|---:|---:|---:|"]
+    for n, result in results.items():
+        a = row(result["one"]["A"])
+        for system in ("B", "C"):
+            other = row(result["one"][system])
+            wall = result["burst"][system]["wall_ms"] / result["burst"]["A"]["wall_ms"]
+            lines.append(f"| {n} | {system}/A | " + " | ".join(f"{o / x:.2f}" for o, x in zip(other, a, strict=True))
+                         + f" | {wall:.2f} |")
+    sizes = list(results)
+    if len(sizes) > 1:
+        first = sizes[0]
+        lines += ["", f"| growth from N={first} | " + " | ".join(f"N={n} p50 / p99" for n in sizes[1:]) + " |",
+                  "|---|" + "---:|" * (len(sizes) - 1)]
+        for system in SYSTEMS:
+            base = row(results[first]["one"][system])
+            cells = []
+            for n in sizes[1:]:
+                now = row(results[n]["one"][system])
+                cells.append(f"{now[0] / base[0]:.2f}× / {now[2] / base[2]:.2f}×")
+            lines.append(f"| {LABELS[system]} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def picture(results: dict[int, dict[str, Any]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sizes = list(results)
+    figure, axes = plt.subplots(1, len(sizes), figsize=(4.2 * len(sizes), 4.2), sharey=True, squeeze=False)
+    colours = {"floor": "#9e9e9e", "A": "#1f77b4", "B": "#2ca02c", "C": "#d62728"}
+    for axis, n in zip(axes[0], sizes, strict=True):
+        data = [results[n]["one"][s] for s in SYSTEMS]
+        parts = axis.violinplot(data, showmedians=True, showextrema=False)
+        for body, system in zip(parts["bodies"], SYSTEMS, strict=True):  # type: ignore[call-overload]
+            body.set_facecolor(colours[system])
+            body.set_alpha(0.6)
+        for i, system in enumerate(SYSTEMS, start=1):
+            p99 = percentile(results[n]["one"][system], 99)
+            axis.plot([i - 0.25, i + 0.25], [p99, p99], color="black", linewidth=1)
+        axis.set_xticks(range(1, len(SYSTEMS) + 1), ["floor", "A sched", "B binder", "C VM start"])
+        axis.set_yscale("log")
+        axis.set_title(f"{n} nodes (one at a time)")
+        axis.grid(axis="y", alpha=0.3)
+    axes[0][0].set_ylabel("create → answer seen, ms (log; bar = p99)")
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=110)
+
+
+async def drive(plane: Any, args: argparse.Namespace, sizes: list[int], run_started: float) -> dict[str, Any]:
+    from cozygpu.devcluster import apply
+    from tests.support.crds import install_fixture_crd
+
+    results: dict[int, dict[str, Any]] = {}
+    profile: dict[str, dict[str, list[float]]] = {}
+    loads: dict[int, tuple[str, str]] = {}
+    controller: asyncio.subprocess.Process | None = None
+    bench: Bench | None = None
+    try:
+        async with contextlib.AsyncExitStack() as stack:
+            admin = await stack.enter_async_context(plane.client())
+            burst_clients = [await stack.enter_async_context(plane.client()) for _ in range(4)]
+            await apply.install_crds(admin)
+            await install_fixture_crd(admin, "virtualmachineinstances.kubevirt.io")
+            bench = Bench(admin, burst_clients, args)
+            await bench.setup()
+            controller, url, metrics_url = await start_controller(plane, args)
+            await register_webhooks(admin, plane, url)
+            print(f"controller ready, webhooks called; client limit: kube-scheduler QPS {QPS:.0f} burst {BURST}"
+                  f" (its default), cozygpu {'unlimited' if args.no_qps_match else f'QPS {QPS:.0f} burst {BURST}'}",
+                  flush=True)
+            watches = [asyncio.create_task(w.run()) for w in (bench.floor, bench.pods, bench.devices)]
+            for w in (bench.floor, bench.pods, bench.devices):
+                await asyncio.wait_for(w.synced.wait(), 60)
+            for n in sizes:
+                if args.budget_s and time.monotonic() - run_started > args.budget_s:
+                    print(f"N={n}: skipped, the run's time budget ({args.budget_s:.0f} s) is spent", flush=True)
+                    break
+                took = await bench.grow(n)
+                percent, scored = nodes_to_score(n)
+                print(f"N={n}: fleet ready in {took:.0f}s; kube-scheduler default percentageOfNodesToScore:"
+                      f" {percent}% -> scores {scored} feasible nodes per pod; {load()}", flush=True)
+                await bench.keep_fresh(force=True)
+                await warm_up(bench)
+                start_load = load()
+                before = await metrics_of(metrics_url)
+                bench.phase = f"{n} one"
+                one = await bench.rounds(args.samples, args.rounds)
+                after_one = await metrics_of(metrics_url)
+                bench.phase = ""
+                frozen = await bench.frozen(controller, max(10, args.samples // 2))
+                await bench.clear_pods()
+                bursts: dict[str, Any] = {}
+                for system in SYSTEMS:  # C after B: it starts the devices B's burst bound
+                    bench.phase = f"{n} burst"
+                    bursts[system] = await bench.burst(system, args.burst)
+                    bench.phase = ""
+                    print(f"    burst {system}: {args.burst} in {bursts[system]['wall_ms']:.0f} ms", flush=True)
+                await bench.clear_pods()
+                results[n] = {"one": one, "burst": bursts, "shares": shares(before, after_one), "frozen": frozen,
+                              "percent": percent, "scored": scored}
+                loads[n] = (start_load, load())
+                print("\n".join(table({n: results[n]})), flush=True)
+                if args.json:  # after each size, so a run cut short keeps what it measured
+                    await asyncio.to_thread(Path(args.json).write_text, json.dumps(
+                        {"results": {str(k): v for k, v in results.items()}, "loads": loads}))
+                if args.png:
+                    await asyncio.to_thread(picture, results, Path(args.png))
+            for task in watches:
+                task.cancel()
+    finally:
+        if controller is not None and controller.returncode is None:
+            controller.terminate()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(controller.wait(), 60)
+    records: list[dict[str, Any]] = []
+    with contextlib.suppress(FileNotFoundError, ValueError):
+        records = json.loads(await asyncio.to_thread((plane.directory / RECORDS).read_text))
+        profile = answer_path(records, bench.orders if bench is not None else [])
+    return {"results": results, "profile": profile, "loads": loads, "records": records}
+
+
+def report(run: dict[str, Any], args: argparse.Namespace, sizes: list[int], run_started: float) -> None:
+    results: dict[int, dict[str, Any]] = run["results"]
+    profile: dict[str, dict[str, list[float]]] = run["profile"]
+    loads: dict[int, tuple[str, str]] = run["loads"]
+    print("\n## the table (one at a time; bursts: wall time until all bound/answered)\n")
+    print("\n".join(table(results)))
+    print("\n## kube-scheduler's node search and the load")
+    for n, result in results.items():
+        print(f"  N={n}: percentageOfNodesToScore {result['percent']}% -> {result['scored']} nodes;"
+              f" {loads[n][0]} at start, {loads[n][1]} at end")
+    print("\n## the same, with the controller frozen (SIGSTOP) for a few seconds: its cost to the others (ms)")
+    for n, result in results.items():
+        for system, values in result["frozen"].items():
+            p50, p90, p99, top = row(values)
+            print(f"  N={n} {LABELS[system]:<28} p50 {p50:7.1f}  p90 {p90:7.1f}  p99 {p99:7.1f}  max {top:7.1f}"
+                  f"  (n={len(values)})")
+    print("\n## bursts, per-item latency (ms)")
+    for n, result in results.items():
+        for system in SYSTEMS:
+            values = result["burst"][system]["latencies"]
+            p50, p90, p99, top = row(values)
+            print(f"  N={n} {LABELS[system]:<28} p50 {p50:7.1f}  p90 {p90:7.1f}  p99 {p99:7.1f}  max {top:7.1f}"
+                  f"  all in {result['burst'][system]['wall_ms']:.0f}")
+    print("\n## where a VM start's time goes (controller metrics, mean ms per call, one at a time)")
+    for n, result in results.items():
+        for key, value in sorted(result["shares"].items()):
+            print(f"  N={n} {key}: {value:.1f}")
+    for phase, steps in profile.items():
+        n_orders = len(steps["total"])
+        answered = sum(steps["bound by an answer pass"])
+        how = "one at a time" if phase.endswith("one") else "in the burst"
+        print(f"\n## where an order's time goes (B), N={phase.split()[0]}, {n_orders} orders {how}"
+              f" (median / p90 / p99 ms; {answered:.0f} bound by an answer pass, {n_orders - answered:.0f} by a"
+              f" full pass)")
+        for step in (*STEPS[:2], WAIT_IN_FULL, *STEPS[2:]):
+            values = steps[step]
+            print(f"  {step:<58} {statistics.median(values):7.2f} {percentile(values, 90):7.2f}"
+                  f" {percentile(values, 99):7.2f}")
+    fulls = [r for r in run.get("records", []) if r["lane"] == "full"]
+    if fulls:
+        print(f"  (full passes over the whole run: {len(fulls)})")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"results": {str(n): r for n, r in results.items()},
+                                               "profile": profile, "loads": loads}, indent=1))
+    if args.png and results:
+        picture(results, Path(args.png))
+        print(f"\npicture: {args.png}")
+    print(f"\nrun took {time.monotonic() - run_started:.0f} s; {load()}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", default="100,1000,5000", help="fleet sizes, ascending (default 100,1000,5000)")
+    parser.add_argument("--samples", type=int, default=200, help="one-at-a-time samples per system per size")
+    parser.add_argument("--burst", type=int, default=200, help="items created at once per system per size")
+    parser.add_argument("--rounds", type=int, default=4, help="rounds the samples are split into")
+    parser.add_argument("--budget-s", type=float, default=0.0, help="skip the next size once this many s are spent")
+    parser.add_argument("--quick", action="store_true", help="CI size: 20 and 50 nodes, 20 samples, bursts of 20")
+    parser.add_argument("--no-qps-match", action="store_true", help="run the controller without client-go's limiter")
+    parser.add_argument("--png", help="draw the distributions here (needs the bench extra: matplotlib)")
+    parser.add_argument("--json", help="write every figure here")
+    parser.add_argument("--controller-log-level", default="warning", help="the controller's --log-level")
+    parser.add_argument("--keep", action="store_true", help="leave the plane running")
+    parser.add_argument("--controller", help=argparse.SUPPRESS)
+    parser.add_argument("--records", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.controller:
+        sys.exit(run_controller(json.loads(args.controller), qps=None if args.no_qps_match else QPS,
+                                records_path=args.records))
+    if args.quick:
+        args.sizes, args.samples, args.burst, args.rounds = "20,50", 20, 20, 2
+    from cozygpu.devcluster import binaries
+    from cozygpu.devcluster.plane import ControlPlane
+
+    if binaries.find(binaries.DEFAULT_MINOR) is None:
+        sys.exit("control-plane binaries missing: run `python -m cozygpu.devcluster.binaries` first")
+    sizes = [int(s) for s in args.sizes.split(",")]
+    run_started = time.monotonic()
+    print(f"compare_scheduler: sizes {sizes}, {args.samples} samples one at a time in {args.rounds} rounds,"
+          f" bursts of {args.burst}; {load()}", flush=True)
+    plane = ControlPlane.start(build=False, full=True, node_lease_seconds=NODE_LEASE_SECONDS, timeout=120)
+    print(f"full plane {plane.kubernetes_version} in {plane.directory}", flush=True)
+    try:
+        run = asyncio.run(drive(plane, args, sizes, run_started))
+    finally:
+        if args.keep:
+            print(f"plane left running in {plane.directory}")
+        else:
+            plane.stop()
+    report(run, args, sizes, run_started)
+
+
+if __name__ == "__main__":
+    main()

@@ -25,7 +25,8 @@ taken through its own watch of GPUDevices:
 - controller RSS after all this;
 - where an answer's time goes: write → the binder's cache sees it → the
   answer pass starts → snapshot → plan → writes → the answer seen here.
-  ``--profile`` adds a cProfile of the idle answer passes (it slows them).
+  ``--profile`` adds a cProfile of the idle answer passes and of five full
+  passes that write nothing, both last (it slows them).
 
 Targets: answer p99 <= 50 ms, full pass <= 150 ms, RSS <= 300 MB. Figures are
 printed with their ratio to the target, never asserted. The machine is shared:
@@ -171,6 +172,8 @@ async def run_binder(kubeconfig: str, *, profile: bool) -> None:
     seen_at: dict[str, float] = {}
     profiler = cProfile.Profile() if profile else None
     profiling = False
+    full_profiler = cProfile.Profile() if profile else None
+    profiling_full = False
 
     def timed(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
         def wrapper(*args: Any, **kw: Any) -> Any:
@@ -238,9 +241,13 @@ async def run_binder(kubeconfig: str, *, profile: bool) -> None:
             current = {"started": time.monotonic()}
             nodes_rv = cache.informer(known.NODES).resource_version
             emit(lane="full", phase="start")
+            if full_profiler is not None and profiling_full:
+                full_profiler.enable()
             try:
                 await full_pass(writes)
             finally:
+                if full_profiler is not None and profiling_full:
+                    full_profiler.disable()
                 current["ended"] = time.monotonic()
                 emit(lane="full", phase="end", duration=current["ended"] - current["started"], nodes_rv=nodes_rv,
                      wrote=len(writes.as_dict()), settled=binder.fast_lane.settled, **{
@@ -260,15 +267,20 @@ async def run_binder(kubeconfig: str, *, profile: bool) -> None:
                 order = json.loads(line) if line else {"do": "stop"}
                 if order["do"] == "profile":
                     profiling = bool(order["on"])
+                elif order["do"] == "profile_full":
+                    profiling_full = bool(order["on"])
                 elif order["do"] == "report":
                     gc.collect()
                     rss, peak = rss_mb()
-                    text = ""
-                    if profiler is not None:
+                    text = full_text = ""
+                    if profiler is not None and full_profiler is not None:
                         out = io.StringIO()
                         pstats.Stats(profiler, stream=out).sort_stats("cumulative").print_stats(25)
                         text = out.getvalue()
-                    emit(lane="report", rss=rss, peak=peak, seen=seen_at, profile=text)
+                        out = io.StringIO()
+                        pstats.Stats(full_profiler, stream=out).sort_stats("cumulative").print_stats(40)
+                        full_text = out.getvalue()
+                    emit(lane="report", rss=rss, peak=peak, seen=seen_at, profile=text, profile_full=full_text)
                 else:
                     break
             task.cancel()
@@ -482,6 +494,13 @@ async def measure(admin: Client, child: Child, size: dict[str, int], *, profile:
             await child.send(do="profile", on=True)
             results["profiled"] = await idle_requests(min(n, 40), "profiled")
             await child.send(do="profile", on=False)
+            await child.quiet()
+            await child.send(do="profile_full", on=True)
+            for i in range(5):  # full passes that write nothing, each after a Node label change
+                child.full_ended.clear()
+                await admin.merge_patch(f"{nodes}/node-{i}", {"metadata": {"labels": {"bench": uuid.uuid4().hex[:8]}}})
+                await child.full_ended.wait()
+            await child.send(do="profile_full", on=False)
         await child.send(do="report")
         results["report"] = await child.reports.get()
     return results
@@ -596,6 +615,9 @@ async def drive(args: argparse.Namespace) -> None:
     if report.get("profile"):
         print("cProfile of the idle answer passes (cumulative):")
         print(report["profile"])
+    if report.get("profile_full"):
+        print("cProfile of five full passes writing nothing (cumulative):")
+        print(report["profile_full"])
     if args.keep:
         print(f"control plane left running; reuse it with --attach {plane.directory}")
 

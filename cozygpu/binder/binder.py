@@ -39,7 +39,7 @@ finalizers and usage records never wait for GPU to be enabled.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
 import attrs
@@ -81,6 +81,8 @@ class BinderConfig:
     attachment_grace: timedelta = timedelta(minutes=2)
     hoster_names: tuple[str, ...] = ()
     report_stale_after: timedelta = DEFAULT_REPORT_STALE_AFTER
+    #: A full pass plans over every set at least this often (otherwise over what could have changed).
+    whole_plan_every: timedelta = timedelta(minutes=5)
 
 
 def _unanswered(obj: Mapping[str, Any] | None) -> str:
@@ -153,6 +155,75 @@ def answer_view(snapshot: Snapshot, wanted: Iterable[DeviceKey]) -> Snapshot:
     return attrs.evolve(snapshot, devices={k: devices[k] for k in keep}, devices_by_vmi=by_vmi)
 
 
+@attrs.frozen
+class Planned:
+    """What a full pass planned on: its snapshot (or view) and the devices its plan acted on."""
+
+    snapshot: Snapshot
+    acted: frozenset[DeviceKey]
+
+    @classmethod
+    def of(cls, snapshot: Snapshot, plan: PassPlan) -> Planned:
+        acted: set[DeviceKey] = set()
+        for action in plan.actions:
+            if isinstance(action, Stay):
+                acted.update(action.devices)
+            else:
+                acted.add(action.device)
+        return cls(snapshot, frozenset(acted))
+
+
+def _differs(now: Mapping[Any, Any], before: Mapping[Any, Any], key: Any) -> bool:
+    a, b = now.get(key), before.get(key)
+    return a is not b and a != b
+
+
+def full_view(snapshot: Snapshot, last: Planned | None, wanted: Iterable[DeviceKey]) -> Snapshot:
+    """``snapshot`` with only the sets a full pass could decide anything for, given the last full pass.
+
+    A set is left out only when the last full pass's plan did nothing for it
+    (it kept its node: no Bind, MarkLost, Stay, answer or Pending order among
+    its members) and nothing it is judged on changed since: its members'
+    views, its VMI's view and its launchers' pods, and its node's view,
+    report and capacity. A set so left out keeps its node again — the keep
+    rule reads only those — and plans nothing, so the plan on the view is the
+    plan on the whole snapshot, action for action
+    (``tests/binder/test_full_view.py``): what other sets are decided against
+    (free units, budgets, availability) stays the whole snapshot's, and
+    ``answer_view`` adds every set on a node over its capacity, where the
+    capacity-lost rule weighs them all. Everything Lost, Pending or asking is
+    planned every pass. A change of a class, of what KubeVirt permits or of
+    the resource names in effect, or no last pass, plans everything.
+    """
+    if last is None:
+        return snapshot
+    before = last.snapshot
+    if (snapshot.classes != before.classes or snapshot.permitted != before.permitted
+            or snapshot.effective_names != before.effective_names):
+        return snapshot
+    keep: set[DeviceKey] = set(wanted)
+    keep.update(k for k in last.acted if k in snapshot.devices)
+    nodes: set[str] = set()
+    for index in ("nodes", "inventories", "capacity"):
+        now_map, then_map = getattr(snapshot, index), getattr(before, index)
+        if now_map is then_map:
+            continue
+        nodes.update(n for n in now_map if _differs(now_map, then_map, n))
+        nodes.update(n for n in then_map if n not in now_map)
+    devices, then_devices = snapshot.devices, before.devices
+    for key, device in devices.items():
+        if device.phase is not Phase.BOUND or (device.node_name in nodes) or _differs(devices, then_devices, key):
+            keep.add(key)
+    vmis, then_vmis = snapshot.vmis, before.vmis
+    pods, then_pods = snapshot.pods, before.pods
+    for vmi, members in snapshot.devices_by_vmi.items():
+        view = vmis.get(vmi)
+        if _differs(vmis, then_vmis, vmi) or (view is not None and any(
+                _differs(pods, then_pods, uid) for uid in view.active_pods)):
+            keep.update(members)
+    return answer_view(snapshot, keep)
+
+
 class _Objects(Mapping[DeviceKey, Obj]):
     """The GPUDevice store as a mapping by key: what a pass reads of the raw devices, without copying them."""
 
@@ -202,6 +273,9 @@ class Binder:
         self._answerable: set[DeviceKey] = set()
         #: Writes of this pass refused on their resourceVersion (or whose object vanished).
         self._stale = 0
+        #: The last full pass whose writes were all done: what the next one's view is taken against.
+        self._planned: Planned | None = None
+        self._whole_at = datetime.min.replace(tzinfo=UTC)
         #: Whether new orders may take the answer lane (nothing ranks ahead of them).
         self.fast_lane = FastLane(wall=clock.wall, report_stale_after=config.report_stale_after)
         for spec in self.kinds:
@@ -331,8 +405,17 @@ class Binder:
             self._answerable = {k for k, d in snapshot.devices.items()  # in the same step as the snapshot
                                 if d.unanswered_request or d.phase is Phase.PENDING}
             await self._verify_attachments(snapshot, objects, served, writes)
-            plan = plan_pass(snapshot)
-            report = await self._write_plan(plan, snapshot, objects, writes, lane="full")
+            last = self._planned
+            if last is not None and snapshot.now - self._whole_at >= self._config.whole_plan_every:
+                last = None  # now and then a plan over everything, whatever the view would keep
+            view = full_view(snapshot, last, self._answerable)
+            if last is None:
+                self._whole_at = snapshot.now
+            self._planned = None  # until this pass's writes are all done
+            plan = plan_pass(view)
+            report = await self._write_plan(plan, view, objects, writes, lane="full")
+            if not report.requeue and report.error is None:
+                self._planned = Planned.of(snapshot, plan)
             if any(stay.why == SPLIT_WHILE_VM_RUNS for stay in plan.of(Stay)):
                 # Not settled: the first room on its launcher's node is the split set's, before any new order.
                 self.fast_lane.unsettle("a set is split while its VM runs")

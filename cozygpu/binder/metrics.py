@@ -17,7 +17,7 @@ replica that stops leading keeps its last values, so a reader joins them with
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Any, Final
 
 import attrs
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -39,6 +39,9 @@ class BinderMetrics:
     node_units: Gauge
     devices: Gauge
     report_time: Gauge
+    #: What each per-node series was last set to: a pass sets only the series whose value moved.
+    _node_values: dict[tuple[str, str, str], float] = attrs.field(factory=dict, init=False, eq=False)
+    _report_values: dict[tuple[str], float] = attrs.field(factory=dict, init=False, eq=False)
 
     @classmethod
     def on(cls, registry: CollectorRegistry) -> BinderMetrics:
@@ -69,12 +72,13 @@ class BinderMetrics:
             status = class_status(snapshot, gpu_class)
             for state in ("units", "held", "free"):
                 self.class_units.labels(name, state).set(status[state])
-        self.node_units.clear()
+        wanted: dict[tuple[str, str, str], float] = {}
         for node, entries in snapshot.capacity.items():
             for resource, entry in entries.items():
-                self.node_units.labels(node, resource, "served").set(entry.served)
-                self.node_units.labels(node, resource, "held").set(entry.held)
-                self.node_units.labels(node, resource, "free").set(max(entry.free, 0))
+                wanted[(node, resource, "served")] = entry.served
+                wanted[(node, resource, "held")] = entry.held
+                wanted[(node, resource, "free")] = max(entry.free, 0)
+        _sync(self.node_units, self._node_values, wanted)
         self.devices.clear()
         counts: dict[tuple[str, str], int] = {}
         for device in snapshot.devices.values():
@@ -85,7 +89,17 @@ class BinderMetrics:
                 counts.setdefault((name, each.value), 0)
         for (name, phase), count in counts.items():
             self.devices.labels(name, phase).set(count)
-        self.report_time.clear()
-        for node, inventory in snapshot.inventories.items():
-            last = inventory.last_report
-            self.report_time.labels(node).set(last.timestamp() if last is not None else 0)
+        reported = {node: (inventory.last_report.timestamp() if inventory.last_report is not None else 0.0)
+                    for node, inventory in snapshot.inventories.items()}
+        _sync(self.report_time, self._report_values, {(node,): value for node, value in reported.items()})
+
+
+def _sync(gauge: Gauge, have: dict[Any, float], wanted: dict[Any, float]) -> None:
+    """Set the series of ``gauge`` whose value moved and drop those not wanted (a thousand nodes: no clear)."""
+    for labels in [k for k in have if k not in wanted]:
+        gauge.remove(*labels)
+        del have[labels]
+    for labels, value in wanted.items():
+        if have.get(labels) != value:
+            gauge.labels(*labels).set(value)
+            have[labels] = value

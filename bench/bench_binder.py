@@ -496,10 +496,13 @@ async def measure(admin: Client, child: Child, size: dict[str, int], *, profile:
             await child.send(do="profile", on=False)
             await child.quiet()
             await child.send(do="profile_full", on=True)
-            for i in range(5):  # full passes that write nothing, each after a Node label change
-                child.full_ended.clear()
-                await admin.merge_patch(f"{nodes}/node-{i}", {"metadata": {"labels": {"bench": uuid.uuid4().hex[:8]}}})
-                await child.full_ended.wait()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(120):
+                    for i in range(5):  # full passes that write nothing, each after a Node label change
+                        child.full_ended.clear()
+                        await admin.merge_patch(f"{nodes}/node-{i}",
+                                                {"metadata": {"labels": {"bench": uuid.uuid4().hex[:8]}}})
+                        await child.full_ended.wait()
             await child.send(do="profile_full", on=False)
         await child.send(do="report")
         results["report"] = await child.reports.get()
@@ -563,7 +566,8 @@ async def drive(args: argparse.Namespace) -> None:
                 (plane.directory / "bench_binder.json").write_text(json.dumps(size))
             process = await asyncio.create_subprocess_exec(
                 sys.executable, __file__, "--binder", str(plane.kubeconfig), *(["--profile"] if args.profile else []),
-                stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, cwd=ROOT)
+                stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, cwd=ROOT,
+                limit=64 * 1024 * 1024)  # the report line carries every request seen, long after --attach
             nodes = resource_path("", "v1", "nodes")
 
             async def poke() -> str:

@@ -109,6 +109,20 @@ def _unverified(obj: Mapping[str, Any]) -> bool:
                for c in conditions)
 
 
+def _split_names(plan: PassPlan, snapshot: Snapshot) -> set[str]:
+    """The resource names of the sets ``plan`` leaves split while their VMs run."""
+    names: set[str] = set()
+    for stay in plan.of(Stay):
+        if stay.why != SPLIT_WHILE_VM_RUNS:
+            continue
+        for key in stay.devices:
+            device = snapshot.devices.get(key)
+            gpu_class = snapshot.classes.get(device.class_name) if device is not None else None
+            if gpu_class is not None:
+                names.add(gpu_class.resource_name)
+    return names
+
+
 def _key(obj: Mapping[str, Any]) -> DeviceKey:
     meta = obj.get("metadata") or {}
     return (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
@@ -416,11 +430,9 @@ class Binder:
             report = await self._write_plan(plan, view, objects, writes, lane="full")
             if not report.requeue and report.error is None:
                 self._planned = Planned.of(snapshot, plan)
-            if any(stay.why == SPLIT_WHILE_VM_RUNS for stay in plan.of(Stay)):
-                # Not settled: the first room on its launcher's node is the split set's, before any new order.
-                self.fast_lane.unsettle("a set is split while its VM runs")
-            elif not report.requeue:
-                self.fast_lane.settle(mark)
+            if not report.requeue:
+                # The first room on a split set's launcher node is its own, before any new order of its names.
+                self.fast_lane.settle(mark, waiting=_split_names(plan, snapshot))
             written = {w.key for w in report.written} | {d.key for d in report.dropped}
             await self._attachments(snapshot, objects, written, writes)
             # A report refused on its resourceVersion is not a reason to requeue: the agent reports often,

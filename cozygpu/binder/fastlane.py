@@ -55,9 +55,14 @@ The proof, in two halves:
    of several classes is Lost whole, so each of its names is some Lost
    device's). Lost and Pending devices and the freed names are tracked from
    events and checked against the snapshot: it costs what they are.
-   A set split over nodes or partly Lost cannot exist while settled: the
-   full pass left none, and making one takes a foreign placement write or
-   an answer pass whose writes failed half way, and both unsettle.
+   A set split over nodes or partly Lost cannot appear while settled:
+   making one takes a foreign placement write or an answer pass whose
+   writes failed half way, and both unsettle. The one split set a full pass
+   leaves is a set whose VM runs on a node that has no room for the rest
+   (``SPLIT_WHILE_VM_RUNS``): like a Lost set, it found no room, and it can
+   have room again only where units of its names came free; so its
+   resource names count as Lost ones here (``settle(waiting=...)``), and
+   orders of other names keep the lane.
 
 An answer pass that dropped a write or failed unsettles too: its plan may
 be half written. Until the next full pass settles again, new orders wait
@@ -143,6 +148,8 @@ class FastLane:
         self._events = 0
         self._settled = -1
         self._reason = "no full pass yet"
+        #: Resource names of the sets the settled full pass left split while their VMs run.
+        self._waiting: frozenset[str] = frozenset()
         #: What the binder's own writes in flight will show: device -> (phase, node).
         self._expected: dict[DeviceKey, Placement] = {}
         self._lost: set[DeviceKey] = set()
@@ -177,9 +184,14 @@ class FastLane:
         self._tick += 1
         return Mark(events=self._events, tick=self._tick)
 
-    def settle(self, mark: Mark) -> None:
-        """The full pass planned at ``mark`` wrote every placement it decided."""
+    def settle(self, mark: Mark, *, waiting: Iterable[str] = ()) -> None:
+        """The full pass planned at ``mark`` wrote every placement it decided.
+
+        ``waiting``: the resource names of the sets it left split while their VMs run; they wait
+        for room as Lost sets do.
+        """
         self._settled = mark.events
+        self._waiting = frozenset(waiting)
         self._freed = {name: tick for name, tick in self._freed.items() if tick > mark.tick}
 
     def freed(self, name: str | None) -> None:
@@ -208,7 +220,7 @@ class FastLane:
             return False, self._reason
         if not self._freed:
             return True, ""
-        lost_names: set[str] = set()
+        lost_names = set(self._waiting)
         for key in self._lost:
             device = snapshot.devices.get(key)
             gpu_class = snapshot.classes.get(device.class_name) if device is not None else None
@@ -222,7 +234,7 @@ class FastLane:
             gpu_class = snapshot.classes.get(device.class_name) if device is not None else None
             if device is not None and device.phase is Phase.PENDING and gpu_class is not None \
                     and gpu_class.resource_name in lost_names:
-                return False, f"a Lost set may have room again: {', '.join(freed)} came free"
+                return False, f"a Lost or split set may have room again: {', '.join(freed)} came free"
         return True, ""
 
     # -- the binder's own writes --------------------------------------------------------

@@ -102,3 +102,24 @@ def test_a_lost_set_closes_the_lane_only_once_units_of_its_resource_came_free() 
     assert "nvidia.com/X" in why
     lane.settle(lane.mark())  # the next full pass had its chance at that room
     assert lane.open(snapshot) == (True, "")
+
+
+def test_a_set_split_while_its_vm_runs_closes_the_lane_only_to_orders_of_its_names_once_they_came_free() -> None:
+    classes = [GPUClassView(name="h100", mode=Mode.PASSTHROUGH, resource_name="nvidia.com/X")]
+    snapshot = assemble(now=NOW, classes=classes, devices=[
+        DeviceView(namespace="tenant-a", name="new", class_name="h100", count=1)])
+    for waiting, closes in ((["nvidia.com/X"], True), (["nvidia.com/Y"], False)):
+        lane = settled_lane()
+        lane.device(Event("gpudevices", "ADDED", device("new"), None))
+        lane.settle(lane.mark(), waiting=waiting)  # the full pass left a set of these names split
+        lane.saw(snapshot)
+        assert lane.settled
+        assert lane.open(snapshot) == (True, ""), "no room came free since: the split set could not take any"
+        lane.device(Event("gpudevices", "DELETED", device("gone", phase="Bound", node="n1"),
+                          device("gone", phase="Bound", node="n1")))
+        is_open, why = lane.open(snapshot)
+        assert is_open is not closes, waiting
+        if closes:
+            assert "nvidia.com/X" in why
+        lane.settle(lane.mark())  # the next full pass gathered it
+        assert lane.open(snapshot) == (True, "")

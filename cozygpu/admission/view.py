@@ -2,10 +2,14 @@
 
 Why: the webhooks answer on every replica from their own cache, never by
 listing the API per request, and ask the same model functions as the binder
-and the catalog. Building a snapshot is O(objects), so one is kept while no
-informer the snapshot reads has moved (the resourceVersions of their stores)
-and it is less than ``MAX_AGE`` seconds old (report freshness depends on
-``now``); unchanged objects are converted once (``ViewMemo``).
+and the catalog. The snapshot is kept up to date from the cache's events as
+the binder's is (``LiveSnapshot``): a device event re-derives only what that
+device touches, a Node heartbeat (the kubelet's, kwok's) changes nothing,
+and a change a view reads (a Node's labels, a class, a budget, a GPUNode
+report) takes every view again, through the memo. On a fleet of a thousand
+heartbeating Nodes, rebuilding whenever an informer moved made most calls
+pay for every node. While nothing was noted, the last snapshot is reused for
+up to ``MAX_AGE`` seconds (report freshness depends on ``now``).
 
 A kind that is not synced yet is an error (``NotReady``), never an empty
 list: the webhook refuses rather than decide on a partial view. KubeVirt's
@@ -17,25 +21,21 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import Any, Final
+from typing import Final
 
 from cozygpu.base.clock import utc_now
-from cozygpu.base.logging import get_logger
 from cozygpu.cache import specs
 from cozygpu.cache.cache import Cache
 from cozygpu.cache.errors import KindNotServed, NotSynced
 from cozygpu.cache.kinds import KindSpec
-from cozygpu.cache.snapshot import ViewMemo, build_snapshot
+from cozygpu.cache.snapshot import LiveSnapshot, Source
 from cozygpu.model.snapshot import Snapshot
-
-_log = get_logger("cozygpu.admission")
 
 #: Seconds a snapshot is reused while nothing changed.
 MAX_AGE: Final = 1.0
 
-REQUIRED: Final = (specs.GPU_CLASSES, specs.GPU_DEVICES, specs.GPU_NODES, specs.NODES, specs.PODS,
-                   specs.TENANT_QUOTAS, specs.NAMESPACES)
 OPTIONAL: Final = (specs.VMIS, specs.KUBEVIRTS)
+REQUIRED: Final = tuple(spec for spec in specs.SNAPSHOT_SPECS.values() if spec not in OPTIONAL)
 
 
 class NotReady(Exception):
@@ -43,47 +43,32 @@ class NotReady(Exception):
 
 
 class SnapshotSource:
-    """Snapshots of one cache, rebuilt only when something changed."""
+    """The snapshot of one cache, kept up to date from its events."""
 
     def __init__(self, cache: Cache, *, hoster_names: Sequence[str] = ()) -> None:
         self._cache = cache
-        self._hoster = tuple(hoster_names)
-        self._memo = ViewMemo()
-        self._kept: tuple[tuple[str, ...], float, Snapshot] | None = None
-        for spec in (*REQUIRED, *OPTIONAL):
-            cache.add(spec)
+        self._live = LiveSnapshot(hoster_names=hoster_names)
+        #: The kept snapshot and when it was taken.
+        self._kept: tuple[float, Snapshot] | None = None
+        for kind, spec in specs.SNAPSHOT_SPECS.items():  # for the cache's life, as the webhooks are
+            cache.add(spec).subscribe(self._live.handler(kind))
 
-    def _list(self, spec: KindSpec, *, optional: bool = False) -> Sequence[Any]:
+    def _source(self, spec: KindSpec) -> Source | None:
         try:
-            return self._cache.store(spec).list()
+            store = self._cache.store(spec)
         except KindNotServed:
-            if optional:
-                return ()
+            if spec in OPTIONAL:
+                return None
             raise NotReady(f"{spec.key} is not served") from None
         except NotSynced:
             raise NotReady(f"this replica's cache of {spec.key} has not synced yet; try again shortly") from None
-
-    def _versions(self) -> tuple[str, ...]:
-        return tuple(self._cache.informer(spec).resource_version for spec in (*REQUIRED, *OPTIONAL))
+        return Source(store, store.list, store.get)
 
     def snapshot(self) -> Snapshot:
-        versions = self._versions()
         kept = self._kept
-        if kept is not None and kept[0] == versions and time.monotonic() - kept[1] < MAX_AGE:
-            return kept[2]
-        snapshot = build_snapshot(
-            now=utc_now(),
-            classes=self._list(specs.GPU_CLASSES),
-            devices=self._list(specs.GPU_DEVICES),
-            gpunodes=self._list(specs.GPU_NODES),
-            nodes=self._list(specs.NODES),
-            pods=self._list(specs.PODS),
-            vmis=self._list(specs.VMIS, optional=True),
-            quotas=self._list(specs.TENANT_QUOTAS),
-            namespaces=self._list(specs.NAMESPACES),
-            kubevirts=self._list(specs.KUBEVIRTS, optional=True),
-            hoster_names=self._hoster,
-            memo=self._memo,
-        )
-        self._kept = (versions, time.monotonic(), snapshot)
+        if kept is not None and not self._live.dirty and time.monotonic() - kept[0] < MAX_AGE:
+            return kept[1]
+        sources = {kind: self._source(spec) for kind, spec in specs.SNAPSHOT_SPECS.items()}
+        snapshot = self._live.snapshot(now=utc_now(), sources=sources)
+        self._kept = (time.monotonic(), snapshot)
         return snapshot

@@ -128,13 +128,6 @@ def _key(obj: Mapping[str, Any]) -> DeviceKey:
     return (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
 
 
-#: The kinds the snapshot is made of, by the names ``LiveSnapshot`` takes them under.
-_LIVE_SPECS: Final[dict[str, KindSpec]] = {
-    keys.GPUCLASS_KIND: specs.GPU_CLASSES, keys.GPUDEVICE_KIND: specs.GPU_DEVICES, keys.GPUNODE_KIND: specs.GPU_NODES,
-    "Node": specs.NODES, "Pod": specs.PODS, "VirtualMachineInstance": specs.VMIS,
-    "ResourceQuota": specs.TENANT_QUOTAS, "Namespace": specs.NAMESPACES, "KubeVirt": specs.KUBEVIRTS,
-}
-
 
 def answer_view(snapshot: Snapshot, wanted: Iterable[DeviceKey]) -> Snapshot:
     """``snapshot`` with only the sets an answer pass can act on, so planning costs what they are.
@@ -299,8 +292,8 @@ class Binder:
             for spec, handler in self.fast_lane.handlers().items():
                 if spec in self.kinds:
                     unsubscribe.append(cache.informer(spec).subscribe(handler))
-            for kind, spec in _LIVE_SPECS.items():
-                unsubscribe.append(cache.informer(spec).subscribe(self._live_handler(kind)))
+            for kind, spec in specs.SNAPSHOT_SPECS.items():
+                unsubscribe.append(cache.informer(spec).subscribe(self._live.handler(kind)))
         self._unsubscribe = unsubscribe
 
     # -- what it reads --------------------------------------------------------------------
@@ -323,14 +316,6 @@ class Binder:
     def close(self) -> None:
         for unsubscribe in self._unsubscribe:
             unsubscribe()
-
-    def _live_handler(self, kind: str) -> Callable[[Event], None]:
-        live = self._live
-
-        def changed(event: Event) -> None:
-            live.changed(kind, event.old, None if event.type == "DELETED" else event.obj)
-
-        return changed
 
     def _device_changed(self, event: Event) -> None:
         self.fast_lane.device(event)
@@ -368,7 +353,7 @@ class Binder:
         raw devices are the store itself, read by key.
         """
         sources: dict[str, Source | None] = {}
-        for kind, spec in _LIVE_SPECS.items():
+        for kind, spec in specs.SNAPSHOT_SPECS.items():
             try:
                 store = self._cache.store(spec)
             except KindNotServed:

@@ -34,6 +34,7 @@ from typing import Any, TypeGuard
 
 from cozygpu import keys
 from cozygpu.cache.collector import collector_paused
+from cozygpu.cache.store import Event
 from cozygpu.model.assemble import Assembly, assemble
 from cozygpu.model.capacity import DEFAULT_REPORT_STALE_AFTER, served_units
 from cozygpu.model.pods import InitContainer, PodResources, container_requests, pod_requests, whole_requests
@@ -656,6 +657,19 @@ class LiveSnapshot:
         if kind == "Pod" and not self._wanted_pod(old) and not self._wanted_pod(new):
             return
         self._rebuild = True
+
+    def handler(self, kind: str) -> Callable[[Event], None]:
+        """A store handler that notes the events of ``kind`` (subscribe it to that kind's informer)."""
+
+        def changed(event: Event) -> None:
+            self.changed(kind, event.old, None if event.type == "DELETED" else event.obj)
+
+        return changed
+
+    @property
+    def dirty(self) -> bool:
+        """Whether a change was noted since the last snapshot (heartbeats are not)."""
+        return self._rebuild or bool(self._devices)
 
     def _wanted_pod(self, pod: Obj | None) -> bool:
         if pod is None:

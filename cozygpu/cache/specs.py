@@ -81,3 +81,11 @@ def settings_configmap(namespace: str) -> KindSpec:
         "", "v1", "configmaps", "ConfigMap", True, namespace=namespace,
         field_selector=f"metadata.name={keys.SETTINGS_CONFIGMAP}", name="settings",
     )
+
+#: The kinds the model's snapshot is made of, by the names ``LiveSnapshot`` takes them under
+#: (the binder's and the webhooks'); the KubeVirt ones may be not served.
+SNAPSHOT_SPECS: Final[dict[str, KindSpec]] = {
+    keys.GPUCLASS_KIND: GPU_CLASSES, keys.GPUDEVICE_KIND: GPU_DEVICES, keys.GPUNODE_KIND: GPU_NODES,
+    "Node": NODES, "Pod": PODS, "VirtualMachineInstance": VMIS,
+    "ResourceQuota": TENANT_QUOTAS, "Namespace": NAMESPACES, "KubeVirt": KUBEVIRTS,
+}

@@ -1,0 +1,93 @@
+"""The webhooks' snapshot follows the cache's events: a Node heartbeat derives nothing again, a change does.
+
+On a fleet of heartbeating Nodes a snapshot rebuilt whenever an informer
+moved made most webhook calls pay for every node; these check, on the real
+API server, that a heartbeat keeps the nodes the snapshot was derived from,
+that a label and an order are seen, and that the result is what a snapshot
+built from scratch over the same stores gives.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from cozygpu.base.clock import utc_now
+from cozygpu.cache import specs
+from cozygpu.cache.cache import Cache
+from cozygpu.cache.snapshot import build_snapshot
+from cozygpu.devcluster.plane import ControlPlane
+from cozygpu.kube import Client
+from cozygpu.model.snapshot import Snapshot
+from tests.admission.harness import admission
+from tests.binder.world import NODES, World, stamp
+from tests.support.waiting import eventually
+
+
+def version(cache: Cache, name: str) -> str:
+    node = cache.store(specs.NODES).get("", name)
+    return str(((node or {}).get("metadata") or {}).get("resourceVersion") or "")
+
+
+def from_scratch(cache: Cache) -> Snapshot:
+    def objects(spec: Any) -> Any:
+        return cache.store(spec).list() if cache.is_served(spec) else ()
+
+    return build_snapshot(
+        now=utc_now(), classes=objects(specs.GPU_CLASSES), devices=objects(specs.GPU_DEVICES),
+        gpunodes=objects(specs.GPU_NODES), nodes=objects(specs.NODES), pods=objects(specs.PODS),
+        vmis=objects(specs.VMIS), quotas=objects(specs.TENANT_QUOTAS), namespaces=objects(specs.NAMESPACES),
+        kubevirts=objects(specs.KUBEVIRTS))
+
+
+async def test_a_heartbeat_derives_no_node_again_and_a_label_and_an_order_are_seen(
+        plane: ControlPlane, admin: Client, namespace: str, tmp_path: Path) -> None:
+    world = await World.make(admin, namespace)
+    try:
+        node = await world.node("n1", 2)
+        async with admission(plane, admin, namespace, tmp_path, register_hooks=False) as served:
+            source, cache = served.webhooks.source, served.cache
+            first = await eventually(lambda: _with(source.snapshot(), node), what=f"{node} in the snapshot")
+
+            before, later = version(cache, node), utc_now() + timedelta(seconds=10)
+            await admin.merge_patch(f"{NODES}/{node}/status", {"status": {"conditions": [
+                {"type": "Ready", "status": "True", "reason": "Test", "lastHeartbeatTime": stamp(later),
+                 "lastTransitionTime": stamp()}]}})
+            await eventually(lambda: _true(version(cache, node) != before), what="the heartbeat in the cache")
+            beat = source.snapshot()
+            assert beat.nodes is first.nodes, "a heartbeat derived the nodes again"
+
+            await admin.merge_patch(f"{NODES}/{node}", {"metadata": {"labels": {"view.test/x": "y"}}})
+            labelled = await eventually(
+                lambda: _labelled(source.snapshot(), node), what="the label in the webhooks' snapshot")
+            assert labelled.nodes is not first.nodes
+
+            await world.order("o1", 1)
+            ordered = await eventually(lambda: _ordered(source.snapshot(), (namespace, "o1")),
+                                       what="the order in the webhooks' snapshot")
+            assert ordered.nodes is labelled.nodes, "an order derived the nodes again"
+
+            scratch = from_scratch(cache)
+            for field in ("devices", "nodes", "inventories", "capacity", "subtree_usage", "pending_usage",
+                          "availability", "serving", "classes", "namespaces"):
+                assert getattr(ordered, field) == getattr(scratch, field), field
+    finally:
+        await world.cleanup()
+
+
+async def _true(value: Any) -> Any:
+    return value
+
+
+async def _with(snapshot: Snapshot, node: str) -> Snapshot | None:
+    return snapshot if node in snapshot.nodes else None
+
+
+async def _labelled(snapshot: Snapshot, node: str) -> Snapshot | None:
+    view = snapshot.nodes.get(node)
+    return snapshot if view is not None and view.labels.get("view.test/x") == "y" else None
+
+
+async def _ordered(snapshot: Snapshot, key: tuple[str, str]) -> Snapshot | None:
+    return snapshot if key in snapshot.devices else None

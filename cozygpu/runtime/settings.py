@@ -14,9 +14,13 @@ The admission policies (R-POL-1) and cozystack-api read ConfigMap
 - ``gpuEnabled``: ``"true"`` or ``"false"``.
 
 Contract (one pass of a ``PassDriver``, full lane only; docs/passes.md):
-- snapshot: the data from the cache, then the ConfigMap from the API (never
-  from the cache, so a pass never decides from a stale copy); plan: write only
-  when one of the three keys differs; apply: one write, a create (which fails
+- snapshot: the data from the cache; when the cache's copy of the ConfigMap
+  (GPU enabled: its own informer) already holds that data, nothing is to
+  write and nothing is read; otherwise the ConfigMap from the API (never from
+  the cache, so no write is decided on a stale copy). The binder's GPUNode
+  writes trigger a pass each, and a read per pass was a sixth of the
+  controller's requests under a stream of orders. plan: write only when one
+  of the three keys differs; apply: one write, a create (which fails
   if the object appeared meanwhile) or a replace carrying the resourceVersion
   just read. Other keys, labels and annotations on the object (the chart's,
   say) are kept.
@@ -42,7 +46,7 @@ from cozygpu.base.clock import Clock
 from cozygpu.base.logging import get_logger
 from cozygpu.cache import specs
 from cozygpu.cache.cache import Cache
-from cozygpu.cache.errors import KindNotServed
+from cozygpu.cache.errors import CacheError, KindNotServed
 from cozygpu.cache.snapshot import InvalidObject, gpu_class_view, node_inventory, permitted_host_devices
 from cozygpu.kube.client import Obj, resource_path
 from cozygpu.model.resource_names import effective_names
@@ -158,7 +162,19 @@ class SettingsPublisher:
 
     async def snapshot(self, lane: Lane) -> SettingsView:
         desired = self.desired()
+        cached = self._cached()
+        if cached is not None and _holds(cached, desired):
+            return SettingsView(desired=desired, current=cached)  # nothing to write: no read needed
         return SettingsView(desired=desired, current=await self._client.get_or_none(self._path))
+
+    def _cached(self) -> Obj | None:
+        """The cache's copy of the ConfigMap (GPU enabled only), or None."""
+        if self._configmap_spec is None:
+            return None
+        try:
+            return self._cache.store(self._configmap_spec).get(self._namespace, keys.SETTINGS_CONFIGMAP)
+        except CacheError:
+            return None
 
     def plan(self, view: SettingsView) -> SettingsWrite | None:
         """The one write that makes the ConfigMap match, if it does not."""
@@ -168,9 +184,9 @@ class SettingsPublisher:
                 "metadata": {"name": keys.SETTINGS_CONFIGMAP, "namespace": self._namespace},
                 "data": view.desired,
             })
-        data = view.current.get("data") or {}
-        if all(data.get(key) == value for key, value in view.desired.items()):
+        if _holds(view.current, view.desired):
             return None
+        data = view.current.get("data") or {}
         body = {**view.current, "data": {**data, **view.desired}}
         # The resourceVersion read stays in the metadata: the replace's precondition.
         body["metadata"] = {k: v for k, v in view.current["metadata"].items() if k != "managedFields"}
@@ -198,3 +214,9 @@ class SettingsPublisher:
     async def run(self) -> None:
         """Leader work: publish now, then on every change and every resync, until cancelled."""
         await self.driver.run()
+
+
+def _holds(configmap: Obj, desired: Mapping[str, str]) -> bool:
+    """Whether ``configmap`` already holds every key of ``desired`` as it should be."""
+    data = configmap.get("data") or {}
+    return all(data.get(key) == value for key, value in desired.items())

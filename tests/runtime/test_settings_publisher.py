@@ -19,6 +19,7 @@ from cozygpu.runtime import kinds
 from cozygpu.runtime.metrics import SettingsMetrics
 from cozygpu.runtime.settings import SettingsPublisher, settings_data
 from tests.support.crds import FIXTURE_CRDS, install_fixture_crd, uninstall_fixture_crd
+from tests.support.waiting import eventually
 
 CLASSES = resource_path(keys.GROUP, keys.VERSION, keys.GPUCLASS_PLURAL)
 NODES = resource_path(keys.GROUP, keys.VERSION, keys.GPUNODE_PLURAL)
@@ -211,3 +212,53 @@ async def test_the_gpu_entries_of_kubevirts_permitted_host_devices_are_published
 def test_settings_data_is_a_sorted_compact_json_list_and_two_flags() -> None:
     data = settings_data(resource_names=["b.io/y", "a.io/x", "b.io/y"], raw_names="allow", gpu_enabled=False)
     assert data == {"resourceNames": '["a.io/x","b.io/y"]', "rawNames": "allow", "gpuEnabled": "false"}
+
+
+class CountingClient(RacingClient):
+    """Forwards to the admin client and counts the publisher's reads of the ConfigMap."""
+
+    def __init__(self, admin: Client) -> None:
+        super().__init__(admin)
+        self.replaces = 2  # no race of RacingClient's
+        self.reads = 0
+
+    async def get_or_none(self, path: str, **kw: Any) -> Obj | None:
+        self.reads += 1
+        return await self.admin.get_or_none(path, **kw)
+
+
+async def test_a_pass_that_finds_the_cached_configmap_as_it_should_be_reads_nothing(
+    admin: Client, namespace: str
+) -> None:
+    registry = CollectorRegistry()
+
+    def passes() -> float:
+        return registry.get_sample_value(
+            "cozygpu_passes_total", {"loop": SettingsPublisher.name, "lane": "full", "outcome": "ok"}) or 0.0
+
+    async def passed(count: float) -> bool:
+        return passes() >= count
+
+    node_name = unique_name("beat")
+    await admin.create(NODES, {"apiVersion": keys.API_VERSION, "kind": keys.GPUNODE_KIND,
+                               "metadata": {"name": node_name}})
+    counting = CountingClient(admin)
+    try:
+        async with publishing(counting, admin, namespace, metrics=SettingsMetrics.on(registry)):
+            await settled(admin, namespace, lambda d: keys.SETTINGS_RAW_NAMES in d)
+            await eventually(lambda: passed(2), what="the pass after the publisher's own write")
+            reads, before = counting.reads, passes()
+            for beat in range(5):  # an agent's reports: each one a pass of the publisher
+                await admin.merge_patch(f"{NODES}/{node_name}/status",
+                                        {"status": {"agent": {"lastReport": f"2026-12-03T12:00:0{beat}Z"}}})
+                wanted = before + beat + 1
+                await eventually(lambda: passed(wanted), what=f"the pass after report {beat}")  # noqa: B023
+            assert counting.reads == reads, "a pass with nothing to write read the ConfigMap from the API"
+
+            current = await admin.get(settings_path(namespace))  # someone edits it: read fresh, then put back
+            current["data"][keys.SETTINGS_RAW_NAMES] = "allow"
+            await admin.replace(settings_path(namespace), current)
+            await settled(admin, namespace, lambda d: d.get(keys.SETTINGS_RAW_NAMES) == "forbid", timeout=10)
+            assert counting.reads > reads
+    finally:
+        await admin.delete(f"{NODES}/{node_name}")

@@ -202,26 +202,45 @@ def instrument(records: list[dict[str, Any]]) -> None:
     setattr(Binder, "_device_changed", device_changed)  # noqa: B010
 
 
+def request_kind(method: str, path: str) -> str:
+    """``PATCH gpudevices/status``: a request's verb and resource, without namespace and name."""
+    parts = [p for p in path.split("?", 1)[0].split("/") if p]
+    rest = parts[2:] if parts[:1] == ["api"] else parts[3:]
+    if len(rest) > 2 and rest[0] == "namespaces":
+        rest = rest[2:]
+    resource = rest[0] if rest else "-"
+    if len(rest) > 2:
+        resource += "/" + rest[2]
+    return f"{method} {resource}"
+
+
 def run_controller(argv: list[str], *, qps: float | None, records_path: str) -> int:
     from cozygpu import cli
 
-    if qps is not None:
-        buckets: dict[int, TokenBucket] = {}
-        original = Client._once
+    buckets: dict[int, TokenBucket] = {}
+    original = Client._once
+    #: Requests the controller sent, by verb and resource, with the phase they were sent in.
+    requests: dict[str, int] = {}
+    started = time.monotonic()
 
-        async def limited(self: Client, *args: Any, **kw: Any) -> Any:
+    async def limited(self: Client, method: str, path: str, *args: Any, **kw: Any) -> Any:
+        kind = request_kind(method, path)
+        requests[kind] = requests.get(kind, 0) + 1
+        if qps is not None:
             owner = self._owner or self  # a fenced copy shares its owner's session, and its limiter
             bucket = buckets.setdefault(id(owner), TokenBucket(qps, BURST))
             await bucket.take()
-            return await original(self, *args, **kw)
+        return await original(self, method, path, *args, **kw)
 
-        setattr(Client, "_once", limited)  # noqa: B010 - the bench's limiter, nothing else
+    setattr(Client, "_once", limited)  # noqa: B010 - the bench's limiter and count, nothing else
     records: list[dict[str, Any]] = []
     instrument(records)
     try:
         return cli.main(argv)
     finally:
         Path(records_path).write_text(json.dumps(records))
+        Path(records_path).with_suffix(".requests.json").write_text(json.dumps(
+            {"seconds": time.monotonic() - started, "requests": requests}))
 
 
 # -- watching (this process) ---------------------------------------------------------------------
@@ -721,10 +740,13 @@ async def drive(plane: Any, args: argparse.Namespace, sizes: list[int], run_star
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(controller.wait(), 60)
     records: list[dict[str, Any]] = []
+    requests: dict[str, Any] = {}
     with contextlib.suppress(FileNotFoundError, ValueError):
         records = json.loads(await asyncio.to_thread((plane.directory / RECORDS).read_text))
         profile = answer_path(records, bench.orders if bench is not None else [])
-    return {"results": results, "profile": profile, "loads": loads, "records": records}
+        requests = json.loads(await asyncio.to_thread((plane.directory / RECORDS).with_suffix(
+            ".requests.json").read_text))
+    return {"results": results, "profile": profile, "loads": loads, "records": records, "requests": requests}
 
 
 def report(run: dict[str, Any], args: argparse.Namespace, sizes: list[int], run_started: float) -> None:
@@ -768,6 +790,15 @@ def report(run: dict[str, Any], args: argparse.Namespace, sizes: list[int], run_
     fulls = [r for r in run.get("records", []) if r["lane"] == "full"]
     if fulls:
         print(f"  (full passes over the whole run: {len(fulls)})")
+    requests = run.get("requests") or {}
+    if requests:
+        seconds = float(requests["seconds"])
+        counts = sorted(requests["requests"].items(), key=lambda item: -item[1])
+        total = sum(count for _, count in counts)
+        print(f"\n## the controller's API requests over its {seconds:.0f} s ({total / seconds:.1f}/s; the limit"
+              f" is {'none' if args.no_qps_match else f'{QPS:.0f}/s'})")
+        for kind, count in counts:
+            print(f"  {kind:<44} {count:7d}  {count / seconds:6.1f}/s")
     if args.json:
         Path(args.json).write_text(json.dumps({"results": {str(n): r for n, r in results.items()},
                                                "profile": profile, "loads": loads}, indent=1))

@@ -1,0 +1,41 @@
+"""Smoke test of ``bench/compare_scheduler.py`` at a tiny size: it runs end to end and prints its table.
+
+Only the structure of the output is checked (every system has a row with
+four figures, the ratios, the node search, the answer-path profile); no
+timing is asserted. It starts its own full plane and controller process.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from cozygpu.devcluster import binaries
+from tests.support.planes import unavailable
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+SCRIPT = ROOT / "bench" / "compare_scheduler.py"
+NUMBER = r"[0-9]+\.[0-9]"
+
+
+def test_the_side_by_side_bench_runs_at_a_tiny_size_and_prints_every_row(tmp_path: Path) -> None:
+    if binaries.find(binaries.DEFAULT_MINOR) is None:
+        unavailable("control-plane binaries missing")
+    figures = tmp_path / "figures.json"
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--sizes", "10", "--samples", "8", "--burst", "8", "--rounds", "2",
+         "--json", str(figures)],
+        cwd=ROOT, capture_output=True, text=True, timeout=240, check=False)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    out = done.stdout
+    table = out[out.index("## the table"):]
+    for label in ("floor (ConfigMap → watch)", "A kube-scheduler", "B binder", "C VM start"):
+        assert re.search(rf"\| 10 \| {re.escape(label)} \| 8 \|( {NUMBER}+ \|){{5}}", table), (label, table[:2000])
+    assert re.search(rf"\| 10 \| B/A \|( {NUMBER}+ \|){{5}}", table)
+    assert re.search(rf"\| 10 \| C/A \|( {NUMBER}+ \|){{5}}", table)
+    assert "percentageOfNodesToScore 100% -> 10 nodes" in out
+    assert "where an order's time goes (B), N=10" in out
+    assert "with the controller frozen" in out
+    assert figures.exists()

@@ -1,8 +1,9 @@
 """Smoke test of ``bench/compare_scheduler.py`` at a tiny size: it runs end to end and prints its table.
 
 Only the structure of the output is checked (every system has a row with
-four figures, the ratios, the node search, the answer-path profile); no
-timing is asserted. It starts its own full plane and controller process.
+four figures, the burst's wall time and its ratios to the floor; the ratios
+to A, the node search, the answer-path profile, the controller's requests);
+no timing is asserted. It starts its own full plane and controller process.
 """
 
 from __future__ import annotations
@@ -32,10 +33,12 @@ def test_the_side_by_side_bench_runs_at_a_tiny_size_and_prints_every_row(tmp_pat
     out = done.stdout
     table = out[out.index("## the table"):]
     for label in ("floor (ConfigMap → watch)", "A kube-scheduler", "B binder", "C VM start"):
-        assert re.search(rf"\| 10 \| {re.escape(label)} \| 8 \|( {NUMBER}+ \|){{5}}", table), (label, table[:2000])
+        row = rf"\| 10 \| {re.escape(label)} \| 8 \|( {NUMBER}+ \|){{4}} [0-9]+ \| {NUMBER}+ / {NUMBER}+ \|"
+        assert re.search(row, table), (label, table[:2000])
     assert re.search(rf"\| 10 \| B/A \|( {NUMBER}+ \|){{5}}", table)
     assert re.search(rf"\| 10 \| C/A \|( {NUMBER}+ \|){{5}}", table)
     assert "percentageOfNodesToScore 100% -> 10 nodes" in out
     assert "where an order's time goes (B), N=10" in out
     assert "with the controller frozen" in out
+    assert "## the controller's API requests" in out
     assert figures.exists()

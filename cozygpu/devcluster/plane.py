@@ -35,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
 import signal
 import socket
 import ssl
@@ -86,11 +87,35 @@ def _port_taken(logs: Path) -> bool:
                for log in logs.glob("*.log"))
 
 
+#: Listening ports are picked below the kernel's ephemeral range (from here up), where no outgoing
+#: connection takes one between the pick and the component's bind (seen: kube-scheduler refused
+#: to start on a port an API server connection had just been given).
+LISTEN_PORTS_FROM = 20000
+
+
+def _ephemeral_start() -> int:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as ports:
+            return int(ports.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
 def free_port() -> int:
+    """A loopback TCP port nobody listens on now, below the ephemeral range when the kernel says where."""
+    low, high = LISTEN_PORTS_FROM, _ephemeral_start()
+    for _ in range(50 if high > low + 100 else 0):
+        port = random.randrange(low, high)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+        chosen: int = sock.getsockname()[1]
+        return chosen
 
 
 @attrs.define
@@ -162,7 +187,7 @@ class ControlPlane:
         pki.make_signing_key(pki_dir, "sa")
         (root / "logs").mkdir(exist_ok=True)
 
-        # Free ports are picked by binding port 0 and closing it, which can race with
+        # A free port is picked by binding it and closing it (``free_port``), which can race with
         # another process; a start that lost that race is retried on fresh ports.
         for attempt in range(1, PORT_ATTEMPTS + 1):
             try:

@@ -175,15 +175,6 @@ async def run_binder(kubeconfig: str, *, profile: bool) -> None:
     full_profiler = cProfile.Profile() if profile else None
     profiling_full = False
 
-    def timed(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
-        def wrapper(*args: Any, **kw: Any) -> Any:
-            started = time.monotonic()
-            try:
-                return fn(*args, **kw)
-            finally:
-                current[name] = current.get(name, 0.0) + time.monotonic() - started
-        return wrapper
-
     def timed_async(name: str, fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
         async def wrapper(*args: Any, **kw: Any) -> Any:
             started = time.monotonic()
@@ -206,14 +197,14 @@ async def run_binder(kubeconfig: str, *, profile: bool) -> None:
 
     # The binder's module globals, timed where the binder calls them (the bench's probes, nothing else).
     setattr(binder_module, "plan_pass", plan_pass)  # noqa: B010
-    setattr(binder_module, "plan_writes", timed("plan_writes", getattr(binder_module, "plan_writes")))  # noqa: B009,B010
+    setattr(binder_module, "plan_writes", timed(current, "plan_writes", getattr(binder_module, "plan_writes")))  # noqa: B009,B010
     setattr(binder_module, "write_sets", timed_async("writes", getattr(binder_module, "write_sets")))  # noqa: B009,B010
 
     async with await Client.from_kubeconfig(kubeconfig) as client:
         cache = Cache(client, registry=registry)
         binder = Binder(cache, client, BinderConfig(identity="bench", report_stale_after=timedelta(hours=6)),
                         clock=LoopClock(), metrics=BinderMetrics.on(registry))
-        binder.snapshot = timed("snapshot", binder.snapshot)  # type: ignore[method-assign]
+        binder.snapshot = timed(current, "snapshot", binder.snapshot)  # type: ignore[method-assign]
 
         def seen(event: Any) -> None:
             request = ((event.obj.get("status") or {}).get("bindRequest") or {}).get("id")
@@ -384,6 +375,17 @@ class Child:
                     await asyncio.sleep(0.05)
                     if not self.running_full:
                         return
+
+
+def timed(into: dict[str, Any], name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn``, adding the seconds each call takes to ``into[name]``."""
+    def wrapper(*args: Any, **kw: Any) -> Any:
+        started = time.monotonic()
+        try:
+            return fn(*args, **kw)
+        finally:
+            into[name] = into.get(name, 0.0) + time.monotonic() - started
+    return wrapper
 
 
 def percentile(values: list[float], p: float) -> float:

@@ -68,7 +68,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.bench_binder import percentile  # noqa: E402
+from bench.bench_binder import percentile, timed  # noqa: E402
 from bench.bench_cache import bounded  # noqa: E402
 from cozygpu import keys  # noqa: E402
 from cozygpu.kube import Client, errors, resource_path  # noqa: E402
@@ -149,15 +149,6 @@ def instrument(records: list[dict[str, Any]]) -> None:
     current: dict[str, Any] = {}
     first_seen: dict[tuple[str, str], float] = {}
 
-    def timed(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
-        def wrapper(*args: Any, **kw: Any) -> Any:
-            started = time.monotonic()
-            try:
-                return fn(*args, **kw)
-            finally:
-                current[name] = current.get(name, 0.0) + time.monotonic() - started
-        return wrapper
-
     real_plan_pass, real_write_sets = binder_module.plan_pass, binder_module.write_sets
 
     def plan_pass(*args: Any, **kw: Any) -> Any:
@@ -198,9 +189,9 @@ def instrument(records: list[dict[str, Any]]) -> None:
         real_changed(self, event)
 
     setattr(binder_module, "plan_pass", plan_pass)  # noqa: B010
-    setattr(binder_module, "plan_writes", timed("plan_writes", binder_module.plan_writes))  # noqa: B010
+    setattr(binder_module, "plan_writes", timed(current, "plan_writes", binder_module.plan_writes))  # noqa: B010
     setattr(binder_module, "write_sets", write_sets)  # noqa: B010
-    setattr(Binder, "snapshot", timed("snapshot", Binder.snapshot))  # noqa: B010
+    setattr(Binder, "snapshot", timed(current, "snapshot", Binder.snapshot))  # noqa: B010
     setattr(Binder, "full_pass", lane("full", Binder.full_pass))  # noqa: B010
     setattr(Binder, "answer_pass", lane("answer", Binder.answer_pass))  # noqa: B010
     setattr(Binder, "_device_changed", device_changed)  # noqa: B010

@@ -38,6 +38,7 @@ finalizers and usage records never wait for GPU to be enabled.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
@@ -45,7 +46,7 @@ from typing import Any, Final
 import attrs
 
 from cozygpu import keys
-from cozygpu.base.clock import Clock
+from cozygpu.base.clock import Cancellable, Clock
 from cozygpu.base.logging import get_logger
 from cozygpu.binder import attachments, finalizers, reports, usage
 from cozygpu.binder.fastlane import FastLane
@@ -83,6 +84,10 @@ class BinderConfig:
     report_stale_after: timedelta = DEFAULT_REPORT_STALE_AFTER
     #: A full pass plans over every set at least this often (otherwise over what could have changed).
     whole_plan_every: timedelta = timedelta(minutes=5)
+    #: One GPUClass or GPUNode report is written at most this often; a change within it is written when
+    #: it is over, by a full pass asked for then. Reports are for people: under a stream of orders, a
+    #: report per order doubled the binder's writes and queued the next order's placement behind them.
+    report_every: timedelta = timedelta(seconds=1)
 
 
 def _unanswered(obj: Mapping[str, Any] | None) -> str:
@@ -275,6 +280,11 @@ class Binder:
         #: Unanswered bind requests: id -> when this replica first saw it (answer latency).
         self._requests: dict[tuple[DeviceKey, str], float] = {}
         self._on_request: Callable[[], None] | None = None
+        #: Reports: when each object's was last sent (its status path -> clock), the reminder for those
+        #: held back, and what asks the driver for the full pass that writes them.
+        self._reported: dict[str, float] = {}
+        self._report_reminder: Cancellable | None = None
+        self._on_reports_due: Callable[[], None] | None = None
         #: Devices an answer pass may act on (a request, a Pending order): from the last full pass's
         #: snapshot and every device event since; an answer pass plans only their sets (``answer_view``).
         self._answerable: set[DeviceKey] = set()
@@ -313,9 +323,16 @@ class Binder:
         if any(_unanswered(obj) for obj in self._devices_or_empty()):
             callback()
 
+    def on_reports_due(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` (the driver's full lane) when reports held back by ``report_every`` are due."""
+        self._on_reports_due = callback
+
     def close(self) -> None:
         for unsubscribe in self._unsubscribe:
             unsubscribe()
+        if self._report_reminder is not None:
+            self._report_reminder.cancel()
+            self._report_reminder = None
 
     def _device_changed(self, event: Event) -> None:
         self.fast_lane.device(event)
@@ -422,9 +439,9 @@ class Binder:
             await self._attachments(snapshot, objects, written, writes)
             # A report refused on its resourceVersion is not a reason to requeue: the agent reports often,
             # and the change that beat it is itself an event of a watched kind, which queues a pass.
-            reported = await reports.apply_reports(self._client, reports.report_writes(
+            reported = await reports.apply_reports(self._client, self._due_reports(reports.report_writes(
                 snapshot, self._cache.store(specs.GPU_CLASSES).list(), self._cache.store(specs.GPU_NODES).list(),
-                now=snapshot.now))
+                now=snapshot.now)))
             by_kind = {keys.GPUCLASS_KIND: specs.GPU_CLASSES, keys.GPUNODE_KIND: specs.GPU_NODES}
             for kind, version in reported.versions:
                 writes.record(by_kind[kind], version)
@@ -434,6 +451,28 @@ class Binder:
                 raise report.error
         await self._reconcile(writes)
         self._requeue_if_stale()
+
+    def _due_reports(self, candidates: Sequence[reports.StatusWrite]) -> list[reports.StatusWrite]:
+        """The report writes due now; the others wait for the reminder ``report_every`` after their last."""
+        every, now = self._config.report_every.total_seconds(), self._clock.now()
+        self._reported = {path: at for path, at in self._reported.items() if now - at < every}
+        due: list[reports.StatusWrite] = []
+        wait = math.inf
+        for write in candidates:
+            last = self._reported.get(write.path)
+            if last is None:
+                due.append(write)
+                self._reported[write.path] = now
+            else:
+                wait = min(wait, last + every - now)
+        if wait < math.inf and self._report_reminder is None:
+            self._report_reminder = self._clock.call_later(max(wait, 0.0), self._reports_due)
+        return due
+
+    def _reports_due(self) -> None:
+        self._report_reminder = None
+        if self._on_reports_due is not None:
+            self._on_reports_due()
 
     def _requeue_if_stale(self) -> None:
         """A write refused on its resourceVersion was decided on a view no longer true: run again, fresh."""

@@ -8,6 +8,8 @@
   the answer pass that ``on_request`` requests at once. A new order requests
   it too while the fast lane is settled (``fastlane.FastLane``): the answer
   pass then binds it unless something ranks ahead of it by then.
+- Reports held back by ``report_every`` ask for the full pass that writes them
+  when they are due.
 - Read-your-writes (R-BIND-2) is the driver's: it waits until the cache has
   seen every write the last pass recorded before the next pass snapshots.
 - No pass starts before the cache knows every kind the binder reads (listed,
@@ -38,4 +40,5 @@ def binder_driver(binder: Binder, cache: Cache, *, registry: CollectorRegistry, 
         metrics=PassMetrics.on(registry), config=config, needs={Lane.FULL: needs, Lane.ANSWER: needs},
     )
     binder.on_request(lambda: driver.request(Lane.ANSWER, "bind request"))
+    binder.on_reports_due(lambda: driver.request(Lane.FULL, "reports due"))
     return driver

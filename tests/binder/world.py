@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import attrs
@@ -143,6 +143,9 @@ async def running_binder(admin: Client, *, gpu_enabled: bool = True, **config: A
     registry = CollectorRegistry()
     cache = Cache(admin, registry=registry)
     metrics = BinderMetrics.on(registry)
+    # Tests run passes by hand, with no driver to answer a report reminder: every report goes out at once
+    # unless the test asks for report_every itself.
+    config.setdefault("report_every", timedelta(0))
     binder = Binder(cache, admin, BinderConfig(identity="test-binder", gpu_enabled=gpu_enabled, **config),
                     clock=LoopClock(), metrics=metrics)
     async with cache.running():

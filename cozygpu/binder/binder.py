@@ -88,6 +88,10 @@ class BinderConfig:
     #: it is over, by a full pass asked for then. Reports are for people: under a stream of orders, a
     #: report per order doubled the binder's writes and queued the next order's placement behind them.
     report_every: timedelta = timedelta(seconds=1)
+    #: At most this many reports are written by one full pass; the rest by the next, which a reminder asks
+    #: for at once. Answer passes run in between: a fleet's first reports (thousands of GPUNodes) would
+    #: otherwise hold every placement for as long as they take to write.
+    reports_per_pass: int = 32
 
 
 def _unanswered(obj: Mapping[str, Any] | None) -> str:
@@ -453,18 +457,20 @@ class Binder:
         self._requeue_if_stale()
 
     def _due_reports(self, candidates: Sequence[reports.StatusWrite]) -> list[reports.StatusWrite]:
-        """The report writes due now; the others wait for the reminder ``report_every`` after their last."""
+        """The report writes due now (at most ``reports_per_pass``); the others wait for the reminder."""
         every, now = self._config.report_every.total_seconds(), self._clock.now()
         self._reported = {path: at for path, at in self._reported.items() if now - at < every}
         due: list[reports.StatusWrite] = []
         wait = math.inf
         for write in candidates:
             last = self._reported.get(write.path)
-            if last is None:
+            if last is not None:
+                wait = min(wait, last + every - now)
+            elif len(due) < self._config.reports_per_pass:
                 due.append(write)
                 self._reported[write.path] = now
             else:
-                wait = min(wait, last + every - now)
+                wait = 0.0  # the next full pass writes more, after the answer passes waiting
         if wait < math.inf and self._report_reminder is None:
             self._report_reminder = self._clock.call_later(max(wait, 0.0), self._reports_due)
         return due

@@ -43,3 +43,4 @@ async def test_a_report_within_the_interval_is_held_back_and_the_reminder_writes
             await reminded.wait()
         await binder.full_pass()
         assert await class_held(admin, world) == 1, "the held-back report never landed"
+

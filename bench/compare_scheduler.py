@@ -342,7 +342,8 @@ class Bench:
                      "resourceName": RESOURCE, "source": {"devicePlugin": {}}}})
 
     async def grow(self, n: int) -> float:
-        """Add kwok nodes (8 units each) and their GPUNode reports until the fleet has ``n``; seconds taken."""
+        """Add kwok nodes (8 units each) and their GPUNode reports until the fleet has ``n``, and wait for the
+        binder's first report on each; seconds taken."""
         from cozygpu.devcluster import nodes
 
         started = time.monotonic()
@@ -358,7 +359,20 @@ class Bench:
         self.nodes += new
         self.refreshed = time.monotonic()
         await nodes.wait_ready(self.admin, self.nodes, timeout=600)
+        await self.reported(timeout=900)
         return time.monotonic() - started
+
+    async def reported(self, *, timeout: float) -> None:
+        """Until the binder has written its first report (conditions) on every GPUNode of the fleet."""
+        async with asyncio.timeout(timeout):
+            while True:
+                listed = await self.admin.list_objects(GPUNODES)
+                mine = set(self.nodes)
+                done = sum(1 for item in listed["items"] if item["metadata"]["name"] in mine
+                           and (item.get("status") or {}).get("conditions"))
+                if done == len(mine):
+                    return
+                await asyncio.sleep(2.0)
 
     def report_body(self) -> dict[str, Any]:
         devices = [{"address": f"0000:{d + 1:02x}:00.0", "resourceName": RESOURCE, "allocatable": 1,
@@ -717,8 +731,9 @@ async def drive(plane: Any, args: argparse.Namespace, sizes: list[int], run_star
                     break
                 took = await bench.grow(n)
                 percent, scored = nodes_to_score(n)
-                print(f"N={n}: fleet ready in {took:.0f}s; kube-scheduler default percentageOfNodesToScore:"
-                      f" {percent}% -> scores {scored} feasible nodes per pod; {load()}", flush=True)
+                print(f"N={n}: fleet ready and reported by the binder in {took:.0f}s; kube-scheduler default"
+                      f" percentageOfNodesToScore: {percent}% -> scores {scored} feasible nodes per pod; {load()}",
+                      flush=True)
                 await bench.keep_fresh(force=True)
                 await warm_up(bench)
                 start_load = load()

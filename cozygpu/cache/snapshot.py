@@ -602,17 +602,19 @@ class LiveSnapshot:
     a heartbeat would otherwise count) and asks :meth:`snapshot` with each
     kind's current store. Then:
 
-    - only devices changed: each changed device is converted again and
-      ``Assembly.update`` re-derives what it touches (its indexes, the units
-      it holds, its namespace's ancestry, the launchers of its VMI, the
-      capacity and availability on its nodes) — what a bind request or an
-      answer costs;
+    - only devices changed, or VMIs whose active pods stayed the same (a VMI
+      coming before its launcher, changing phase or node, going without
+      one): each is converted again and ``Assembly.update`` re-derives what
+      it touches (a device's indexes, the units it holds, its namespace's
+      ancestry, the launchers of its VMI; a VMI's launchers' usage; the
+      capacity and availability on their nodes) — what a bind request, an
+      answer or a VM start costs;
     - anything else changed that a view reads (a class, a Node's labels or
-      Ready or taints, a report, a GPU pod or a launcher, a VMI, a budget, a
-      namespace, KubeVirt), a report turned stale with ``now``, or a kind's
-      store was replaced (served again): every view is taken again through
-      the memo (unchanged objects are not converted) and ``Assembly.rebuild``
-      derives everything;
+      Ready or taints, a report, a GPU pod or a launcher, a VMI's active
+      pods, a budget, a namespace, KubeVirt), a report turned stale with
+      ``now``, or a kind's store was replaced (served again): every view is
+      taken again through the memo (unchanged objects are not converted)
+      and ``Assembly.rebuild`` derives everything;
     - nothing changed: the last snapshot, with ``now`` moved on.
 
     The result equals :func:`build_snapshot` over the same objects, up to
@@ -635,6 +637,7 @@ class LiveSnapshot:
         self._memo = ViewMemo()
         self._identities: dict[str, object] = {}
         self._devices: set[tuple[str, str]] = set()
+        self._vmis: set[tuple[str, str]] = set()
         self._rebuild = True
         #: Why the last snapshot was rebuilt or updated, and how many objects it converted (for benches, logs).
         self.last_step = ""
@@ -656,6 +659,10 @@ class LiveSnapshot:
                 pass
         if kind == "Pod" and not self._wanted_pod(old) and not self._wanted_pod(new):
             return
+        if kind == "VirtualMachineInstance" and self._same_launchers(old, new):
+            meta = _map((new or old or _EMPTY).get("metadata"))
+            self._vmis.add((_str(meta.get("namespace")), _str(meta.get("name"))))
+            return
         self._rebuild = True
 
     def handler(self, kind: str) -> Callable[[Event], None]:
@@ -669,7 +676,17 @@ class LiveSnapshot:
     @property
     def dirty(self) -> bool:
         """Whether a change was noted since the last snapshot (heartbeats are not)."""
-        return self._rebuild or bool(self._devices)
+        return self._rebuild or bool(self._devices) or bool(self._vmis)
+
+    @staticmethod
+    def _same_launchers(old: Obj | None, new: Obj | None) -> bool:
+        """Whether a VMI change keeps its active pods (none when it comes or goes): an update then, not a rebuild."""
+        try:
+            before = vmi_view(old).active_pods if old is not None else frozenset()
+            after = vmi_view(new).active_pods if new is not None else frozenset()
+        except ValueError:
+            return False
+        return before == after
 
     def _wanted_pod(self, pod: Obj | None) -> bool:
         if pod is None:
@@ -699,8 +716,22 @@ class LiveSnapshot:
                         self._on_invalid(keys.GPUDEVICE_KIND, obj, str(error))
             changes[key] = view
         self._devices.clear()
-        self.last_step = f"update of {len(changes)} device(s)"
-        return self._assembly.update(now=now, devices=changes)
+        vmis = sources.get("VirtualMachineInstance")
+        vmi_changes: dict[tuple[str, str], VMIView | None] = {}
+        for key in self._vmis:
+            obj = vmis.get(*key) if vmis is not None else None
+            vmi: VMIView | None = None
+            if obj is not None:
+                try:
+                    vmi = self._memo.convert("VirtualMachineInstance", obj, vmi_view)
+                except ValueError as error:
+                    if self._on_invalid is not None:
+                        self._on_invalid("VirtualMachineInstance", obj, str(error))
+            vmi_changes[key] = vmi
+        self._vmis.clear()
+        self.last_step = f"update of {len(changes)} device(s)" + (f" and {len(vmi_changes)} VMI(s)"
+                                                                 if vmi_changes else "")
+        return self._assembly.update(now=now, devices=changes, vmis=vmi_changes)
 
     def _build(self, now: datetime, sources: Mapping[str, Source | None]) -> Snapshot:
         def objects(kind: str) -> Iterable[Obj]:
@@ -709,6 +740,7 @@ class LiveSnapshot:
 
         self._rebuild = False
         self._devices.clear()
+        self._vmis.clear()
         memo, on_invalid = self._memo, self._on_invalid
         with collector_paused():
             vmi_views: list[VMIView] = _convert("VirtualMachineInstance", objects("VirtualMachineInstance"), vmi_view,

@@ -531,26 +531,48 @@ class Assembly:
 
     # -- change by change ---------------------------------------------------------------
 
-    def update(self, *, now: datetime, devices: Mapping[DeviceKey, DeviceView | None]) -> Snapshot:
-        """The Snapshot after these device changes (a view, or None when the device is gone)."""
+    def update(self, *, now: datetime, devices: Mapping[DeviceKey, DeviceView | None],
+               vmis: Mapping[VmiKey, VMIView | None] | None = None) -> Snapshot:
+        """The Snapshot after these device and VMI changes (a view, or None when it is gone).
+
+        A VMI change must keep its ``active_pods`` (absent counts as none): the
+        launcher index and which pods the snapshot holds follow from them, and
+        a change of those takes a rebuild.
+        """
         if self._snapshot is None:
             raise RuntimeError("update before the first rebuild")
         copied: set[str] = set()
         for name in ("devices", "by_node", "by_class", "by_namespace", "by_vmi"):
             self._copy(name, copied)
-        vmis: set[VmiKey] = set()
+        if vmis:
+            self._copy("vmis", copied)
+            for vmi_key, view in vmis.items():
+                before = self._vmis.get(vmi_key)
+                if (before.active_pods if before else frozenset()) != (view.active_pods if view else frozenset()):
+                    raise ValueError(f"VMI {vmi_key[0]}/{vmi_key[1]}: its active pods changed; rebuild")
+                either = view if view is not None else before
+                launchers = [self._pods[uid] for uid in (either.active_pods if either else ()) if uid in self._pods]
+                for launcher in launchers:
+                    self._pod(launcher, -1)
+                if view is None:
+                    self._vmis.pop(vmi_key, None)
+                else:
+                    self._vmis[vmi_key] = view
+                for launcher in launchers:
+                    self._pod(launcher, +1)
+        attached_vmis: set[VmiKey] = set()
         namespaces_before = set(self._by_namespace)
         for key, device in devices.items():
             old = self._devices.get(key)
             if old is not None:
                 if old.attachment is not None:
-                    vmis.add((old.namespace, old.attachment.vmi))
+                    attached_vmis.add((old.namespace, old.attachment.vmi))
                 self._device(old, -1)
             if device is not None:
                 if device.attachment is not None:
-                    vmis.add((device.namespace, device.attachment.vmi))
+                    attached_vmis.add((device.namespace, device.attachment.vmi))
                 self._device(device, +1)
-        for vmi_key in vmis:  # their launchers' usage depends on the devices attached to them
+        for vmi_key in attached_vmis:  # their launchers' usage depends on the devices attached to them
             vmi = self._vmis.get(vmi_key)
             for uid in vmi.active_pods if vmi is not None else ():
                 pod = self._pods.get(uid)
@@ -577,7 +599,7 @@ class Assembly:
 
     _MAPS: Final = {
         "devices": "_devices", "by_node": "_by_node", "by_class": "_by_class", "by_namespace": "_by_namespace",
-        "by_vmi": "_by_vmi", "subtree": "_subtree", "pending_usage": "_pending_usage",
+        "by_vmi": "_by_vmi", "vmis": "_vmis", "subtree": "_subtree", "pending_usage": "_pending_usage",
         "capacity": "_capacity", "serving": "_serving", "availability": "_availability",
     }
 

@@ -270,3 +270,24 @@ def test_a_device_attached_to_a_running_vmi_takes_its_launchers_units_off_raw_us
         apply(world, step)
         assert_same(world)
         assert world.live.last_step == "update of 1 device(s)"
+
+
+def test_a_vmi_that_keeps_its_active_pods_is_an_update_and_one_whose_pods_change_is_a_rebuild() -> None:
+    world = World()
+    seed(world)
+    world.put("VirtualMachineInstance", vmi("vm1", "tenant-a", uid="vmi-uid-vm1", active=("p1",), node_name="n1"))
+    world.put("Pod", pod("p1", "tenant-a", resource=RESOURCES[0], units=2, node_name="n1", phase="Running"))
+    apply(world, ("device", "d0", "tenant-a", "a", 2, "Bound", "n1", "vm1", True, False, False))
+    assert_same(world)
+    # A VMI starting (no launcher yet), one moving node with the same pod, and one going: updates, never a rebuild.
+    for step in (lambda: world.put("VirtualMachineInstance", vmi("vm2", "tenant-a", uid="u2", active=(),
+                                                                 node_name=None)),
+                 lambda: world.put("VirtualMachineInstance", vmi("vm1", "tenant-a", uid="vmi-uid-vm1",
+                                                                 active=("p1",), node_name="n2")),
+                 lambda: world.put("VirtualMachineInstance", None, ("tenant-a", "vm2"))):
+        step()
+        assert_same(world)
+        assert world.live.last_step == "update of 0 device(s) and 1 VMI(s)"
+    world.put("VirtualMachineInstance", vmi("vm1", "tenant-a", uid="vmi-uid-vm1", active=(), node_name="n1"))
+    assert_same(world)
+    assert world.live.last_step == "rebuild", "its launcher left: which pods the snapshot holds changes"

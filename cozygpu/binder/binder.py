@@ -287,6 +287,7 @@ class Binder:
         #: Reports: when each object's was last sent (its status path -> clock), the reminder for those
         #: held back, and what asks the driver for the full pass that writes them.
         self._reported: dict[str, float] = {}
+        self._quiet_reports: reports.Quiet = {}
         self._report_reminder: Cancellable | None = None
         self._on_reports_due: Callable[[], None] | None = None
         #: Devices an answer pass may act on (a request, a Pending order): from the last full pass's
@@ -445,7 +446,7 @@ class Binder:
             # and the change that beat it is itself an event of a watched kind, which queues a pass.
             reported = await reports.apply_reports(self._client, self._due_reports(reports.report_writes(
                 snapshot, self._cache.store(specs.GPU_CLASSES).list(), self._cache.store(specs.GPU_NODES).list(),
-                now=snapshot.now)))
+                now=snapshot.now, quiet=self._quiet_reports)))
             by_kind = {keys.GPUCLASS_KIND: specs.GPU_CLASSES, keys.GPUNODE_KIND: specs.GPU_NODES}
             for kind, version in reported.versions:
                 writes.record(by_kind[kind], version)

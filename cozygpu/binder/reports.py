@@ -159,9 +159,19 @@ def _write_if_changed(obj: Obj, kind: str, path: str, fields: Mapping[str, Any],
     return StatusWrite(kind=kind, path=path, resource_version=version, status=patch, what=what)
 
 
+#: GPUNode name -> what its report was last found up to date from (the object and its three views).
+Quiet = dict[str, tuple[object, ...]]
+
+
 def report_writes(snapshot: Snapshot, classes: Iterable[Obj], gpunodes: Iterable[Obj], *,
-                  now: datetime) -> tuple[StatusWrite, ...]:
-    """The status writes that bring every GPUClass and GPUNode report up to date."""
+                  now: datetime, quiet: Quiet | None = None) -> tuple[StatusWrite, ...]:
+    """The status writes that bring every GPUClass and GPUNode report up to date.
+
+    ``quiet`` (kept by the caller between passes) skips a GPUNode whose
+    object and views are the very objects its report was last found up to
+    date from: the snapshot keeps the views of what did not change, so on
+    a large fleet a pass computes only the nodes something happened to.
+    """
     writes: list[StatusWrite] = []
     for obj in classes:
         name = str((obj.get("metadata") or {}).get("name") or "")
@@ -173,13 +183,24 @@ def report_writes(snapshot: Snapshot, classes: Iterable[Obj], gpunodes: Iterable
                                   f"GPUClass {name}")
         if write is not None:
             writes.append(write)
+    seen: Quiet = {}
     for obj in gpunodes:
         name = str((obj.get("metadata") or {}).get("name") or "")
+        inputs = (obj, snapshot.nodes.get(name), snapshot.inventories.get(name), snapshot.capacity.get(name))
+        last = quiet.get(name) if quiet is not None else None
+        if last is not None and all(a is b for a, b in zip(last, inputs, strict=True)):
+            seen[name] = last
+            continue
         path = resource_path(keys.GROUP, keys.VERSION, keys.GPUNODE_PLURAL, name=name, subresource="status")
         write = _write_if_changed(obj, keys.GPUNODE_KIND, path, {"conditions": node_conditions(snapshot, name)}, now,
                                   f"GPUNode {name}")
         if write is not None:
             writes.append(write)
+        else:
+            seen[name] = inputs
+    if quiet is not None:
+        quiet.clear()
+        quiet.update(seen)
     return tuple(writes)
 
 

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
+
+import pytest
 
 from cozygpu.binder.reports import class_status, merge_conditions, node_conditions, report_writes
 from cozygpu.model.snapshot import Phase, Taint
@@ -99,3 +102,28 @@ def test_report_writes_carry_the_resource_version_and_nothing_is_written_twice()
     written_class = {**gpu_class_obj, "status": dict(writes[0].status)}
     written_node = {**gpunode_obj, "status": {"devices": [], **writes[1].status}}
     assert report_writes(snap, [written_class], [written_node], now=NOW + timedelta(minutes=5)) == ()
+
+
+def test_a_gpunode_whose_object_and_views_are_the_same_objects_as_when_it_was_up_to_date_is_not_computed_again(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import cozygpu.binder.reports as reports
+
+    computed: list[str] = []
+    real = reports.node_conditions
+
+    def counting(snapshot: Any, name: str) -> Any:
+        computed.append(name)
+        return real(snapshot, name)
+
+    monkeypatch.setattr(reports, "node_conditions", counting)
+    snap = snapshot()
+    first = report_writes(snap, [], [{"metadata": {"name": "n1", "resourceVersion": "9"}, "status": {}}], now=NOW)
+    written = {"metadata": {"name": "n1", "resourceVersion": "10"}, "status": dict(first[0].status)}
+    quiet: reports.Quiet = {}
+    assert report_writes(snap, [], [written], now=NOW, quiet=quiet) == ()
+    assert report_writes(snap, [], [written], now=NOW, quiet=quiet) == ()
+    assert computed == ["n1", "n1"], "the third call, on the same objects, computed the report again"
+
+    held = snapshot(devices=[device("d1", phase=Phase.BOUND, node="n1")])  # new views: computed, and a write
+    assert [w.what for w in report_writes(held, [], [written], now=NOW, quiet=quiet)] == ["GPUNode n1"]
+    assert quiet == {}, "a node with a write to make is not quiet"

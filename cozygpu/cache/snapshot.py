@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
-from typing import Any, TypeGuard
+from typing import Any, TypeGuard, TypeVar
 
 from cozygpu import keys
 from cozygpu.cache.collector import collector_paused
@@ -582,6 +582,9 @@ LIVE_KINDS: tuple[str, ...] = (
 )
 
 
+ViewT = TypeVar("ViewT")
+
+
 class Source:
     """One kind as the caller reads it at snapshot time: its store (by identity), its objects, one of them."""
 
@@ -703,35 +706,31 @@ class LiveSnapshot:
             self._rebuild = True
         if self._rebuild or self._assembly.needs_rebuild(now):
             return self._build(now, sources)
-        devices = sources.get(keys.GPUDEVICE_KIND)
-        changes: dict[tuple[str, str], DeviceView | None] = {}
-        for key in self._devices:
-            obj = devices.get(*key) if devices is not None else None
-            view: DeviceView | None = None
-            if obj is not None:
-                try:
-                    view = self._memo.convert(keys.GPUDEVICE_KIND, obj, device_view)
-                except ValueError as error:
-                    if self._on_invalid is not None:
-                        self._on_invalid(keys.GPUDEVICE_KIND, obj, str(error))
-            changes[key] = view
+        changes: dict[tuple[str, str], DeviceView | None] = self._views(
+            keys.GPUDEVICE_KIND, self._devices, sources.get(keys.GPUDEVICE_KIND), device_view)
+        vmi_changes: dict[tuple[str, str], VMIView | None] = self._views(
+            "VirtualMachineInstance", self._vmis, sources.get("VirtualMachineInstance"), vmi_view)
         self._devices.clear()
-        vmis = sources.get("VirtualMachineInstance")
-        vmi_changes: dict[tuple[str, str], VMIView | None] = {}
-        for key in self._vmis:
-            obj = vmis.get(*key) if vmis is not None else None
-            vmi: VMIView | None = None
-            if obj is not None:
-                try:
-                    vmi = self._memo.convert("VirtualMachineInstance", obj, vmi_view)
-                except ValueError as error:
-                    if self._on_invalid is not None:
-                        self._on_invalid("VirtualMachineInstance", obj, str(error))
-            vmi_changes[key] = vmi
         self._vmis.clear()
         self.last_step = f"update of {len(changes)} device(s)" + (f" and {len(vmi_changes)} VMI(s)"
                                                                  if vmi_changes else "")
         return self._assembly.update(now=now, devices=changes, vmis=vmi_changes)
+
+    def _views(self, kind: str, wanted: Iterable[tuple[str, str]], source: Source | None,
+               convert: Callable[[Obj], ViewT]) -> dict[tuple[str, str], ViewT | None]:
+        """The current view of each key (None when gone or unreadable; an unreadable one is reported)."""
+        out: dict[tuple[str, str], ViewT | None] = {}
+        for key in wanted:
+            obj = source.get(*key) if source is not None else None
+            view: ViewT | None = None
+            if obj is not None:
+                try:
+                    view = self._memo.convert(kind, obj, convert)
+                except ValueError as error:
+                    if self._on_invalid is not None:
+                        self._on_invalid(kind, obj, str(error))
+            out[key] = view
+        return out
 
     def _build(self, now: datetime, sources: Mapping[str, Source | None]) -> Snapshot:
         def objects(kind: str) -> Iterable[Obj]:

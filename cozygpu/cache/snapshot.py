@@ -34,6 +34,7 @@ from typing import Any, TypeGuard, TypeVar
 
 from cozygpu import keys
 from cozygpu.cache.collector import collector_paused
+from cozygpu.cache.specs import SNAPSHOT_SPECS
 from cozygpu.cache.store import Event
 from cozygpu.model.assemble import Assembly, assemble
 from cozygpu.model.capacity import DEFAULT_REPORT_STALE_AFTER, served_units
@@ -576,10 +577,7 @@ def build_snapshot(
 
 
 #: The kinds a snapshot is built from, by the names ``LiveSnapshot`` takes them under.
-LIVE_KINDS: tuple[str, ...] = (
-    keys.GPUCLASS_KIND, keys.GPUDEVICE_KIND, keys.GPUNODE_KIND, "Node", "Pod", "VirtualMachineInstance",
-    "ResourceQuota", "Namespace", "KubeVirt",
-)
+LIVE_KINDS: tuple[str, ...] = tuple(SNAPSHOT_SPECS)
 
 
 ViewT = TypeVar("ViewT")
@@ -650,8 +648,10 @@ class LiveSnapshot:
         if self._rebuild:
             return
         if kind == keys.GPUDEVICE_KIND:
-            meta = _map((new or old or _EMPTY).get("metadata"))
-            self._devices.add((_str(meta.get("namespace")), _str(meta.get("name"))))
+            self._devices.add(_key_of(new or old or _EMPTY))
+            return
+        if kind == "VirtualMachineInstance":
+            self._vmi_changed(old, new)
             return
         convert = _SAME_VIEW.get(kind)
         if convert is not None and old is not None and new is not None:
@@ -662,11 +662,22 @@ class LiveSnapshot:
                 pass
         if kind == "Pod" and not self._wanted_pod(old) and not self._wanted_pod(new):
             return
-        if kind == "VirtualMachineInstance" and self._same_launchers(old, new):
-            meta = _map((new or old or _EMPTY).get("metadata"))
-            self._vmis.add((_str(meta.get("namespace")), _str(meta.get("name"))))
-            return
         self._rebuild = True
+
+    def _vmi_changed(self, old: Obj | None, new: Obj | None) -> None:
+        """Nothing when its view stayed the same; an update when its active pods did; else a rebuild."""
+        try:
+            before = vmi_view(old) if old is not None else None
+            after = vmi_view(new) if new is not None else None
+        except ValueError:
+            self._rebuild = True
+            return
+        if before is not None and before == after:
+            return  # nothing a decision reads moved
+        if (before.active_pods if before else frozenset()) != (after.active_pods if after else frozenset()):
+            self._rebuild = True  # which pods the snapshot holds follows from them
+            return
+        self._vmis.add(_key_of(new or old or _EMPTY))
 
     def handler(self, kind: str) -> Callable[[Event], None]:
         """A store handler that notes the events of ``kind`` (subscribe it to that kind's informer)."""
@@ -680,16 +691,6 @@ class LiveSnapshot:
     def dirty(self) -> bool:
         """Whether a change was noted since the last snapshot (heartbeats are not)."""
         return self._rebuild or bool(self._devices) or bool(self._vmis)
-
-    @staticmethod
-    def _same_launchers(old: Obj | None, new: Obj | None) -> bool:
-        """Whether a VMI change keeps its active pods (none when it comes or goes): an update then, not a rebuild."""
-        try:
-            before = vmi_view(old).active_pods if old is not None else frozenset()
-            after = vmi_view(new).active_pods if new is not None else frozenset()
-        except ValueError:
-            return False
-        return before == after
 
     def _wanted_pod(self, pod: Obj | None) -> bool:
         if pod is None:
@@ -767,6 +768,11 @@ class LiveSnapshot:
         return snapshot
 
 
+def _key_of(obj: Obj) -> tuple[str, str]:
+    meta = _map(obj.get("metadata"))
+    return (_str(meta.get("namespace")), _str(meta.get("name")))
+
+
 def _inventory_key(obj: Obj) -> object:
     inventory = node_inventory(obj)
     return (inventory.served, inventory.resource_names, inventory.last_report)
@@ -778,7 +784,6 @@ _SAME_VIEW: dict[str, Callable[[Obj], object]] = {
     keys.GPUNODE_KIND: _inventory_key,
     keys.GPUCLASS_KIND: gpu_class_view,
     "Namespace": namespace_view,
-    "VirtualMachineInstance": vmi_view,
     "Pod": pod_view,
     "ResourceQuota": lambda obj: (_map(obj.get("metadata")).get("name"), _map(obj.get("spec")).get("hard")),
 }

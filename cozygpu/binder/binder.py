@@ -61,7 +61,7 @@ from cozygpu.cache.snapshot import LiveSnapshot, Source
 from cozygpu.cache.store import Event, Store
 from cozygpu.kube import Client, errors
 from cozygpu.kube.client import Obj
-from cozygpu.model.capacity import DEFAULT_REPORT_STALE_AFTER
+from cozygpu.model.capacity import DEFAULT_LAUNCHER_GRACE, DEFAULT_REPORT_STALE_AFTER
 from cozygpu.model.placement import SPLIT_WHILE_VM_RUNS, PassPlan, Stay, plan_pass
 from cozygpu.model.snapshot import DeviceKey, Phase, Snapshot, VmiKey
 from cozygpu.passes.writes import Writes
@@ -80,6 +80,8 @@ class BinderConfig:
     identity: str
     gpu_enabled: bool = True
     attachment_grace: timedelta = timedelta(minutes=2)
+    #: How long a pod that claims to be a VMI's launcher may go unproven before it can move a hold (R-MOD-7).
+    launcher_grace: timedelta = DEFAULT_LAUNCHER_GRACE
     hoster_names: tuple[str, ...] = ()
     report_stale_after: timedelta = DEFAULT_REPORT_STALE_AFTER
     #: A full pass plans over every set at least this often (otherwise over what could have changed).
@@ -278,7 +280,9 @@ class Binder:
         self._clock = clock
         self._metrics = metrics
         self._live = LiveSnapshot(hoster_names=config.hoster_names, report_stale_after=config.report_stale_after,
-                                  on_invalid=self._invalid)
+                                  launcher_grace=config.launcher_grace, on_invalid=self._invalid)
+        #: The full pass asked for when the first open launcher window closes, and when that is.
+        self._window_reminder: tuple[datetime, Cancellable] | None = None
         #: When the binder first saw an attachment that carries no time (R-BIND-8's grace starts then).
         self._first_seen: dict[DeviceKey, datetime] = {}
         #: Unanswered bind requests: id -> when this replica first saw it (answer latency).
@@ -289,7 +293,7 @@ class Binder:
         self._reported: dict[str, float] = {}
         self._quiet_reports: reports.Quiet = {}
         self._report_reminder: Cancellable | None = None
-        self._on_reports_due: Callable[[], None] | None = None
+        self._on_full_pass_due: Callable[[str], None] | None = None
         #: Devices an answer pass may act on (a request, a Pending order): from the last full pass's
         #: snapshot and every device event since; an answer pass plans only their sets (``answer_view``).
         self._answerable: set[DeviceKey] = set()
@@ -328,9 +332,10 @@ class Binder:
         if any(_unanswered(obj) for obj in self._devices_or_empty()):
             callback()
 
-    def on_reports_due(self, callback: Callable[[], None]) -> None:
-        """Call ``callback`` (the driver's full lane) when reports held back by ``report_every`` are due."""
-        self._on_reports_due = callback
+    def on_full_pass_due(self, callback: Callable[[str], None]) -> None:
+        """Call ``callback(why)`` (the driver's full lane) when time makes a full pass due: reports held back
+        by ``report_every``, or a launcher window closing."""
+        self._on_full_pass_due = callback
 
     def close(self) -> None:
         for unsubscribe in self._unsubscribe:
@@ -338,6 +343,9 @@ class Binder:
         if self._report_reminder is not None:
             self._report_reminder.cancel()
             self._report_reminder = None
+        if self._window_reminder is not None:
+            self._window_reminder[1].cancel()
+            self._window_reminder = None
 
     def _device_changed(self, event: Event) -> None:
         self.fast_lane.device(event)
@@ -386,6 +394,7 @@ class Binder:
             sources[kind] = Source(store, store.list, store.get)
         snapshot = self._live.snapshot(now=self._clock.wall(), sources=sources)
         self.fast_lane.saw(snapshot)
+        self._remind_window(snapshot.window_closes, snapshot.now)
         devices = self._cache.store(specs.GPU_DEVICES)
         return snapshot, _Objects(devices), sources["VirtualMachineInstance"] is not None
 
@@ -476,10 +485,26 @@ class Binder:
             self._report_reminder = self._clock.call_later(max(wait, 0.0), self._reports_due)
         return due
 
+    def _remind_window(self, closes: datetime | None, now: datetime) -> None:
+        """Ask for a full pass when the first launcher window closes: its pod's GPUs may take a hold then."""
+        if closes is None or (self._window_reminder is not None and self._window_reminder[0] <= closes):
+            return
+        if self._window_reminder is not None:
+            self._window_reminder[1].cancel()
+        delay = max((closes - now).total_seconds(), 0.0)
+        self._window_reminder = (closes, self._clock.call_later(delay, self._window_closed))
+
+    def _window_closed(self) -> None:
+        self._window_reminder = None
+        # Time, not an event, changed what a full pass may decide (a move): new orders wait for it.
+        self.fast_lane.unsettle("a launcher window closed")
+        if self._on_full_pass_due is not None:
+            self._on_full_pass_due("launcher window closed")
+
     def _reports_due(self) -> None:
         self._report_reminder = None
-        if self._on_reports_due is not None:
-            self._on_reports_due()
+        if self._on_full_pass_due is not None:
+            self._on_full_pass_due("reports due")
 
     def _requeue_if_stale(self) -> None:
         """A write refused on its resourceVersion was decided on a view no longer true: run again, fresh."""

@@ -40,5 +40,5 @@ def binder_driver(binder: Binder, cache: Cache, *, registry: CollectorRegistry, 
         metrics=PassMetrics.on(registry), config=config, needs={Lane.FULL: needs, Lane.ANSWER: needs},
     )
     binder.on_request(lambda: driver.request(Lane.ANSWER, "bind request"))
-    binder.on_reports_due(lambda: driver.request(Lane.FULL, "reports due"))
+    binder.on_full_pass_due(lambda why: driver.request(Lane.FULL, why))
     return driver

@@ -77,7 +77,7 @@ class BinderMetrics:
             for resource, entry in entries.items():
                 wanted[(node, resource, "served")] = entry.served
                 wanted[(node, resource, "held")] = entry.held
-                wanted[(node, resource, "free")] = max(entry.free, 0)
+                wanted[(node, resource, "free")] = max(entry.room, 0)
         _sync(self.node_units, self._node_values, wanted)
         self.devices.clear()
         counts: dict[tuple[str, str], int] = {}

@@ -37,7 +37,7 @@ from cozygpu.cache.collector import collector_paused
 from cozygpu.cache.specs import SNAPSHOT_SPECS
 from cozygpu.cache.store import Event
 from cozygpu.model.assemble import Assembly, assemble
-from cozygpu.model.capacity import DEFAULT_REPORT_STALE_AFTER, served_units
+from cozygpu.model.capacity import DEFAULT_LAUNCHER_GRACE, DEFAULT_REPORT_STALE_AFTER, served_units
 from cozygpu.model.pods import InitContainer, PodResources, container_requests, pod_requests, whole_requests
 from cozygpu.model.snapshot import (
     Attachment,
@@ -372,7 +372,19 @@ def pod_view(obj: Obj) -> PodView:
         node_name=_str(spec.get("nodeName")) or None,
         phase=_POD_PHASES.get(_str(status.get("phase")), PodPhase.PENDING),
         requests=requests,
+        claims_vmi=_claimed_vmi(meta.get("ownerReferences")),
+        created=_time(meta.get("creationTimestamp")),
     )
+
+
+def _claimed_vmi(owners: object) -> tuple[str, str] | None:
+    """The (name, UID) of a controller ownerReference to a KubeVirt VMI: what the pod claims to launch."""
+    for owner in _list(owners):
+        if (isinstance(owner, Mapping) and owner.get("controller") is True
+                and owner.get("kind") == "VirtualMachineInstance"
+                and _str(owner.get("apiVersion")).startswith("kubevirt.io/")):
+            return _str(owner.get("name")), _str(owner.get("uid"))
+    return None
 
 
 def vmi_view(obj: Obj) -> VMIView:
@@ -537,6 +549,7 @@ def build_snapshot(
     kubevirts: Iterable[Obj] = (),
     hoster_names: Iterable[str] = (),
     report_stale_after: timedelta = DEFAULT_REPORT_STALE_AFTER,
+    launcher_grace: timedelta = DEFAULT_LAUNCHER_GRACE,
     on_invalid: InvalidHandler | None = None,
     memo: ViewMemo | None = None,
 ) -> Snapshot:
@@ -573,6 +586,7 @@ def build_snapshot(
             hoster_names=hoster_names,
             permitted=permitted_host_devices(kubevirts),
             report_stale_after=report_stale_after,
+            launcher_grace=launcher_grace,
         )
 
 
@@ -629,12 +643,14 @@ class LiveSnapshot:
         *,
         hoster_names: Iterable[str] = (),
         report_stale_after: timedelta = DEFAULT_REPORT_STALE_AFTER,
+        launcher_grace: timedelta = DEFAULT_LAUNCHER_GRACE,
         on_invalid: InvalidHandler | None = None,
     ) -> None:
         self._hoster = tuple(hoster_names)
         self._stale_after = report_stale_after
         self._on_invalid = on_invalid
-        self._assembly = Assembly(hoster_names=self._hoster, report_stale_after=report_stale_after)
+        self._assembly = Assembly(hoster_names=self._hoster, report_stale_after=report_stale_after,
+                                  launcher_grace=launcher_grace)
         self._memo = ViewMemo()
         self._identities: dict[str, object] = {}
         self._devices: set[tuple[str, str]] = set()

@@ -98,7 +98,8 @@ def nodes(cluster: Cluster) -> list[dict[str, Any]]:
         inventory = snapshot.inventories.get(name)
         last = inventory.last_report if inventory is not None else None
         resources = [{"resourceName": c.resource_name, "served": c.served, "held": c.held,
-                      "rawInUse": c.raw_in_use, "free": max(c.free, 0)}
+                      "rawInUse": c.raw_in_use, "launching": c.window,
+                      "free": max(c.room, 0)}
                      for c in sorted(snapshot.capacity.get(name, {}).values(), key=lambda c: c.resource_name)]
         rows.append({"name": name, "eligible": eligible["status"] == "True", "reason": eligible["reason"],
                      "message": eligible["message"], "resources": resources,

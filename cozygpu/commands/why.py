@@ -109,7 +109,7 @@ def _node_hints(snapshot: Snapshot, members: Sequence[DeviceView], vmi_key: tupl
         for node in serving:
             entry = snapshot.capacity[node][resource]
             own = sum(d.count for d in members if d.holds_units and d.node_name == node)
-            free = max(entry.free, 0) + own
+            free = max(entry.room, 0) + own
             problem = node_problem(
                 snapshot.nodes.get(node), node_name=node, tolerations=tolerations,
                 selector=classes[0].node_selector if classes else None,

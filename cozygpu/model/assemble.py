@@ -35,7 +35,9 @@ from cozygpu.model.coverage import (
     budget_covering,
     capacity_covering,
     covered_units,
+    split_window,
     uncovered,
+    window_covering,
 )
 from cozygpu.model.eligibility import node_problem
 from cozygpu.model.launchers import launcher_index, launcher_vmi
@@ -77,6 +79,7 @@ def assemble(
     hoster_names: Iterable[str] = (),
     permitted: PermittedHostDevices | None = None,
     report_stale_after: timedelta = cap.DEFAULT_REPORT_STALE_AFTER,
+    launcher_grace: timedelta = cap.DEFAULT_LAUNCHER_GRACE,
 ) -> Snapshot:
     """Build a Snapshot. ``quotas`` maps a tenant namespace to its ``tenant-quota`` ``spec.hard``."""
     class_map = {c.name: c for c in classes}
@@ -138,31 +141,24 @@ def assemble(
     launchers = launcher_index(vmi_map.values())
     pod_map: dict[str, PodView] = {}
     raw_on_node: defaultdict[str, dict[str, int]] = defaultdict(dict)
+    window_on_node: defaultdict[str, dict[str, int]] = defaultdict(dict)
+    window_closes: datetime | None = None
     for pod in pods:
         pod_map[pod.uid] = pod
-        if pod.final:
+        part = _pod_part(pod, names=names, launchers=launchers, vmis=vmi_map, devices=device_map, by_vmi=by_vmi,
+                         classes=class_map, now=now, launcher_grace=launcher_grace)
+        if part is None:
             continue
-        requests = {n: v for n, v in pod.requests.items() if n in names}
-        if not requests:
-            continue
-        attached: tuple[DeviceView, ...] = ()
-        vmi_key = launcher_vmi(pod, launchers)
-        vmi = vmi_map.get(vmi_key) if vmi_key is not None else None
-        if vmi is not None:
-            attached = tuple(d for d in (device_map[k] for k in by_vmi.get(vmi.key, ())) if attached_to(d, vmi))
-        budget_cover = budget_covering(attached)
-        beyond_budget = uncovered(requests, covered_units(budget_cover, class_map))
-        for name, n in beyond_budget.items():
+        for name, n in part.beyond_budget.items():
             raw = local_raw[pod.namespace]
             raw[name] = raw.get(name, 0) + n
-        if pod.node_name:
-            covering = capacity_covering(attached, pod_node=pod.node_name)
-            beyond = beyond_budget  # usually the same devices cover (all Bound on the pod's node)
-            if covering != budget_cover:
-                beyond = uncovered(requests, covered_units(covering, class_map))
-            for name, n in beyond.items():
-                on_node = raw_on_node[pod.node_name]
-                on_node[name] = on_node.get(name, 0) + n
+        if part.node:
+            for table, amounts in ((raw_on_node, part.beyond), (window_on_node, part.window)):
+                for name, n in amounts.items():
+                    on_node = table[part.node]
+                    on_node[name] = on_node.get(name, 0) + n
+        if part.closes is not None and (window_closes is None or part.closes < window_closes):
+            window_closes = part.closes
 
     subtree = _subtree_usage(local_class, local_raw)
     pending_subtree = _subtree_usage(pending_class, pending_raw)
@@ -173,9 +169,10 @@ def assemble(
             children[parent].append(namespace)
 
     capacity: dict[str, dict[str, NodeCapacity]] = {}
-    for node in set(inventory_map) | set(held) | set(raw_on_node):
+    for node in set(inventory_map) | set(held) | set(raw_on_node) | set(window_on_node):
         capacity[node] = cap.node_capacity(
-            node, inventory=inventory_map.get(node), held=held.get(node, {}), raw_in_use=raw_on_node.get(node, {})
+            node, inventory=inventory_map.get(node), held=held.get(node, {}), raw_in_use=raw_on_node.get(node, {}),
+            window=window_on_node.get(node, {}),
         )
     serving: defaultdict[str, list[str]] = defaultdict(list)
     for node, node_entries in capacity.items():
@@ -211,6 +208,7 @@ def assemble(
         capacity=capacity,
         availability=availability,
         serving=serving_sorted,
+        window_closes=window_closes,
     )
 
 
@@ -406,12 +404,57 @@ def _drop_key(index: dict[_K, tuple[DeviceKey, ...]], bucket: _K, key: DeviceKey
 
 @attrs.frozen
 class _PodPart:
-    """What one pod adds: raw units against its namespace's budgets, and raw units in use on its node."""
+    """What one pod adds: raw units against its namespace's budgets, raw units in use on its node, and
+    the units a launcher window keeps apart there until ``closes`` (R-MOD-7)."""
 
     namespace: str
     beyond_budget: Mapping[str, int]
     node: str | None
     beyond: Mapping[str, int]
+    window: Mapping[str, int]
+    closes: datetime | None
+
+
+def _pod_part(
+    pod: PodView,
+    *,
+    names: frozenset[str],
+    launchers: Mapping[str, VmiKey],
+    vmis: Mapping[VmiKey, VMIView],
+    devices: Mapping[DeviceKey, DeviceView],
+    by_vmi: Mapping[VmiKey, Iterable[DeviceKey]],
+    classes: Mapping[str, GPUClassView],
+    now: datetime,
+    launcher_grace: timedelta,
+) -> _PodPart | None:
+    """What one pod contributes (None when nothing): the one derivation both builds use."""
+    if pod.final:
+        return None
+    requests = {n: v for n, v in pod.requests.items() if n in names}
+    if not requests:
+        return None
+    attached: tuple[DeviceView, ...] = ()
+    vmi_key = launcher_vmi(pod, launchers)
+    vmi = vmis.get(vmi_key) if vmi_key is not None else None
+    if vmi is not None:
+        attached = tuple(d for d in (devices[k] for k in by_vmi.get(vmi.key, ())) if attached_to(d, vmi))
+    budget_cover = budget_covering(attached)
+    beyond_budget = uncovered(requests, covered_units(budget_cover, classes))
+    beyond: Mapping[str, int] = {}
+    window: Mapping[str, int] = {}
+    closes: datetime | None = None
+    if pod.node_name:
+        covering = capacity_covering(attached, pod_node=pod.node_name)
+        beyond = beyond_budget  # usually the same devices cover (all Bound on the pod's node)
+        if covering != budget_cover:
+            beyond = uncovered(requests, covered_units(covering, classes))
+        if vmi is None and pod.claims_vmi is not None and beyond:
+            claimed = (devices[k] for k in by_vmi.get((pod.namespace, pod.claims_vmi[0]), ()))
+            found, closes = window_covering(pod, claimed, now=now, grace=launcher_grace)
+            if found:
+                beyond, window = split_window(beyond, covered_units(found, classes))
+    return _PodPart(namespace=pod.namespace, beyond_budget=beyond_budget, node=pod.node_name, beyond=beyond,
+                    window=window, closes=closes if window else None)
 
 
 class Assembly:
@@ -433,20 +476,27 @@ class Assembly:
     """
 
     def __init__(
-        self, *, hoster_names: Iterable[str] = (), report_stale_after: timedelta = cap.DEFAULT_REPORT_STALE_AFTER
+        self, *, hoster_names: Iterable[str] = (), report_stale_after: timedelta = cap.DEFAULT_REPORT_STALE_AFTER,
+        launcher_grace: timedelta = cap.DEFAULT_LAUNCHER_GRACE,
     ) -> None:
         self._hoster = tuple(hoster_names)
         self._stale_after = report_stale_after
+        self._grace = launcher_grace
         self._snapshot: Snapshot | None = None
         self._fresh_until: datetime | None = None
+        #: Pod UID -> when its launcher window closes (R-MOD-7): the snapshot is true until the first.
+        self._window_closes: dict[str, datetime] = {}
 
     @property
     def current(self) -> Snapshot | None:
         return self._snapshot
 
     def needs_rebuild(self, now: datetime) -> bool:
-        """No snapshot yet, or a fresh report has turned stale by ``now``."""
-        return self._snapshot is None or (self._fresh_until is not None and now > self._fresh_until)
+        """No snapshot yet, a fresh report has turned stale by ``now``, or a launcher window has closed."""
+        if self._snapshot is None or (self._fresh_until is not None and now > self._fresh_until):
+            return True
+        closes = self._snapshot.window_closes
+        return closes is not None and now >= closes
 
     # -- from scratch -------------------------------------------------------------------
 
@@ -502,11 +552,18 @@ class Assembly:
         self._pending = _Subtrees()
         self._pods: dict[str, PodView] = {}
         self._pod_parts: dict[str, _PodPart] = {}
+        self._window_on_node: dict[str, _Tally] = {}
+        self._window_closes = {}
+        #: VMI key -> UIDs of the pods that claim it: a change of its devices may open or close their window.
+        self._claimants: defaultdict[VmiKey, set[str]] = defaultdict(set)
+        self._now = now
         self._touched_nodes: set[str] = set()
         for device in devices:
             self._device(device, +1)
         for pod in pods:
             self._pods[pod.uid] = pod
+            if pod.claims_vmi is not None:
+                self._claimants[(pod.namespace, pod.claims_vmi[0])].add(pod.uid)
             self._pod(pod, +1)
         self._subtree: dict[str, Usage] = {}
         self._pending_usage: dict[str, Usage] = {}
@@ -514,7 +571,7 @@ class Assembly:
         self._pending.usage(self._pending_usage)
         self._children = self._make_children()
         self._capacity: dict[str, dict[str, NodeCapacity]] = {}
-        for node in set(self._inventories) | set(self._held) | set(self._raw_on_node):
+        for node in set(self._inventories) | set(self._held) | set(self._raw_on_node) | set(self._window_on_node):
             self._capacity[node] = self._node_capacity(node)
         serving: defaultdict[str, list[str]] = defaultdict(list)
         for node, entries in self._capacity.items():
@@ -541,6 +598,7 @@ class Assembly:
         """
         if self._snapshot is None:
             raise RuntimeError("update before the first rebuild")
+        self._now = now
         copied: set[str] = set()
         for name in ("devices", "by_node", "by_class", "by_namespace", "by_vmi"):
             self._copy(name, copied)
@@ -572,9 +630,10 @@ class Assembly:
                 if device.attachment is not None:
                     attached_vmis.add((device.namespace, device.attachment.vmi))
                 self._device(device, +1)
-        for vmi_key in attached_vmis:  # their launchers' usage depends on the devices attached to them
+        for vmi_key in attached_vmis:  # their launchers' (and claimants') usage depends on the devices attached
             vmi = self._vmis.get(vmi_key)
-            for uid in vmi.active_pods if vmi is not None else ():
+            uids = set(vmi.active_pods) if vmi is not None else set()
+            for uid in sorted(uids):
                 pod = self._pods.get(uid)
                 if pod is not None:
                     self._pod(pod, -1)
@@ -646,36 +705,20 @@ class Assembly:
         if sign < 0:
             table.member(namespace, -1)
 
-    def _pod_part(self, pod: PodView) -> _PodPart | None:
-        """What ``assemble``'s pod loop adds for this pod (None when it adds nothing)."""
-        if pod.final:
-            return None
-        requests = {n: v for n, v in pod.requests.items() if n in self._names}
-        if not requests:
-            return None
-        attached: tuple[DeviceView, ...] = ()
-        vmi_key = launcher_vmi(pod, self._launchers)
-        vmi = self._vmis.get(vmi_key) if vmi_key is not None else None
-        if vmi is not None:
-            attached = tuple(d for d in (self._devices[k] for k in self._by_vmi.get(vmi.key, ()))
-                             if attached_to(d, vmi))
-        budget_cover = budget_covering(attached)
-        beyond_budget = uncovered(requests, covered_units(budget_cover, self._classes))
-        beyond: Mapping[str, int] = {}
-        if pod.node_name:
-            covering = capacity_covering(attached, pod_node=pod.node_name)
-            beyond = beyond_budget
-            if covering != budget_cover:
-                beyond = uncovered(requests, covered_units(covering, self._classes))
-        return _PodPart(namespace=pod.namespace, beyond_budget=dict(beyond_budget), node=pod.node_name,
-                        beyond=dict(beyond))
-
     def _pod(self, pod: PodView, sign: int) -> None:
-        part = self._pod_part(pod) if sign > 0 else self._pod_parts.pop(pod.uid, None)
+        if sign > 0:
+            part = _pod_part(pod, names=self._names, launchers=self._launchers, vmis=self._vmis,
+                             devices=self._devices, by_vmi=self._by_vmi, classes=self._classes, now=self._now,
+                             launcher_grace=self._grace)
+        else:
+            part = self._pod_parts.pop(pod.uid, None)
+            self._window_closes.pop(pod.uid, None)
         if part is None:
             return
         if sign > 0:
             self._pod_parts[pod.uid] = part
+            if part.closes is not None:
+                self._window_closes[pod.uid] = part.closes
         if part.beyond_budget:
             if sign > 0:
                 self._local.member(part.namespace, +1)
@@ -683,23 +726,24 @@ class Assembly:
                 self._local.add("raw", part.namespace, name, sign * n, sign)
             if sign < 0:
                 self._local.member(part.namespace, -1)
-        if part.node and part.beyond:
-            on_node = self._raw_on_node.setdefault(part.node, _Tally())
-            for name, n in part.beyond.items():
-                on_node.add(name, sign * n, sign)
-            if not on_node:
-                del self._raw_on_node[part.node]
-            self._touched_nodes.add(part.node)
+        for table, amounts in ((self._raw_on_node, part.beyond), (self._window_on_node, part.window)):
+            if part.node and amounts:
+                on_node = table.setdefault(part.node, _Tally())
+                for name, n in amounts.items():
+                    on_node.add(name, sign * n, sign)
+                if not on_node:
+                    del table[part.node]
+                self._touched_nodes.add(part.node)
 
     def _node_capacity(self, node: str) -> dict[str, NodeCapacity]:
-        held, raw = self._held.get(node), self._raw_on_node.get(node)
+        held, raw, window = self._held.get(node), self._raw_on_node.get(node), self._window_on_node.get(node)
         return cap.node_capacity(node, inventory=self._inventories.get(node), held=held.sums if held else {},
-                                 raw_in_use=raw.sums if raw else {})
+                                 raw_in_use=raw.sums if raw else {}, window=window.sums if window else {})
 
     def _refresh_node(self, node: str) -> None:
         """A node's capacity changed: its entries, the names it serves, and the availability there."""
         before = self._capacity.get(node, {})
-        if node in self._inventories or node in self._held or node in self._raw_on_node:
+        if node in self._inventories or node in self._held or node in self._raw_on_node or node in self._window_on_node:
             after = self._node_capacity(node)
             self._capacity[node] = after
         else:
@@ -779,5 +823,6 @@ class Assembly:
             capacity=self._capacity,
             availability=self._availability,
             serving=self._serving,
+            window_closes=min(self._window_closes.values(), default=None),
         )
         return self._snapshot

@@ -13,6 +13,10 @@ Contract:
 - free = served - units of Bound devices on the node - raw-name pod usage on
   the node not covered by the capacity coverage reader (R-MOD-6). Free can
   be negative: that is capacity lost (R-BIND-5).
+- the launcher window: what a pod that claims to be a VMI's launcher uses
+  before ``activePods`` proves it (``coverage.window_covering``) is kept
+  apart. It is not in ``free`` (it moves and loses no hold) but it is in
+  ``room`` (no new booking takes it); once the window closes it is raw use.
 """
 
 from __future__ import annotations
@@ -26,6 +30,9 @@ from cozygpu.model.snapshot import NodeCapacity, NodeInventory
 
 #: How old an agent report may be before the node's GPUs read as unknown.
 DEFAULT_REPORT_STALE_AFTER = timedelta(minutes=5)
+#: How long a pod that claims to be a VMI's launcher may stay unproven before its GPUs count as raw use
+#: that can take a hold's units (R-MOD-7; docs/model.md says how this default was chosen).
+DEFAULT_LAUNCHER_GRACE = timedelta(seconds=30)
 
 
 def served_units(devices: Iterable[tuple[str, int]]) -> dict[str, int]:
@@ -48,11 +55,13 @@ def node_capacity(
     inventory: NodeInventory | None,
     held: Mapping[str, int],
     raw_in_use: Mapping[str, int],
+    window: Mapping[str, int] | None = None,
 ) -> dict[str, NodeCapacity]:
-    """The node's capacity for every resource name it serves, holds or has raw usage of."""
+    """The node's capacity for every resource name it serves, holds, or has raw or window usage of."""
     served = inventory.served if inventory is not None else {}
     fresh = inventory is not None and inventory.fresh
-    names = set(served) | set(held) | set(raw_in_use)
+    window = window or {}
+    names = set(served) | set(held) | set(raw_in_use) | set(window)
     return {
         name: NodeCapacity(
             node=node,
@@ -61,16 +70,17 @@ def node_capacity(
             held=held.get(name, 0),
             raw_in_use=raw_in_use.get(name, 0),
             fresh=fresh,
+            window=window.get(name, 0),
         )
         for name in names
     }
 
 
 def free_for_binds(capacity: NodeCapacity | None) -> int:
-    """Units new binds may take: zero on an unknown (stale) report, never negative."""
+    """Units new binds may take: zero on an unknown (stale) report, never negative, never a window's."""
     if capacity is None or not capacity.fresh:
         return 0
-    return max(capacity.free, 0)
+    return max(capacity.room, 0)
 
 
 def capacity_problem(capacity: NodeCapacity) -> Refusal | None:

@@ -16,6 +16,16 @@ exactly on Lost devices. A device Bound on another node than the pod (a
 migration target pod, or a set moved while its VM still runs) covers the
 pod for budgets only, since the pod really uses units where it runs.
 
+A third reader is for time, not for proof: the **launcher window**
+(R-MOD-7). A launcher pod is bound to its node before virt-controller lists
+it in ``activePods``, so for a moment it covers nothing. A pod whose
+controller ownerReference names a VMI with devices attached and Bound on
+the pod's node *claims* to be that launcher; for ``grace`` from its
+creation :func:`window_covering` names those devices, and what they would
+cover is kept apart from raw use (it keeps new orders off those units but
+moves no hold). After the grace the claim is worth nothing: only
+``activePods`` proves a launcher (R-MOD-5).
+
 Contract: each reader returns units per resource name; :func:`uncovered`
 subtracts them from a pod's requests, never below zero.
 """
@@ -23,8 +33,9 @@ subtracts them from a pod's requests, never below zero.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from datetime import datetime, timedelta
 
-from cozygpu.model.snapshot import DeviceView, GPUClassView, VMIView
+from cozygpu.model.snapshot import DeviceView, GPUClassView, PodView, VMIView
 
 
 def attached_to(device: DeviceView, vmi: VMIView) -> bool:
@@ -45,6 +56,42 @@ def capacity_covering(devices: Iterable[DeviceView], *, pod_node: str | None) ->
     if not pod_node:
         return ()
     return tuple(d for d in devices if d.attachment is not None and d.holds_units and d.node_name == pod_node)
+
+
+def window_covering(
+    pod: PodView, claimed: Iterable[DeviceView], *, now: datetime, grace: timedelta
+) -> tuple[tuple[DeviceView, ...], datetime | None]:
+    """The devices an unproven launcher claims while its window runs, and when the window closes.
+
+    ``claimed`` are the devices attached to the VMI of the pod's ownerReference (by name; the UID must
+    match once the attachment has one). Only those Bound on the pod's node count. Nothing, and no
+    deadline, for a pod that claims no VMI, has no node or creation time, or whose window is over.
+    """
+    if pod.claims_vmi is None or not pod.node_name or pod.created is None:
+        return (), None
+    closes = pod.created + grace
+    if now >= closes:
+        return (), None
+    name, uid = pod.claims_vmi
+    found = tuple(
+        d for d in claimed
+        if d.attachment is not None and d.namespace == pod.namespace and d.attachment.vmi == name
+        and (not d.attachment.uid or d.attachment.uid == uid) and d.holds_units and d.node_name == pod.node_name
+    )
+    return (found, closes) if found else ((), None)
+
+
+def split_window(beyond: Mapping[str, int], window: Mapping[str, int]) -> tuple[dict[str, int], dict[str, int]]:
+    """Split a pod's uncovered use into (raw, window): the window takes at most what its devices cover."""
+    raw: dict[str, int] = {}
+    held: dict[str, int] = {}
+    for name, amount in beyond.items():
+        inside = min(amount, window.get(name, 0))
+        if inside > 0:
+            held[name] = inside
+        if amount > inside:
+            raw[name] = amount - inside
+    return raw, held
 
 
 def covered_units(devices: Iterable[DeviceView], classes: Mapping[str, GPUClassView]) -> dict[str, int]:

@@ -261,13 +261,18 @@ class _Planner:
             for node, per_name in self.s.capacity.items():
                 entry = per_name.get(name)
                 if entry is not None and entry.fresh:
-                    table[node] = entry.free
+                    table[node] = entry.room
             self._free[name] = table
         return table
 
     def free(self, node: str, name: str) -> int:
-        """Free units now; zero on a stale or missing report, negative when capacity was lost."""
+        """Units a booking may take now; zero on a stale or missing report, negative when full or lost."""
         return self._table(name).get(node, 0)
+
+    def kept(self, node: str, name: str) -> int:
+        """Free units now with a launcher window's given back: below zero only when capacity was lost (R-MOD-7)."""
+        entry = self.s.capacity.get(node, {}).get(name)
+        return self.free(node, name) + (entry.window if entry is not None and entry.fresh else 0)
 
     def max_free(self, name: str) -> int:
         best = self._max_free.get(name)
@@ -517,7 +522,7 @@ class _Planner:
         freed: dict[str, int] = {}
         for name in sorted(entries):
             entry = entries[name]
-            deficit = -(self.free(node, name) + freed.get(name, 0))
+            deficit = -(self.kept(node, name) + freed.get(name, 0))
             if not entry.fresh or deficit <= 0:
                 continue
             cause = refusals.capacity_lost(node, resource_name=name, served=entry.served, in_use=entry.served + deficit)
@@ -557,7 +562,7 @@ class _Planner:
     def _capacity_cause(self, work: _Work, node: str) -> Refusal | None:
         """Why the capacity-lost rule takes this set off ``node``, if it does."""
         names = {self.resource(d) for d in work.members}
-        if all(self.free(node, name) >= 0 for name in names if name is not None):
+        if all(self.kept(node, name) >= 0 for name in names if name is not None):
             return None
         mine = {d.key for d in work.members}
         kept: list[_Work] = []

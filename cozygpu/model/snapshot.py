@@ -232,6 +232,11 @@ class PodView:
     phase: PodPhase = PodPhase.PENDING
     #: Effective requests of extended resources, whole units (see ``pods.pod_requests``).
     requests: Mapping[str, int] = attrs.field(factory=dict)
+    #: The VMI (name, UID) of the pod's controller ownerReference: what the pod *claims* to launch.
+    #: Anyone who creates a pod can write it; it is never proof (R-MOD-5), only R-MOD-7's launcher window.
+    claims_vmi: tuple[str, str] | None = None
+    #: ``metadata.creationTimestamp``: the launcher window runs from it.
+    created: datetime | None = None
 
     @property
     def final(self) -> bool:
@@ -336,10 +341,19 @@ class NodeCapacity:
     held: int
     raw_in_use: int
     fresh: bool = True
+    #: Units that claimed launchers use while their window runs (R-MOD-7): no new order is booked onto
+    #: them, but they are not capacity lost: no held set leaves the node for them.
+    window: int = 0
 
     @property
     def free(self) -> int:
+        """Served minus held minus raw use: below zero, capacity was lost (the window is not counted)."""
         return self.served - self.held - self.raw_in_use
+
+    @property
+    def room(self) -> int:
+        """What a new booking may take (may be negative): ``free`` less the launcher window's units."""
+        return self.free - self.window
 
 
 @attrs.frozen(kw_only=True)
@@ -389,6 +403,8 @@ class Snapshot:
     availability: Mapping[str, ClassAvailability] = attrs.field(factory=dict)
     #: Resource name -> nodes with a fresh report serving it, sorted by name.
     serving: Mapping[str, tuple[str, ...]] = attrs.field(factory=dict)
+    #: When the first launcher window still open closes (R-MOD-7): the snapshot is true until then.
+    window_closes: datetime | None = None
 
     def usage_of(self, namespace: str) -> Usage:
         return self.subtree_usage.get(namespace, EMPTY_USAGE)

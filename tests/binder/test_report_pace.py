@@ -29,7 +29,7 @@ def test_a_fleets_first_reports_go_out_a_few_a_pass_and_each_pass_asks_at_once_f
     clock = FakeClock()
     paced = binder(clock, reports_per_pass=2, report_every=timedelta(seconds=1))
     asked: list[float] = []
-    paced.on_reports_due(lambda: asked.append(clock.now()))
+    paced.on_full_pass_due(lambda _why: asked.append(clock.now()))
     fleet = [report(f"n{i}") for i in range(5)]
     written: list[str] = []
     for _ in range(3):
@@ -45,7 +45,7 @@ def test_a_report_changed_again_within_the_interval_waits_for_its_end() -> None:
     clock = FakeClock()
     paced = binder(clock, report_every=timedelta(seconds=1))
     asked: list[float] = []
-    paced.on_reports_due(lambda: asked.append(clock.now()))
+    paced.on_full_pass_due(lambda _why: asked.append(clock.now()))
     assert paced._due_reports([report("n0")]) == [report("n0")]
     clock.advance(0.25)
     assert paced._due_reports([report("n0")]) == [], "written again within the interval"

@@ -28,7 +28,7 @@ async def test_a_report_within_the_interval_is_held_back_and_the_reminder_writes
         admin: Client, world: World) -> None:
     async with running_binder(admin, report_every=timedelta(seconds=EVERY)) as binder:
         reminded = asyncio.Event()
-        binder.binder.on_reports_due(reminded.set)
+        binder.binder.on_full_pass_due(lambda _why: reminded.set())
         await world.node("n-a", 4)
         await seen_by(binder, specs.GPU_DEVICES.key, await world.order("one", 1))
         await binder.full_pass()  # binds it; the class's first report (from the pass's snapshot) goes out at once

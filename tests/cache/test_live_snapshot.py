@@ -93,8 +93,14 @@ def vmi(name: str, namespace: str, *, uid: str, active: tuple[str, ...], node_na
                                    "activePods": {f"uid-{p}": node_name or "" for p in active}}}
 
 
-def pod(name: str, namespace: str, *, resource: str, units: int, node_name: str | None, phase: str) -> Obj:
-    return {"metadata": meta(name, namespace, uid=f"uid-{name}"),
+def pod(name: str, namespace: str, *, resource: str, units: int, node_name: str | None, phase: str,
+        claims: str | None = None, claimed_uid: str = "", created: datetime = T0) -> Obj:
+    """A GPU pod; ``claims`` names the VMI of its controller ownerReference (a launcher's claim, R-MOD-7)."""
+    extra: Obj = {"creationTimestamp": stamp(created)}
+    if claims:
+        extra["ownerReferences"] = [{"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
+                                     "name": claims, "uid": claimed_uid, "controller": True}]
+    return {"metadata": meta(name, namespace, uid=f"uid-{name}", **extra),
             "spec": {"nodeName": node_name, "containers": [{"resources": {"limits": {resource: str(units)}}}]},
             "status": {"phase": phase}}
 
@@ -184,10 +190,12 @@ steps = st.one_of(
     st.tuples(st.just("report"), names(NODES), st.integers(0, 5), st.integers(0, 3), st.integers(0, 10)),
     st.tuples(st.just("vmi"), names(VMIS), names(NAMESPACES[1:3]), st.booleans(), names((None, *NODES))),
     st.tuples(st.just("pod"), names(PODS), names(NAMESPACES[1:3]), names(RESOURCES), st.integers(0, 2),
-              names((None, *NODES)), names(("Running", "Succeeded"))),
+              names((None, *NODES)), names(("Running", "Succeeded")), names((None, *VMIS)), st.booleans(),
+              st.integers(0, 40)),
     st.tuples(st.just("quota"), names(NAMESPACES[:3]), st.integers(0, 8)),
     st.tuples(st.just("class"), names(("a", "b")), st.booleans()),
     st.tuples(st.just("time"), st.integers(0, 4)),
+    st.tuples(st.just("tick"), st.integers(0, 40)),
     st.tuples(st.just("replace"), names(LIVE_KINDS)),
     st.tuples(st.just("check")),
 )
@@ -217,14 +225,18 @@ def apply(world: World, step: tuple[Any, ...]) -> None:
         world.put("VirtualMachineInstance", vmi(name, namespace, uid=f"vmi-uid-{name}",
                                                 active=("p1", "p2") if running else (), node_name=node_name))
     elif what == "pod":
-        _, name, namespace, resource, units, node_name, phase = step
-        world.put("Pod", pod(name, namespace, resource=resource, units=units, node_name=node_name, phase=phase))
+        _, name, namespace, resource, units, node_name, phase, claims, same_uid, seconds_ago = step
+        world.put("Pod", pod(name, namespace, resource=resource, units=units, node_name=node_name, phase=phase,
+                             claims=claims, claimed_uid=f"vmi-uid-{claims}" if same_uid else "an-old-uid",
+                             created=world.now - timedelta(seconds=seconds_ago)))
     elif what == "quota":
         world.put("ResourceQuota", quota(step[1], step[2]))
     elif what == "class":
         world.put(keys.GPUCLASS_KIND, gpu_class(step[1], RESOURCES[0 if step[1] == "a" else 1], selector=step[2]))
     elif what == "time":
         world.now += timedelta(minutes=step[1])
+    elif what == "tick":
+        world.now += timedelta(seconds=step[1])
     elif what == "replace":
         world.replace_store(step[1])
     else:
@@ -291,3 +303,21 @@ def test_a_vmi_that_keeps_its_active_pods_is_an_update_and_one_whose_pods_change
     world.put("VirtualMachineInstance", vmi("vm1", "tenant-a", uid="vmi-uid-vm1", active=(), node_name="n1"))
     assert_same(world)
     assert world.live.last_step == "rebuild", "its launcher left: which pods the snapshot holds changes"
+
+
+def test_a_claimed_launchers_window_opens_with_its_vmis_devices_and_closes_with_time() -> None:
+    world = World()
+    seed(world)
+    world.put("Pod", pod("p1", "tenant-a", resource=RESOURCES[0], units=1, node_name="n1", phase="Running",
+                         claims="vm1", claimed_uid="vmi-uid-vm1", created=world.now))
+    assert_same(world)
+    apply(world, ("device", "d0", "tenant-a", "a", 1, "Bound", "n1", "vm1", True, False, False))
+    assert_same(world)
+    assert world.live.last_step == "update of 1 device(s)"
+    snapshot = world.live.snapshot(now=world.now, sources=world.sources())
+    assert snapshot.capacity["n1"][RESOURCES[0]].window == 1
+    assert snapshot.window_closes is not None
+    world.now = snapshot.window_closes
+    assert_same(world)
+    assert world.live.last_step == "rebuild", "the window closed: the pod's GPUs are raw use now"
+    assert world.live.snapshot(now=world.now, sources=world.sources()).capacity["n1"][RESOURCES[0]].raw_in_use == 1

@@ -98,7 +98,8 @@ async def test_status_shows_units_nodes_waiting_devices_and_whether_the_full_pas
                                                                           written["free"]) == (4, 2, 2)
     n1, n2 = by_name(report["nodes"], world.node_name("n1")), by_name(report["nodes"], world.node_name("n2"))
     assert n1["eligible"] is True
-    assert n1["resources"] == [{"resourceName": world.resource, "served": 4, "held": 2, "rawInUse": 0, "free": 2}]
+    assert n1["resources"] == [{"resourceName": world.resource, "served": 4, "held": 2, "rawInUse": 0, "launching": 0,
+                                "free": 2}]
     assert n1["reportFresh"] is True
     assert n1["reportAgeSeconds"] is not None
     assert (n2["eligible"], n2["reason"]) == (False, "NodeCordoned")

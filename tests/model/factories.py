@@ -113,6 +113,8 @@ def pod(
     node_name: str | None = "n1",
     requests: Mapping[str, int] | None = None,
     phase: PodPhase = PodPhase.RUNNING,
+    claims_vmi: tuple[str, str] | None = None,
+    created: datetime | None = None,
 ) -> PodView:
     return PodView(
         namespace=namespace,
@@ -121,6 +123,8 @@ def pod(
         node_name=node_name,
         phase=phase,
         requests=dict(requests or {}),
+        claims_vmi=claims_vmi,
+        created=created,
     )
 
 

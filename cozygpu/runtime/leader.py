@@ -199,6 +199,8 @@ class LeaderElector:
         # A write of ours may have taken effect: release on the way out.
         self._may_hold = False
         self._leading = False
+        # How late the renewal loop last woke from its sleep (a stopped or starved process), when it ended the term.
+        self._woke_late: float | None = None
 
     # -- what others may ask ---------------------------------------------------------------
 
@@ -341,21 +343,40 @@ class LeaderElector:
 
     def _term_ending(self) -> None:
         """The term is over: leader work has until the lease's end, and never more than
-        ``lease_duration - renew_deadline``, to stop."""
+        ``lease_duration - renew_deadline``, to stop.
+
+        A process that was stopped (SIGSTOP) or starved past its lease finds
+        the lease's end behind it: another replica may lead already, so the
+        work gets no time at all, and the reason says how long ago the lease
+        ran out and how late the process woke.
+        """
         if self._guard is None:
             return
         cfg = self.config
         now = self._clock.now()
-        limit = min(self._term_end() - now, cfg.lease_duration - cfg.renew_deadline)
+        left = self._term_end() - now
+        if left <= 0:
+            frozen = (f"; the process was stopped or starved for at least {self._woke_late:.3g}s (its renewal "
+                      "woke that late)" if self._woke_late is not None else "")
+            self._guard.arm(0.0, f"leader work still ran {-left:.3g}s after its lease ran out, when another "
+                                 f"replica may lead already{frozen}")
+            return
+        limit = min(left, cfg.lease_duration - cfg.renew_deadline)
         self._guard.arm(limit, f"leader work did not stop within {limit:.3g}s of the end of its term")
 
     async def _renew_until_lost(self) -> str:
         """Renew every retry period; return why the term ended."""
         cfg = self.config
         while True:
+            asleep = self._clock.now()
             await self._clock.sleep(cfg.retry_period)
             assert self._renewed_at is not None
             cutoff = self._renewed_at + cfg.renew_deadline
+            late = self._clock.now() - asleep - cfg.retry_period
+            if cutoff <= self._clock.now():  # the deadline passed while the loop slept: the process did not run
+                self._woke_late = late
+                return (f"no renewal within the renew deadline ({cfg.renew_deadline:g}s): the process was stopped "
+                        f"or starved for at least {late:.3g}s (its renewal woke that late)")
             while True:
                 remaining = cutoff - self._clock.now()
                 if remaining <= 0:

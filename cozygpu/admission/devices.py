@@ -6,10 +6,16 @@ maxCount, KubeVirt's permittedHostDevices, the VGPU entitlement, every budget
 of the tenant and its ancestors (counting the subtree's orders not yet
 accepted, R-MOD-4), a raw-key block, the class's free units in the cluster
 and on one node. The refusal message names the limit and the numbers.
+
+Bounded (issue 22): the check compares the count with maxCount, budgets and
+free units, never builds anything sized by it; names longer than Kubernetes
+allows (a class name is a DNS label) are refused before they are looked up,
+and a message quotes them cut short.
 """
 
 from __future__ import annotations
 
+from cozygpu.admission import bounds
 from cozygpu.admission.envelope import Request, Verdict, as_map
 from cozygpu.admission.view import NotReady, SnapshotSource
 from cozygpu.model.catalog import order_refusal
@@ -24,12 +30,18 @@ class DeviceWebhook:
             return Verdict.allow()
         obj = request.object
         meta, spec = as_map(obj.get("metadata")), as_map(obj.get("spec"))
-        namespace = request.namespace or str(meta.get("namespace") or "")
-        name = str(meta.get("name") or request.name or "?")
+        namespace = request.namespace or _text(meta.get("namespace"))
+        name = _text(meta.get("name")) or request.name or "?"
+        label = f"GPUDevice {bounds.clip(namespace)}/{bounds.clip(name)}"
         class_name, count = spec.get("className"), spec.get("count")
         if not isinstance(class_name, str) or not class_name or not isinstance(count, int) or isinstance(count, bool):
-            return Verdict.refuse(f"GPUDevice {namespace}/{name}: spec.className and an integer spec.count are "
-                                  "required", reason="Invalid")
+            return Verdict.refuse(f"{label}: spec.className and an integer spec.count are required", reason="Invalid")
+        for what, value, limit in (("metadata.name", name, bounds.MAX_NAME),
+                                   ("namespace", namespace, bounds.MAX_NAMESPACE),
+                                   ("spec.className", class_name, bounds.MAX_NAMESPACE)):
+            refusal = bounds.name_problem(label, what, value, limit)
+            if refusal is not None:
+                return Verdict.refuse(refusal.message, reason=str(refusal.reason))
         try:
             snapshot = self._source.snapshot()
         except NotReady as error:
@@ -37,4 +49,8 @@ class DeviceWebhook:
         refusal = order_refusal(snapshot, namespace, class_name, count)
         if refusal is None:
             return Verdict.allow()
-        return Verdict.refuse(f"GPUDevice {namespace}/{name}: {refusal.message}", reason=str(refusal.reason))
+        return Verdict.refuse(f"{label}: {refusal.message}", reason=str(refusal.reason))
+
+
+def _text(value: object) -> str:
+    return value if isinstance(value, str) else ""

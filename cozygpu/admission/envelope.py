@@ -15,6 +15,12 @@ Contract:
   request refused with a message saying so. A handler that must undo its
   writes does so inside its own deadline (the VMI webhook's bind wait ends
   earlier than this one).
+- Bounded (issue 22, ``bounds``): before the body is parsed its JSON
+  containers and commas are counted, a slice at a time; past
+  ``MAX_JSON_ITEMS``, or nested past orjson's 1024 levels, it is refused
+  unparsed, with an AdmissionReview when the request's UID can be read where
+  the API server writes it, else a 400. A UID longer than ``MAX_UID`` is a
+  400. A message is cut to ``MAX_MESSAGE`` characters.
 - Metrics: answers by webhook, outcome and refusal reason (a bounded set), and a latency histogram per webhook.
 """
 
@@ -30,8 +36,11 @@ import attrs
 import orjson
 from aiohttp import web
 
+from cozygpu.admission import bounds
 from cozygpu.admission.metrics import AdmissionMetrics, metric_reason
 from cozygpu.base.logging import get_logger
+from cozygpu.model import refusals
+from cozygpu.model.refusals import Reason
 
 _log = get_logger("cozygpu.admission")
 
@@ -48,6 +57,10 @@ BAD_REQUEST: Final = "bad-request"
 
 class BadReview(ValueError):
     """The body is not an AdmissionReview this webhook can answer."""
+
+
+class TooDeep(BadReview):
+    """The body is JSON nested past the parser's limit."""
 
 
 @attrs.frozen(kw_only=True)
@@ -99,17 +112,23 @@ def parse_review(body: bytes) -> Request:
     try:
         review = orjson.loads(body)
     except orjson.JSONDecodeError as error:
+        if "depth limit" in str(error):
+            raise TooDeep(f"the body is JSON nested deeper than {bounds.MAX_JSON_DEPTH} levels, the most read "
+                          f"({error})") from None
         raise BadReview(f"the body is not JSON: {error}") from None
     if not isinstance(review, dict):
         raise BadReview("the body is not a JSON object")
     if review.get("apiVersion") != API_VERSION or review.get("kind") != KIND:
-        raise BadReview(f"expected {KIND} {API_VERSION}, got {review.get('kind')!r} {review.get('apiVersion')!r}")
+        raise BadReview(f"expected {KIND} {API_VERSION}, got {bounds.describe(review.get('kind'))} "
+                        f"{bounds.describe(review.get('apiVersion'))}")
     request = review.get("request")
     if not isinstance(request, dict):
         raise BadReview("the AdmissionReview has no request")
     uid = request.get("uid")
     if not isinstance(uid, str) or not uid:
         raise BadReview("the AdmissionReview request has no uid")
+    if len(uid) > bounds.MAX_UID:
+        raise BadReview(f"the AdmissionReview request.uid is {len(uid)} characters, at most {bounds.MAX_UID}")
     obj = request.get("object")
     if not isinstance(obj, dict):
         raise BadReview("the AdmissionReview request has no object")
@@ -128,7 +147,8 @@ def parse_review(body: bytes) -> Request:
 
 
 def readable(message: str) -> str:
-    """``message`` with every unprintable character escaped: a refusal quotes what it was sent."""
+    """``message`` cut to ``MAX_MESSAGE``, unprintable characters escaped: a refusal quotes what it was sent."""
+    message = bounds.clip(message, bounds.MAX_MESSAGE)
     if message.isprintable():
         return message
     return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in message)
@@ -151,17 +171,33 @@ def _bad(message: str) -> tuple[int, bytes, str, str]:
     return 400, orjson.dumps({"error": readable(message)}), BAD_REQUEST, "BadRequest"
 
 
+def _unparsed(name: str, body: bytes, message: str) -> tuple[int, bytes, str, str]:
+    """A refusal of a body that is not parsed: an AdmissionReview when its UID can be read, else a 400."""
+    uid = bounds.request_uid(body)
+    if not uid:
+        return _bad(message)
+    reason = str(Reason.OVER_LIMIT)
+    return 200, orjson.dumps(review_answer(uid, Verdict.refuse(message, reason=reason))), REFUSED, reason
+
+
 async def respond(name: str, handler: Handler, *, method: str, content_type: str, body: bytes, deadline: float
                   ) -> tuple[int, bytes, str, str]:
     """(HTTP status, body, outcome, metric reason) for one call: 400 for what is not an AdmissionReview, else 200."""
     if method != "POST":
         return _bad(f"{name}: admission reviews are POSTed, not {method}")
     if content_type != "application/json":
-        return _bad(f"{name}: content type {content_type!r} is not application/json")
+        return _bad(f"{name}: content type {bounds.clip(content_type)!r} is not application/json")
     if len(body) > MAX_BODY:
-        return _bad(f"{name}: body exceeds {MAX_BODY} bytes")
+        return _bad(f"{name}: body of {len(body)} bytes exceeds {MAX_BODY}")
+    items = await bounds.json_items(body)
+    if items > bounds.MAX_JSON_ITEMS:
+        return _unparsed(name, body, refusals.over_limit(
+            f"{name}: AdmissionReview", "JSON containers and commas in the body (counted before parsing)",
+            limit=bounds.MAX_JSON_ITEMS, found=items, unit="or more").message)
     try:
         request = parse_review(body)
+    except TooDeep as error:
+        return _unparsed(name, body, f"{name}: {error}")
     except BadReview as error:
         return _bad(f"{name}: {error}")
     verdict = await answer(name, handler, request, deadline=deadline)
@@ -184,9 +220,11 @@ def endpoint(name: str, handler: Handler, *, deadline: float, metrics: Admission
                 try:
                     raw = await http.read() if http.method == "POST" else b""  # capped at the app's client_max_size
                 except web.HTTPRequestEntityTooLarge:
-                    raw = b"x" * (MAX_BODY + 1)
-                status, body, outcome, reason = await respond(
-                    name, handler, method=http.method, content_type=http.content_type, body=raw, deadline=deadline)
+                    status, body, outcome, reason = _bad(f"{name}: body exceeds {MAX_BODY} bytes")
+                else:
+                    status, body, outcome, reason = await respond(
+                        name, handler, method=http.method, content_type=http.content_type, body=raw,
+                        deadline=deadline)
             return web.Response(status=status, body=body, content_type="application/json")
         finally:
             if metrics is not None:

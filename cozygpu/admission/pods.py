@@ -9,6 +9,11 @@ Bound on one node; then the pod gets a required node affinity to that node
 terms are ORed) and the tolerations of the devices' classes it lacks. The
 pin goes on the pod, not the VMI: LiveUpdate rewrites the VMI's affinity
 from the VM template.
+
+Bounded (issue 22, ``bounds``): the ownerReferences, the owner's name, the
+required node-affinity terms (the pin copies each) and the tolerations (each
+class toleration is looked up among them) are compared with their limits
+before they are read; the containers are never read.
 """
 
 from __future__ import annotations
@@ -16,8 +21,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from cozygpu.admission import bounds
 from cozygpu.admission.envelope import Request, Verdict
 from cozygpu.admission.view import NotReady, SnapshotSource
+from cozygpu.model.refusals import Refusal
 from cozygpu.model.snapshot import Toleration
 
 VMI_KIND = "VirtualMachineInstance"
@@ -25,6 +32,31 @@ VMI_KIND = "VirtualMachineInstance"
 
 def _map(value: object) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
+
+
+def _list(value: object) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _size_problem(pod: Mapping[str, Any], label: str) -> Refusal | None:
+    """The first list of ``pod`` the webhook reads that is longer than ``bounds`` allows."""
+    spec = _map(pod.get("spec"))
+    required = _map(_map(_map(spec.get("affinity")).get("nodeAffinity")).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"))
+    for what, value, limit in (
+            ("metadata.ownerReferences", _map(pod.get("metadata")).get("ownerReferences"), bounds.MAX_OWNERS),
+            ("spec.tolerations", spec.get("tolerations"), bounds.MAX_LIST),
+            ("spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms",
+             required.get("nodeSelectorTerms"), bounds.MAX_TERMS)):
+        refusal = bounds.over(label, what, value, limit)
+        if refusal is not None:
+            return refusal
+    for index, term in enumerate(_list(required.get("nodeSelectorTerms"))):
+        refusal = bounds.over(label, f"nodeSelectorTerms[{index}].matchFields", _map(term).get("matchFields"),
+                              bounds.MAX_REQUIREMENTS)
+        if refusal is not None:
+            return refusal
+    return None
 
 
 def _vmi_owner(pod: Mapping[str, Any]) -> tuple[str, str] | None:
@@ -58,7 +90,7 @@ def pin_patch(pod: Mapping[str, Any], node: str, tolerations: list[dict[str, Any
         new_terms = []
         for term in terms:
             term = dict(_map(term))
-            term["matchFields"] = [*(term.get("matchFields") or []), requirement]
+            term["matchFields"] = [*_list(term.get("matchFields")), requirement]
             new_terms.append(term)
         path = "/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms"
         patch.append({"op": "replace", "path": path, "value": new_terms})
@@ -91,13 +123,23 @@ class LauncherPodWebhook:
         if request.operation != "CREATE":
             return Verdict.allow()
         pod = request.object
-        namespace = request.namespace or str(_map(pod.get("metadata")).get("namespace") or "")
+        meta_namespace = _map(pod.get("metadata")).get("namespace")
+        namespace = request.namespace or (meta_namespace if isinstance(meta_namespace, str) else "")
+        problem = (bounds.name_problem(f"launcher pod in {bounds.clip(namespace)}", "namespace", namespace,
+                                       bounds.MAX_NAMESPACE)
+                   or _size_problem(pod, f"launcher pod in {namespace}"))
+        if problem is not None:
+            return Verdict.refuse(problem.message, reason=str(problem.reason))
         owner = _vmi_owner(pod)
         if owner is None or not owner[0]:
             return Verdict.refuse(f"launcher pod in {namespace}: no controller ownerReference to a "
                                   "VirtualMachineInstance, so its GPUDevices cannot be found", reason="NoVMI")
         vmi, uid = owner
-        label = f"launcher pod of VMI {namespace}/{vmi}"
+        label = f"launcher pod of VMI {namespace}/{bounds.clip(vmi)}"
+        problem = bounds.name_problem(label, "the owner's name", vmi) or bounds.name_problem(
+            label, "the owner's uid", uid, bounds.MAX_UID)
+        if problem is not None:
+            return Verdict.refuse(problem.message, reason=str(problem.reason))
         try:
             snapshot = self._source.snapshot()
         except NotReady as error:

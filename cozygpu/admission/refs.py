@@ -9,11 +9,16 @@ Contract: :func:`parse_refs` returns the references in order, or raises
 ``RefsError`` whose message names the bad entry (its index and what is wrong
 with it). Nothing is guessed: an unknown key, a wrong type, a duplicate, an
 empty list or a name that cannot be a Kubernetes name is refused.
+
+Bounded (issue 22): the text is at most ``bounds.MAX_REFS_TEXT`` characters
+and the list at most ``MAX_REFS`` entries, both checked before the entries
+are read; a message quotes a bad value cut short (``bounds.describe``), never
+a repr of a whole structure (which could be a megabyte, or nested deep enough
+to exhaust the recursion limit).
 """
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Final
 
@@ -21,6 +26,8 @@ import attrs
 import orjson
 
 from cozygpu import keys
+from cozygpu.admission import bounds
+from cozygpu.model import refusals
 
 #: More references than a VM could hold GPUs for is a mistake, not a request.
 MAX_REFS: Final = 32
@@ -53,36 +60,41 @@ Ref = DeviceRef | TemplateRef
 
 def _name(value: object, *, where: str, field: str, label: bool = False) -> str:
     if not isinstance(value, str) or not value:
-        raise RefsError(f"{where}: {field!r} must be a non-empty string, not {value!r}")
+        raise RefsError(f"{where}: {field!r} must be a non-empty string, not {bounds.describe(value)}")
     pattern, limit = (_LABEL, 63) if label else (_SUBDOMAIN, 253)
     if len(value) > limit or not pattern.fullmatch(value):
         kind = "DNS label" if label else "DNS subdomain"
-        raise RefsError(f"{where}: {field} {value!r} is not a {kind} (lower-case alphanumerics and '-', "
-                        f"at most {limit})")
+        raise RefsError(f"{where}: {field} {bounds.describe(value)} is not a {kind} (lower-case alphanumerics "
+                        f"and '-', at most {limit})")
     return value
 
 
 def _entry(index: int, raw: object) -> Ref:
     where = f"entry {index}"
     if not isinstance(raw, dict):
-        raise RefsError(f"{where}: must be an object, not {raw!r}")
+        raise RefsError(f"{where}: must be an object, not {bounds.describe(raw)}")
     fields = set(raw)
     if fields == {"device"}:
         return DeviceRef(_name(raw["device"], where=where, field="device"))
     if "template" in fields:
         unknown = fields - {"template", "class", "count"}
         if unknown:
-            raise RefsError(f"{where}: unknown field(s) {', '.join(sorted(map(str, unknown)))}")
+            shown = ", ".join(bounds.clip(str(key)) for key in sorted(unknown)[:5])
+            more = f" and {len(unknown) - 5} more" if len(unknown) > 5 else ""
+            raise RefsError(f"{where}: unknown field(s) {shown}{more}")
         missing = {"class", "count"} - fields
         if missing:
-            raise RefsError(f"{where}: template {raw.get('template')!r} needs {' and '.join(sorted(missing))}")
+            raise RefsError(f"{where}: template {bounds.describe(raw.get('template'))} needs "
+                            f"{' and '.join(sorted(missing))}")
         count = raw["count"]
         if not isinstance(count, int) or isinstance(count, bool) or count < 1:
-            raise RefsError(f"{where}: count must be a whole number of at least 1, not {count!r}")
+            raise RefsError(f"{where}: count must be a whole number of at least 1, not {bounds.describe(count)}")
         return TemplateRef(_name(raw["template"], where=where, field="template", label=True),
                            _name(raw["class"], where=where, field="class", label=True), count)
+    shown = ", ".join(bounds.clip(str(key)) for key in sorted(fields)[:5])
+    more = f" and {len(fields) - 5} more" if len(fields) > 5 else ""
     raise RefsError(f"{where}: must be {{\"device\": NAME}} or {{\"template\": NAME, \"class\": CLASS, "
-                    f"\"count\": N}}, not {json.dumps(raw, ensure_ascii=True)[:200]}")
+                    f"\"count\": N}}, not an object of fields {shown or '(none)'}{more}")
 
 
 def parse_refs(text: object) -> tuple[Ref, ...]:
@@ -90,6 +102,9 @@ def parse_refs(text: object) -> tuple[Ref, ...]:
     what = f"annotation {keys.DEVICE_REFS_ANNOTATION}"
     if not isinstance(text, str):
         raise RefsError(f"{what} is missing; a VMI labelled {keys.DEVICE_REFS_LABEL} must carry it")
+    if len(text) > bounds.MAX_REFS_TEXT:
+        raise RefsError(refusals.over_limit(what, "text", limit=bounds.MAX_REFS_TEXT, found=len(text),
+                                            unit="characters").message)
     try:
         raw = orjson.loads(text)
     except orjson.JSONDecodeError as error:

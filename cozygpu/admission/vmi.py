@@ -41,6 +41,7 @@ from typing import Any
 import attrs
 
 from cozygpu import keys
+from cozygpu.admission import bounds
 from cozygpu.admission.envelope import Request, Verdict, as_map
 from cozygpu.admission.metrics import AdmissionMetrics
 from cozygpu.admission.refs import RefsError, parse_refs
@@ -116,7 +117,9 @@ class VMIWebhook:
             patch = gpus_patch(obj, plan.entries)
             versions = self._versions(plan)
         except RefsError as error:
-            return Verdict.refuse(f"VMI {namespace}/{request.name or '?'}: {error}", reason="InvalidDeviceRefs")
+            name = meta.get("name") or request.name
+            return Verdict.refuse(f"VMI {bounds.clip(namespace)}/{bounds.clip(name) if isinstance(name, str) else '?'}"
+                                  f": {error}", reason="InvalidDeviceRefs")
         except NotReady as error:
             return Verdict.refuse(f"GPU admission is not ready on this replica: {error}", reason="NotReady")
         except Refused as error:

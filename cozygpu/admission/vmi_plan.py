@@ -18,6 +18,15 @@ the GPUDevice webhook's check (``catalog.order_refusal``: it is an order, and
 is created through that webhook); and ``place_set``, the model's dry check,
 places the whole set (class, count, budgets counting the tenant's orders not
 yet accepted, R-MOD-4, then one node with room).
+
+Bounded (issue 22, ``bounds``): before anything is looked up, the VMI's name
+and namespace lengths, its ``gpus``/``hostDevices``/resources lists and its
+scheduling constraints (which the dry placement checks on every candidate
+node) are compared with their limits; before any ``gpus`` entry is built, the
+references' GPUs are added up and compared with ``MAX_VMI_GPUS`` (a template
+over it is refused by the GPUDevice webhook's own check first, so the
+message names the class's free units or maxCount). No work grows with a
+count the tenant wrote.
 """
 
 from __future__ import annotations
@@ -28,6 +37,7 @@ from typing import Any, Final
 
 import attrs
 
+from cozygpu.admission import bounds
 from cozygpu.admission.refs import DeviceRef, Ref, TemplateRef
 from cozygpu.cache.snapshot import vmi_view
 from cozygpu.model import refusals
@@ -98,6 +108,39 @@ def gpu_entries(snapshot: Snapshot, members: Sequence[Member]) -> tuple[Mapping[
     return tuple(entries)
 
 
+def _limited(refusal: refusals.Refusal | None) -> None:
+    if refusal is not None:
+        raise Refused(refusal.message, reason=str(refusal.reason))
+
+
+def check_sizes(vmi: Obj, label: str) -> None:
+    """Refuse a VMI whose lists or scheduling constraints are longer than admission reads (``bounds``)."""
+    spec = _map(vmi.get("spec"))
+    domain = _map(spec.get("domain"))
+    devices = _map(domain.get("devices"))
+    resources = _map(domain.get("resources"))
+    for what, value, limit in (
+            ("spec.domain.devices.gpus", devices.get("gpus"), bounds.MAX_LIST),
+            ("spec.domain.devices.hostDevices", devices.get("hostDevices"), bounds.MAX_LIST),
+            ("spec.domain.resources.requests", resources.get("requests"), bounds.MAX_LIST),
+            ("spec.domain.resources.limits", resources.get("limits"), bounds.MAX_LIST),
+            ("spec.tolerations", spec.get("tolerations"), bounds.MAX_TOLERATIONS),
+            ("spec.nodeSelector", spec.get("nodeSelector"), bounds.MAX_SELECTOR)):
+        _limited(bounds.over(label, what, value, limit))
+    required = _map(_map(_map(spec.get("affinity")).get("nodeAffinity")).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"))
+    terms = required.get("nodeSelectorTerms")
+    where = "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms"
+    _limited(bounds.over(label, where, terms, bounds.MAX_TERMS))
+    requirements = [r for term in _list(terms) for field in ("matchExpressions", "matchFields")
+                    for r in _list(_map(term).get(field))[:bounds.MAX_REQUIREMENTS + 1]]
+    _limited(bounds.over(label, f"{where}: requirements", requirements, bounds.MAX_REQUIREMENTS))
+    values = sum(min(bounds.length(_map(r).get("values")), bounds.MAX_VALUES + 1) for r in requirements)
+    if values > bounds.MAX_VALUES:
+        _limited(refusals.over_limit(label, f"{where}: requirements", limit=bounds.MAX_VALUES, found=values,
+                                     unit="values or more"))
+
+
 def own_gpu_entries(vmi: Obj, effective_names: frozenset[str], ours: Sequence[Mapping[str, str]]) -> list[str]:
     """The VMI's own GPU entries (R-ADM-5), leaving out the ``gpus`` entries this webhook added."""
     spec = _map(vmi.get("spec"))
@@ -117,6 +160,12 @@ def own_gpu_entries(vmi: Obj, effective_names: frozenset[str], ours: Sequence[Ma
     for section in ("requests", "limits"):
         found.extend(f"resources.{section} {name}" for name in _map(resources.get(section)) if name in effective_names)
     return found
+
+
+def _shown(items: Sequence[str], most: int = 5) -> str:
+    """The first ``most`` of ``items`` for a message, each cut short, and how many more there are."""
+    shown = ", ".join(bounds.clip(item) for item in items[:most])
+    return f"{shown} and {len(items) - most} more" if len(items) > most else shown
 
 
 def _attached_elsewhere(snapshot: Snapshot, device: DeviceView, vmi: str, *, now: datetime,
@@ -154,11 +203,15 @@ def plan_start(snapshot: Snapshot, vmi: Obj, refs: Sequence[Ref], *, namespace: 
                grace: timedelta, recent: timedelta) -> StartPlan:
     """Every refusal check of a VMI start, before any write (see the module contract)."""
     now = snapshot.now
-    name = str(_map(vmi.get("metadata")).get("name") or "")
+    raw_name = _map(vmi.get("metadata")).get("name")
+    name = raw_name if isinstance(raw_name, str) else ""
     if not name:
         raise Refused("a VMI with device references needs metadata.name (generateName is not resolved "
                       "before admission)")
-    label = f"VMI {namespace}/{name}"
+    label = f"VMI {bounds.clip(namespace)}/{bounds.clip(name)}"
+    _limited(bounds.name_problem(label, "metadata.name", name))
+    _limited(bounds.name_problem(label, "namespace", namespace, bounds.MAX_NAMESPACE))
+    check_sizes(vmi, label)
     if (namespace, name) in snapshot.vmis:
         raise Refused(f"{label} exists already")
     members: list[Member] = []
@@ -190,33 +243,44 @@ def plan_start(snapshot: Snapshot, vmi: Obj, refs: Sequence[Ref], *, namespace: 
                               f"{ref.count} of class {ref.class_name}")
         members.append(Member(name=device_name, class_name=ref.class_name, count=ref.count, existing=existing,
                               template=True))
+    total = sum(member.count for member in members)
+    if total > bounds.MAX_VMI_GPUS:
+        # Over what any VM takes: the order's own check first, for its numbers; then the cap. Nothing built yet.
+        _template_orders(snapshot, namespace, label, members)
+        _limited(refusals.over_limit(label, "its device references add up to", limit=bounds.MAX_VMI_GPUS,
+                                     found=total, unit="GPUs"))
     entries = gpu_entries(snapshot, members)
     if raw_forbidden:
         own = own_gpu_entries(vmi, snapshot.effective_names, entries)
         if own:
             raise Refused(f"{label}: raw GPU names are forbidden here, so a GPU reaches a VM only through a "
-                          f"GPUDevice reference; remove {', '.join(own)}", reason="RawGPUName")
+                          f"GPUDevice reference; remove {_shown(own)}", reason="RawGPUName")
     adopted = _adopted(members, name, now=now, recent=recent)
     if adopted:
         return StartPlan(namespace=namespace, vmi=name, members=tuple(members), node="",
                          adopted_request=adopted, entries=entries)
-    for member in members:
-        if member.existing is None:
-            # A template device is an order: the GPUDevice webhook's own check (it will be asked on create).
-            refusal = order_refusal(snapshot, namespace, member.class_name, member.count)
-            if refusal is not None:
-                raise Refused(f"{label}: template device {member.name}: {refusal.message}",
-                              reason=str(refusal.reason))
+    _template_orders(snapshot, namespace, label, members)
     views = [m.existing if m.existing is not None else
              DeviceView(namespace=namespace, name=m.name, class_name=m.class_name, count=m.count, template=True,
                         created=now) for m in members]
-    placement = place_set(snapshot, views, vmi=vmi_view({**vmi, "metadata": {"namespace": namespace,
-                                                                              "name": name}}), label=label,
+    # A VMI being created has no status (the API server drops it): only its name and spec are read.
+    placement = place_set(snapshot, views, vmi=vmi_view({"metadata": {"namespace": namespace, "name": name},
+                                                         "spec": _map(vmi.get("spec"))}), label=label,
                           count_pending=True)
     if placement.refusal is not None:
         raise Refused(placement.refusal.message, reason=str(placement.refusal.reason))
     return StartPlan(namespace=namespace, vmi=name, members=tuple(members), node=placement.node or "",
                      adopted_request="", entries=entries)
+
+
+def _template_orders(snapshot: Snapshot, namespace: str, label: str, members: Sequence[Member]) -> None:
+    """Each template device still to create passes the GPUDevice webhook's check: it is an order."""
+    for member in members:
+        if member.existing is None:
+            refusal = order_refusal(snapshot, namespace, member.class_name, member.count)
+            if refusal is not None:
+                raise Refused(f"{label}: template device {member.name}: {refusal.message}",
+                              reason=str(refusal.reason))
 
 
 def gpus_patch(vmi: Obj, entries: Sequence[Mapping[str, str]]) -> list[dict[str, Any]]:

@@ -42,6 +42,8 @@ class Reason(enum.StrEnum):
     NODE_SELECTOR_MISMATCH = "NodeSelectorMismatch"
     REPORT_STALE = "ReportStale"
     CAPACITY_LOST = "CapacityLost"
+    # A request carrying more than admission reads (issue 22): a list, a string, a count, JSON nesting.
+    OVER_LIMIT = "OverLimit"
 
 
 @attrs.frozen(kw_only=True)
@@ -242,4 +244,15 @@ def capacity_lost(node: str, *, resource_name: str, served: int, in_use: int) ->
         subject=f"node {node}",
         limit=served,
         in_use=in_use,
+    )
+
+
+def over_limit(subject: str, what: str, *, limit: int, found: int, unit: str = "entries") -> Refusal:
+    """A request that carries more than admission reads: ``what`` of ``subject`` has ``found`` ``unit``."""
+    return Refusal(
+        reason=Reason.OVER_LIMIT,
+        message=f"{subject}: {what}: {found} {unit}, at most {limit}",
+        subject=subject,
+        limit=limit,
+        requested=found,
     )

@@ -338,8 +338,10 @@ class LeaderElector:
     def _guard_term(self) -> None:
         """(Re)arm the guard for the lease's end: renewals move it on while the term runs."""
         if self._guard is not None:
-            self._guard.arm(self._term_end() - self._clock.now(),
-                            "leader work still ran when another replica could take the lease")
+            left = self._term_end() - self._clock.now()
+            ends = micro_time(self._wall() + dt.timedelta(seconds=left))
+            self._guard.arm(left, f"leader work still ran when another replica could take the lease (it ran out "
+                                  f"at {ends}, {self.config.lease_duration:g}s after the last renewal sent)")
 
     def _term_ending(self) -> None:
         """The term is over: leader work has until the lease's end, and never more than

@@ -8,12 +8,14 @@ continued: every sleep is over at once, and the clock is far on.
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import random
 from contextlib import suppress
 
 import pytest
 
-from cozygpu.runtime.leader import ElectionConfig, LeaderElector, LeadershipLost
+from cozygpu.base.clock import START
+from cozygpu.runtime.leader import ElectionConfig, LeaderElector, LeadershipLost, micro_time
 from tests.runtime.fakes import FakeClock, FakeLeaseApi
 from tests.runtime.test_leader_election import LEASE_DURATION, NAMESPACE, RENEW_DEADLINE, RETRY_PERIOD, Work
 
@@ -65,6 +67,9 @@ async def test_a_leader_frozen_past_its_lease_says_how_long_ago_the_lease_ran_ou
     assert f"still ran {woke - lease_end:.3g}s after its lease ran out" in reason
     assert f"stopped or starved for at least {woke - RETRY_PERIOD:.3g}s" in reason
     assert all(seconds >= 0 and "within -" not in reason for _, seconds, reason in guard.armed), guard.armed
+    # The guard's standing reason (what the watchdog says if it fires before the loop runs) names the lease's end.
+    assert guard.armed[0][2].endswith(f"(it ran out at {micro_time(START + dt.timedelta(seconds=lease_end))}, "
+                                      f"{LEASE_DURATION:g}s after the last renewal sent)")
     assert f"stopped or starved for at least {woke - RETRY_PERIOD:.3g}s" in str(lost.value)
     assert len(work.intervals) == 1
     assert work.intervals[0][1] == pytest.approx(woke, abs=0.2), "the work stopped on waking"

@@ -153,6 +153,7 @@ def _placement(
         events.append(EventNote(type=WARNING, reason=REASON_LOST, message=message))
     elif decided.pending is not None:
         refusal = decided.pending.refusal
+        fields = {"phase": Phase.PENDING.value}  # SPEC 1.2: an order not placed is Pending, whatever the reason
         condition = _condition("False", refusal.reason.value, f"not accepted: {refusal.message}")
         events.append(EventNote(type=WARNING, reason=REASON_NOT_ACCEPTED, message=condition["message"]))
     elif decided.stay is not None:

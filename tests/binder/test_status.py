@@ -48,11 +48,11 @@ def test_an_answer_names_the_node_and_the_request() -> None:
     assert answer["time"] == "2026-12-02T12:00:00Z"
 
 
-def test_an_order_that_cannot_be_accepted_says_why_in_a_condition_and_an_event() -> None:
+def test_an_order_that_cannot_be_accepted_is_pending_and_says_why_in_a_condition_and_an_event() -> None:
     snap = snapshot(devices=[device("big", count=9)])
     (group,) = plan_writes(plan_pass(snap), snap, objects(snap), now=NOW)
     (write,) = group.devices
-    assert "phase" not in write.status
+    assert write.status["phase"] == "Pending"
     condition = bound(write.status)
     assert condition["status"] == "False"
     assert condition["reason"] == "NoNodeWithRoom"

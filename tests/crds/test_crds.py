@@ -185,9 +185,16 @@ async def test_a_field_selector_on_node_name_lists_exactly_the_devices_bound_the
 async def test_device_status_is_written_only_through_the_status_subresource(admin: Client, namespace: str) -> None:
     await admin.create(devices(namespace), {**device("s"), "status": {"phase": "Bound", "nodeName": "n"}})
     path = f"{devices(namespace)}/s"
-    assert "status" not in await admin.get(path)
+    assert (await admin.get(path))["status"] == {"phase": "Pending"}, "only the schema's default"
     await admin.merge_patch(path, {"status": {"phase": "Bound"}})
-    assert "status" not in await admin.get(path)
+    assert (await admin.get(path))["status"] == {"phase": "Pending"}
+
+
+async def test_a_new_order_reads_pending_before_the_binder_has_seen_it(admin: Client, namespace: str) -> None:
+    made = await admin.create(devices(namespace), device("fresh"))
+    assert made["status"] == {"phase": "Pending"}
+    listed = await admin.list_objects(devices(namespace), params={"fieldSelector": "status.phase=Pending"})
+    assert [i["metadata"]["name"] for i in listed["items"]] == ["fresh"]
 
 
 # -- printer columns -----------------------------------------------------------------------
@@ -225,7 +232,7 @@ async def test_the_servers_tables_carry_the_printer_columns(admin: Client, names
         f"{devices(namespace)}/cols": (["Name", "Class", "Count", "Phase", "Node", "VMI", "Reason", "Age", "Message"],
                                        ["cols", name, 2, "Bound", "gpu-1", "vm-a", "Moved"]),
         f"{devices(namespace)}/waits": (["Name", "Class", "Count", "Phase", "Node", "VMI", "Reason", "Age",
-                                         "Message"], ["waits", name, 4, None, None, None, "BudgetExceeded"]),
+                                         "Message"], ["waits", name, 4, "Pending", None, None, "BudgetExceeded"]),
         f"{NODES}/{name}": (["Name", "Devices", "Allocatable", "Eligible", "Last report", "Age", "Message"],
                             [name, 2, 9, "NodeCordoned"]),
     }

@@ -150,6 +150,7 @@ class Controller:
         self.binder = Binder(self.cache, leader_client, BinderConfig(
             identity=options.identity, gpu_enabled=options.enable_gpu,
             attachment_grace=dt.timedelta(seconds=options.attachment_grace),
+            launcher_grace=dt.timedelta(seconds=options.launcher_grace),
             hoster_names=options.gpu_resource_names), clock=LoopClock(), metrics=BinderMetrics.on(self.registry))
         self.binder_driver = binder_driver(self.binder, self.cache, registry=self.registry)
         self.leader_runnables: list[LeaderRunnable] = [LeaderRunnable(publisher.name, publisher.run),

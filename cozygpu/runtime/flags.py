@@ -71,6 +71,7 @@ class Options:
     gpu_resource_names: tuple[str, ...]
     raw_gpu_names: str
     attachment_grace: float
+    launcher_grace: float
     bind_wait: float
     webhook_timeout: int
     kubeconfig: str | None
@@ -172,6 +173,9 @@ FLAGS: Final = FlagSet(
         Flag("--raw-gpu-names", "allow|forbid", keys.RAW_NAMES_ALLOW,
              "whether a VM or pod may request a GPU resource name directly"),
         Flag("--attachment-grace", "DURATION", "2m", "how long an attachment waits for its VMI to appear"),
+        Flag("--launcher-grace", "DURATION", "30s",
+             "how long a pod that claims to be a VMI's launcher may go unlisted in the VMI's activePods "
+             "before its GPUs can move or lose a hold on its node"),
         Flag("--bind-wait", "DURATION", "10s", "how long the VMI webhook waits for the binder's answer"),
         Flag("--webhook-timeout", "DURATION", "15s",
              "the webhooks' timeoutSeconds (whole seconds, at most 30); --bind-wait must leave "
@@ -245,6 +249,7 @@ def parse(argv: Sequence[str], env: Mapping[str, str] | None = None) -> Options:
         gpu_resource_names=_parse_names("--gpu-resource-names", required("--gpu-resource-names")),
         raw_gpu_names=choice("--raw-gpu-names", required("--raw-gpu-names"), RAW_NAMES),
         attachment_grace=parse_positive_duration("--attachment-grace", required("--attachment-grace")),
+        launcher_grace=parse_positive_duration("--launcher-grace", required("--launcher-grace")),
         bind_wait=bind_wait,
         webhook_timeout=int(webhook_timeout),
         kubeconfig=raw("--kubeconfig") or None,

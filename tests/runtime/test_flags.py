@@ -21,6 +21,7 @@ def test_defaults_are_the_documented_ones() -> None:
     assert options.gpu_resource_names == ()
     assert options.raw_gpu_names == "allow"
     assert options.attachment_grace == 120
+    assert options.launcher_grace == 30
     assert options.bind_wait == 10
     assert options.kubeconfig is None
     assert options.health_addr == Address("0.0.0.0", 8081)
@@ -53,7 +54,7 @@ def test_every_flag_can_come_from_its_environment_variable() -> None:
         "COZYGPU_HEALTH_ADDR": "127.0.0.1:1", "COZYGPU_METRICS_ADDR": "[::1]:2", "COZYGPU_WEBHOOK_ADDR": ":3",
         "COZYGPU_LEASE_DURATION": "20s", "COZYGPU_RENEW_DEADLINE": "15s", "COZYGPU_RETRY_PERIOD": "5s",
         "COZYGPU_IDENTITY": "pod-0", "COZYGPU_LOG_FORMAT": "text", "COZYGPU_LOG_LEVEL": "debug",
-        "COZYGPU_WEBHOOK_TIMEOUT": "20s",
+        "COZYGPU_WEBHOOK_TIMEOUT": "20s", "COZYGPU_LAUNCHER_GRACE": "45s",
     }
     assert set(env) == {flags.env_name(flag) for flag in flags.FLAGS.flags}
     options = parse([], env=env)
@@ -64,6 +65,7 @@ def test_every_flag_can_come_from_its_environment_variable() -> None:
     assert options.gpu_resource_names == ("nvidia.com/a", "nvidia.com/b")
     assert options.raw_gpu_names == "forbid"
     assert options.attachment_grace == 90
+    assert options.launcher_grace == 45
     assert options.kubeconfig == "/kube"
     assert options.namespace == "gpu"
     assert options.health_addr == Address("127.0.0.1", 1)
@@ -94,6 +96,7 @@ def test_a_default_identity_is_the_hostname_with_a_random_suffix() -> None:
     ([], {"COZYGPU_BIND_WAIT": "0"}, "--bind-wait=0: must be positive"),
     (["--attachment-grace", "-1m"], {}, "--attachment-grace=-1m: must be positive"),
     (["--attachment-grace", "2 minutes"], {}, "--attachment-grace=2 minutes: not a duration"),
+    (["--launcher-grace", "0s"], {}, "--launcher-grace=0s: must be positive"),
     (["--gpu-resource-names", "nvidia.com/a,,nvidia.com/b"], {}, "an empty entry in the comma-separated list"),
     (["--gpu-resource-names", "h100"], {}, "'h100': must be domain/name"),
     (["--gpu-resource-names", "gpu.cozystack.io/h100"], {}, "holds GPU budget keys"),

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from datetime import timedelta
 from typing import Final
 
 from cozygpu.base.clock import utc_now
@@ -29,6 +30,7 @@ from cozygpu.cache.cache import Cache
 from cozygpu.cache.errors import KindNotServed, NotSynced
 from cozygpu.cache.kinds import KindSpec
 from cozygpu.cache.snapshot import LiveSnapshot, Source
+from cozygpu.model.capacity import DEFAULT_LAUNCHER_GRACE
 from cozygpu.model.snapshot import Snapshot
 
 #: Seconds a snapshot is reused while nothing changed.
@@ -45,9 +47,11 @@ class NotReady(Exception):
 class SnapshotSource:
     """The snapshot of one cache, kept up to date from its events."""
 
-    def __init__(self, cache: Cache, *, hoster_names: Sequence[str] = ()) -> None:
+    def __init__(self, cache: Cache, *, hoster_names: Sequence[str] = (),
+                 launcher_grace: timedelta = DEFAULT_LAUNCHER_GRACE) -> None:
         self._cache = cache
-        self._live = LiveSnapshot(hoster_names=hoster_names)
+        # The binder's grace: a launcher window keeps units off orders here exactly as long as there (R-MOD-7).
+        self._live = LiveSnapshot(hoster_names=hoster_names, launcher_grace=launcher_grace)
         #: The kept snapshot and when it was taken.
         self._kept: tuple[float, Snapshot] | None = None
         for kind, spec in specs.SNAPSHOT_SPECS.items():  # for the cache's life, as the webhooks are

@@ -34,6 +34,7 @@ from cozygpu.admission.view import SnapshotSource
 from cozygpu.admission.vmi import VMIConfig, VMIWebhook
 from cozygpu.cache.cache import Cache
 from cozygpu.kube import Client
+from cozygpu.model.capacity import DEFAULT_LAUNCHER_GRACE
 
 DEVICE_PATH: Final = "/validate-gpudevice"
 VMI_PATH: Final = "/mutate-vmi"
@@ -56,6 +57,7 @@ class AdmissionConfig:
     raw_names: str = keys.RAW_NAMES_ALLOW
     attachment_grace: timedelta = timedelta(minutes=2)
     hoster_names: tuple[str, ...] = ()
+    launcher_grace: timedelta = DEFAULT_LAUNCHER_GRACE
 
     def __attrs_post_init__(self) -> None:
         if not 0 < self.timeout <= 30:
@@ -69,7 +71,7 @@ class AdmissionWebhooks:
     def __init__(self, cache: Cache, client: Client, config: AdmissionConfig, *,
                  registry: CollectorRegistry | None = None) -> None:
         self.config = config
-        self.source = SnapshotSource(cache, hoster_names=config.hoster_names)
+        self.source = SnapshotSource(cache, hoster_names=config.hoster_names, launcher_grace=config.launcher_grace)
         self.metrics = AdmissionMetrics.on(registry) if registry is not None else None
         self.devices = DeviceWebhook(self.source)
         self.vmis = VMIWebhook(cache, client, self.source, VMIConfig(

@@ -126,6 +126,7 @@ class Controller:
             self.admission = AdmissionWebhooks(self.cache, client, AdmissionConfig(
                 namespace=options.namespace, bind_wait=options.bind_wait, timeout=options.webhook_timeout,
                 raw_names=options.raw_gpu_names, attachment_grace=dt.timedelta(seconds=options.attachment_grace),
+                launcher_grace=dt.timedelta(seconds=options.launcher_grace),
                 hoster_names=options.gpu_resource_names), registry=self.registry)
             self.admission.install(self.webhook_app)
         #: Ends the process hard when leader work outlives its term (armed by the elector).

@@ -3,6 +3,12 @@
 The KubeVirt stand-in (``python -m cozygpu.devcluster.kubevirt``) and the
 simulated nodes (``python -m cozygpu.devcluster.simnodes``) run this way; the
 demo starts them (pid in ``DIR/<name>.pid``) and ``cozygpu cluster stop`` ends them.
+
+The process acts as the plane's admin (``system:masters``) unless ``--user``
+(and ``--group``, repeated) names another identity, minted from the plane's
+client CA: the demo runs the KubeVirt stand-in as kubevirt-controller's
+service account, the one caller the raw-GPU-name pod policy lets create a
+pod that requests a GPU resource name (a launcher pod with a VMI owner).
 """
 
 from __future__ import annotations
@@ -23,12 +29,13 @@ log = get_logger(__name__)
 Serve = Callable[[Client, Path, asyncio.Event], Awaitable[None]]
 
 
-async def _run(serve: Serve, directory: Path) -> None:
+async def _run(serve: Serve, directory: Path, user: str | None = None, groups: Sequence[str] = ()) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
-    async with ControlPlane.attach(directory).client() as client:
+    plane = ControlPlane.attach(directory)
+    async with (plane.client() if user is None else plane.client(user, tuple(groups))) as client:
         await serve(client, directory, stop)
     log.info("stopped")
 
@@ -36,7 +43,9 @@ async def _run(serve: Serve, directory: Path) -> None:
 def main(prog: str, description: str, serve: Serve, argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog=prog, description=description)
     parser.add_argument("--dir", type=Path, required=True, help="the local control plane's directory")
+    parser.add_argument("--user", help="act as this user (a client certificate from the plane's CA), not the admin")
+    parser.add_argument("--group", action="append", default=[], help="a group of --user (repeat for more)")
     args = parser.parse_args(argv)
     configure(fmt="text", level="INFO")
-    asyncio.run(_run(serve, args.dir.resolve()))
+    asyncio.run(_run(serve, args.dir.resolve(), args.user, args.group))
     return 0

@@ -13,11 +13,22 @@ each long-running part a background process (pid in ``DIR/<name>.pid``, log in
 - two GPU offers (GPUClass) and Cozystack tenant namespaces with GPU budgets
   and the vGPU entitlement; the KubeVirt VM and VMI CRDs;
 - ``controller-a`` and ``controller-b``: two replicas of the **controller**
-  with GPU enabled; one wins the lease and runs the binder and the settings
-  publisher, both warm their caches and serve the webhooks;
-- the webhook configurations of the chart, registered by URL against the
-  standby replica with the plane's serving CA (``register_webhooks``);
-- ``kubevirt``: the KubeVirt stand-in (VM → VMI → launcher pod);
+  with GPU enabled and raw GPU names forbidden (``--raw-gpu-names forbid``);
+  one wins the lease and runs the binder and the settings publisher (which
+  publishes ``rawNames: forbid``), both warm their caches and serve the
+  webhooks. They are the children of ``replicas`` (``cozygpu.devcluster.replicas``),
+  which starts a replica that ends again (kubelet's part) and runs the
+  loopback balancer in front of both (``cozygpu.devcluster.balancer``,
+  kube-proxy's part: each connection to a replica that passes its readiness probe);
+- the webhook configurations of the chart, registered by URL at the balancer
+  with the plane's serving CA (``register_webhooks``), as the chart registers
+  them at its Service;
+- the chart's ValidatingAdmissionPolicies and their bindings, rendered by helm
+  from ``manifests/`` (``chart.render``, against what the API server serves)
+  and applied as they are (``install_policies``);
+- ``kubevirt``: the KubeVirt stand-in (VM → VMI → launcher pod), acting as
+  kubevirt-controller's service account (the chart's ``kubevirt`` values), the
+  one caller the raw-name pod policy lets create a launcher pod with GPUs;
 - then the story (``story.py``) and the catalog each tenant sees.
 
 A run clears what an earlier run left (``story.clear``), so it can be run again.
@@ -34,16 +45,16 @@ import os
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 import attrs
+import yaml
 
 from cozygpu import keys
 from cozygpu.admission.webhooks import configurations
 from cozygpu.commands.catalog import catalog_row, read_snapshot, render_table
-from cozygpu.devcluster import apply, pki, simnodes, story
+from cozygpu.devcluster import apply, chart, pki, replicas, simnodes, story
 from cozygpu.devcluster.plane import ControlPlane, alive, free_port, terminate
 from cozygpu.kube import Client, errors, resource_path
 from cozygpu.model.catalog import catalog
@@ -56,6 +67,11 @@ CONTROLLER_NAMESPACE = "cozy-gpu"
 #: The webhooks' timeoutSeconds and the replicas' --webhook-timeout (their --bind-wait stays 10 s).
 WEBHOOK_TIMEOUT = 15
 HOSTER_NAMES = ("nvidia.com/GH100_H100_SXM5_80GB",)
+#: The controllers' --raw-gpu-names: a GPU reaches a workload only through a GPUDevice (R-ADM-5, R-POL-1).
+RAW_NAMES = keys.RAW_NAMES_FORBID
+#: The chart's values the demo renders its admission policies with (the rest are the chart's defaults).
+CHART_VALUES: dict[str, Any] = {"gpu": {"enabled": True, "rawNames": RAW_NAMES, "resourceNames": list(HOSTER_NAMES)}}
+POLICY_KINDS = ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
 
 
 def _gpu_class(name: str, **spec: Any) -> dict[str, Any]:
@@ -121,7 +137,7 @@ async def _reports(admin: Client, since: datetime.datetime) -> list[dict[str, An
 
 @attrs.frozen
 class Replica:
-    """A controller replica the demo runs in the background (pid in ``DIR/<name>.pid``)."""
+    """A controller replica the demo runs in the background (pid in ``DIR/<name>.pid``, as last started)."""
 
     name: str
     pid: int
@@ -129,23 +145,15 @@ class Replica:
     webhook: int
 
 
-#: The background processes the demo starts; ``cozygpu cluster stop`` (and the next demo) ends them.
-BACKGROUND = ("controller-a", "controller-b", "kubevirt", "simnodes")
-
-
-def _wait_ready(proc: subprocess.Popen[bytes], url: str, log: Path) -> None:
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise DemoError(f"{log.stem} exited with code {proc.returncode}; see {log}")
-        try:
-            with urllib.request.urlopen(url, timeout=1) as resp:
-                if resp.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(0.1)
-    raise DemoError(f"{log.stem} was not ready within 30 s; see {log}")
+#: The controller replicas, children of the ``replicas`` supervisor.
+REPLICAS = ("controller-a", "controller-b")
+#: The background processes the demo starts, in the order ``cozygpu cluster stop`` (and the next demo) ends
+#: them: the supervisor first, so that it starts no replica again, then anything it left.
+BACKGROUND = ("replicas", *REPLICAS, "kubevirt", "simnodes")
+#: Where the balancer in front of the replicas listens (a loopback address, as everything of the plane).
+BALANCER_HOST = "127.0.0.1"
+#: How long ``cozygpu cluster stop`` waits for the supervisor: its replicas have 30 s of grace each.
+SUPERVISOR_STOP = replicas.GRACE + 10
 
 
 def _background(plane: ControlPlane, name: str, argv: list[str]) -> subprocess.Popen[bytes]:
@@ -156,33 +164,99 @@ def _background(plane: ControlPlane, name: str, argv: list[str]) -> subprocess.P
     return proc
 
 
-def serving_certs(plane: ControlPlane) -> Path:
-    """The webhook serving certificate for 127.0.0.1, signed by the plane's serving CA (which the API server trusts)."""
+def serving_certs(plane: ControlPlane, host: str = BALANCER_HOST) -> Path:
+    """The webhook serving certificate, signed by the plane's serving CA (which the API server trusts).
+
+    Valid for ``host``, the balancer's address the API server calls (TLS
+    passes through it to the replicas), as the chart's certificate names its
+    Service; and for 127.0.0.1, where each replica also listens.
+    """
     certs = plane.directory / "webhook-certs"
     certs.mkdir(exist_ok=True)
     serving_ca = pki.KeyPair(plane.pki_dir / "serving-ca.crt", plane.pki_dir / "serving-ca.key")
-    pki.issue(serving_ca, certs, "tls", common_name="cozygpu-webhook", hosts=("127.0.0.1", "localhost"), server=True)
+    hosts = tuple(dict.fromkeys((host, "127.0.0.1", "localhost")))
+    pki.issue(serving_ca, certs, "tls", common_name="cozygpu-webhook", hosts=hosts, server=True)
     return certs
 
 
-def start_controller(plane: ControlPlane, name: str, certs: Path) -> Replica:
-    """A controller replica (GPU on, webhooks served) as a background process, once its readiness says so."""
-    health, webhook = free_port(), free_port()
-    argv = [sys.executable, "-m", "cozygpu", "controller", "--kubeconfig", str(plane.kubeconfig),
+def controller_argv(plane: ControlPlane, name: str, certs: Path, health: int, webhook: int) -> list[str]:
+    """A controller replica's command line: GPU on, webhooks served, raw GPU names forbidden."""
+    return [sys.executable, "-m", "cozygpu", "controller", "--kubeconfig", str(plane.kubeconfig),
             "--namespace", CONTROLLER_NAMESPACE, "--health-addr", f"127.0.0.1:{health}",
             "--metrics-addr", f"127.0.0.1:{health}", "--identity", name,
-            "--gpu-resource-names", ",".join(HOSTER_NAMES), "--log-format", "text",
+            "--gpu-resource-names", ",".join(HOSTER_NAMES), "--raw-gpu-names", RAW_NAMES, "--log-format", "text",
             "--enable-gpu", "--cert-dir", str(certs), "--webhook-addr", f"127.0.0.1:{webhook}",
             "--webhook-timeout", f"{WEBHOOK_TIMEOUT}s"]
-    proc = _background(plane, name, argv)
-    _wait_ready(proc, f"http://127.0.0.1:{health}/readyz", plane.directory / "logs" / f"{name}.log")
-    return Replica(name, proc.pid, health, webhook)
+
+
+def start_replicas(plane: ControlPlane, certs: Path, timeout: float = 60.0) -> tuple[replicas.Spec, list[Replica]]:
+    """The replicas and the balancer in front of them (``replicas``, in the background), once both are endpoints."""
+    members = []
+    for name in REPLICAS:
+        health, webhook = free_port(), free_port()
+        members.append(replicas.ReplicaSpec(name, tuple(controller_argv(plane, name, certs, health, webhook)),
+                                            health, webhook))
+    spec = replicas.Spec(BALANCER_HOST, free_port(), tuple(members))
+    replicas.write_spec(plane.directory, spec)
+    with contextlib.suppress(FileNotFoundError):
+        (plane.directory / replicas.STATE_FILE).unlink()
+    proc = _background(plane, "replicas", [sys.executable, "-m", replicas.PROGRAM, "--dir", str(plane.directory)])
+    logs = plane.directory / "logs"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise DemoError(f"the replicas' supervisor exited with code {proc.returncode}; see {logs / 'replicas.log'}")
+        state = replicas.read_state(plane.directory)
+        if state is not None and all(e["ready"] for e in state["balancer"]["endpoints"]):
+            pids = {r["name"]: r["pid"] for r in state["replicas"]}
+            return spec, [Replica(m.name, pids[m.name], m.health, m.webhook) for m in members]
+        time.sleep(0.1)  # another process writes it: polled
+    raise DemoError(f"the controller replicas were not both ready within {timeout:.0f} s; see "
+                    f"{', '.join(str(logs / f'{name}.log') for name in REPLICAS)} and {logs / 'replicas.log'}")
+
+
+def kubevirt_controller() -> tuple[str, str, str]:
+    """(namespace, service account, user name) of kubevirt-controller, as the chart's values name it."""
+    values = yaml.safe_load((apply.chart_dir() / "values.yaml").read_text())["kubevirt"]
+    namespace, account = str(values["namespace"]), str(values["controllerServiceAccount"])
+    return namespace, account, f"system:serviceaccount:{namespace}:{account}"
+
+
+async def kubevirt_identity(admin: Client) -> None:
+    """kubevirt-controller's namespace, service account and the RBAC the stand-in needs (what virt-operator grants)."""
+    namespace, account, _ = kubevirt_controller()
+    name = "cozygpu-demo-kubevirt-controller"
+    await apply.apply_objects(admin, [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": account, "namespace": namespace}},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": name},
+         "rules": [
+             {"apiGroups": ["kubevirt.io"], "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
+              "resources": ["virtualmachines", "virtualmachineinstances", "virtualmachineinstances/status"]},
+             {"apiGroups": [""], "resources": ["pods"],
+              "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]},
+             # Its informers start a kind once its CRD is served (lazy kinds).
+             {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"],
+              "verbs": ["get", "list", "watch"]},
+         ]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": name},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+         "subjects": [{"kind": "ServiceAccount", "namespace": namespace, "name": account}]},
+    ])
 
 
 def start_kubevirt(plane: ControlPlane) -> int:
-    """The KubeVirt stand-in (``cozygpu.devcluster.kubevirt``) in the background: VM → VMI → launcher pod."""
+    """The KubeVirt stand-in (``cozygpu.devcluster.kubevirt``) in the background: VM → VMI → launcher pod.
+
+    It acts as kubevirt-controller's service account (a client certificate of
+    that user name and the service-account groups, from the plane's client
+    CA), so the raw-name pod policy sees its launcher pods as KubeVirt's.
+    """
+    namespace, _, user = kubevirt_controller()
     proc = _background(plane, "kubevirt", [sys.executable, "-m", "cozygpu.devcluster.kubevirt",
-                                           "--dir", str(plane.directory)])
+                                           "--dir", str(plane.directory), "--user", user,
+                                           "--group", "system:serviceaccounts",
+                                           "--group", f"system:serviceaccounts:{namespace}"])
     time.sleep(0.2)
     if proc.poll() is not None:
         raise DemoError(f"the KubeVirt stand-in exited with code {proc.returncode}; "
@@ -191,26 +265,28 @@ def start_kubevirt(plane: ControlPlane) -> int:
 
 
 async def _settings(admin: Client) -> dict[str, str]:
+    """The settings ConfigMap once this run's leader has published it (``rawNames`` as the replicas were told)."""
     path = resource_path("", "v1", "configmaps", namespace=CONTROLLER_NAMESPACE, name=keys.SETTINGS_CONFIGMAP)
-    async with asyncio.timeout(30):
-        found = await admin.get_or_none(path)
-        while found is None:  # written by another process: poll
-            await asyncio.sleep(0.2)
-            found = await admin.get_or_none(path)
-    data: dict[str, str] = found.get("data") or {}
+
+    async def published() -> dict[str, str] | None:
+        found = await admin.get_or_none(path)  # written by another process: polled
+        data: dict[str, str] = (found or {}).get("data") or {}
+        return data if data.get(keys.SETTINGS_RAW_NAMES) == RAW_NAMES else None
+
+    data, _ = await story.until(published, f"the leader publishing {keys.SETTINGS_CONFIGMAP} with rawNames "
+                                           f"{RAW_NAMES}", time.monotonic(), timeout=30)
     return data
 
 
-async def register_webhooks(admin: Client, plane: ControlPlane, replica: Replica) -> None:
-    """The chart's webhook configurations, calling ``replica`` by URL with the plane's serving CA.
+async def register_webhooks(admin: Client, plane: ControlPlane, url: str) -> None:
+    """The chart's webhook configurations, calling ``url`` (the balancer) with the plane's serving CA.
 
-    In a cluster the webhooks call a Service in front of every ready replica;
-    here they call one replica, the one that is not leading when the demo
-    starts, so every answer comes from a standby's warm cache while the
-    leader's binder decides.
+    In a cluster the webhooks call the chart's Service, in front of every
+    ready replica; here they call the balancer, which plays that part on
+    loopback (``cozygpu.devcluster.balancer``).
     """
     ca = base64.b64encode(plane.ca_file.read_bytes()).decode()
-    for body in configurations(f"https://127.0.0.1:{replica.webhook}", ca, timeout_seconds=WEBHOOK_TIMEOUT):
+    for body in configurations(url, ca, timeout_seconds=WEBHOOK_TIMEOUT):
         plural = body["kind"].lower() + "s"
         path = resource_path("admissionregistration.k8s.io", "v1", plural)
         with contextlib.suppress(errors.NotFound):
@@ -227,6 +303,38 @@ async def register_webhooks(admin: Client, plane: ControlPlane, replica: Replica
                     return
                 raise
             await asyncio.sleep(0.1)
+
+
+async def install_policies(admin: Client, plane: ControlPlane) -> list[str]:
+    """The chart's ValidatingAdmissionPolicies and bindings, as ``helm install`` would render them here, applied.
+
+    Rendered by helm from ``manifests/`` (``chart.render``) with ``CHART_VALUES``
+    against what this API server serves (so the VMI policy renders: the
+    KubeVirt CRDs are installed first); only the policies and their bindings
+    are applied (the controllers run as processes, not from the chart's
+    Deployment). Returns once both raw-name policies refuse a dry run: a
+    binding is enforced a moment after it is written. The settings ConfigMap
+    (their parameter) must exist already: the bindings fail closed without it.
+    """
+    served = await chart.served_api_versions(admin)
+    rendered = await asyncio.to_thread(chart.render, CHART_VALUES, api_versions=served, kube_version=plane.minor,
+                                       namespace=CONTROLLER_NAMESPACE)
+    policies = [obj for obj in rendered if obj["kind"] in POLICY_KINDS]
+    await apply.apply_objects(admin, policies)
+    probes = [(resource_path("", "v1", "pods", namespace="tenant-root"), story.raw_pod_body("demo-probe")),
+              (story.kubevirt_path("virtualmachineinstances", "tenant-root"), story.raw_vmi_body("demo-probe"))]
+    for path, body in probes:
+        async def refused(path: str = path, body: dict[str, Any] = body) -> bool | None:
+            try:
+                await admin.create(path, body, dry_run=True)
+            except errors.ApiError as error:
+                if "raw GPU names are forbidden" in error.message:
+                    return True
+                raise
+            return None
+
+        await story.until(refused, f"the raw-name policy refusing a {body['kind']}", time.monotonic(), timeout=30)
+    return sorted(obj["metadata"]["name"] for obj in policies if obj["kind"] == "ValidatingAdmissionPolicy")
 
 
 async def _leader(admin: Client) -> str:
@@ -249,6 +357,7 @@ async def run(plane: ControlPlane) -> int:
         for gpu_class in CLASSES:
             await _ensure(admin, resource_path(keys.GROUP, keys.VERSION, keys.GPUCLASS_PLURAL), gpu_class)
         await apply.install_kubevirt_crds(admin)
+        await kubevirt_identity(admin)
         since = datetime.datetime.now(datetime.UTC).replace(microsecond=0)
         simnodes_pid = await asyncio.to_thread(start_simnodes, plane)
         print(f"simulated nodes, each read by the real agent (pid {simnodes_pid}, which keeps them reporting):")
@@ -257,23 +366,25 @@ async def run(plane: ControlPlane) -> int:
                   f"resource names {', '.join(status['resourceNames'])}")
 
         certs = await asyncio.to_thread(serving_certs, plane)
-        replicas = [await asyncio.to_thread(start_controller, plane, name, certs)
-                    for name in ("controller-a", "controller-b")]
+        spec, running = await asyncio.to_thread(start_replicas, plane, certs)
         leader = await _leader(admin)
-        standby = next(r for r in replicas if r.name != leader)
         kubevirt_pid = await asyncio.to_thread(start_kubevirt, plane)
-        await register_webhooks(admin, plane, standby)
+        await register_webhooks(admin, plane, spec.url)
         logs = plane.directory / "logs"
-        print("\ntwo controller replicas, both ready (their caches warm):")
-        for replica in replicas:
-            role = "leader: runs the binder" if replica.name == leader else "standby: answers the webhooks"
+        print("\ntwo controller replicas, both ready (their caches warm), both answering the webhooks:")
+        for replica in running:
+            role = "leader: runs the binder" if replica.name == leader else "standby"
             print(f"  {replica.name} (pid {replica.pid}, {role}), metrics http://127.0.0.1:{replica.health}/metrics, "
                   f"log {logs / (replica.name + '.log')}")
-        print(f"  the webhooks are registered by URL, calling {standby.name}; the KubeVirt stand-in runs "
-              f"(pid {kubevirt_pid}, log {logs / 'kubevirt.log'})")
+        print(f"  the webhooks are registered at {spec.url}, a balancer that sends each connection to a replica "
+              f"passing its readiness probe; a replica that ends is started again (log {logs / 'replicas.log'})")
+        print(f"  the KubeVirt stand-in runs (pid {kubevirt_pid}, log {logs / 'kubevirt.log'})")
         settings = await _settings(admin)
         print(f"the leader published {CONTROLLER_NAMESPACE}/{keys.SETTINGS_CONFIGMAP}: "
               f"{json.dumps(settings, sort_keys=True)}")
+        policies = await install_policies(admin, plane)
+        print(f"the chart's admission policies, rendered by helm from {apply.chart_dir()} and in force: "
+              f"{', '.join(policies)}")
         cleared = await story.clear(admin)
         if cleared:
             print(f"cleared what an earlier run left: {', '.join(cleared)}")
@@ -282,13 +393,13 @@ async def run(plane: ControlPlane) -> int:
         try:
             told = time.monotonic()
             await story.Story(admin).tell()
-            print(f"   (steps 1-6 took {time.monotonic() - told:.1f} s)")
+            print(f"   (steps 1-7 took {time.monotonic() - told:.1f} s)")
         except story.StoryError as error:
             print(f"cozygpu cluster demo: {error} (the controllers' logs are in {logs})", file=sys.stderr)
             return 1
 
         snapshot = await read_snapshot(admin, hoster_names=HOSTER_NAMES)
-    print("7. the catalog: what each tenant can order now, and why not")
+    print("8. the catalog: what each tenant can order now, and why not")
     for namespace, count in (("tenant-acme-ml", 2), ("tenant-beta", 1)):
         rows = [catalog_row(entry, snapshot, count) for entry in catalog(snapshot, namespace)]
         print(f"\n   cozygpu catalog -n {namespace} --count {count}")
@@ -324,11 +435,11 @@ def background_health(directory: Path) -> list[tuple[str, int, str]]:
 
 
 def stop_background(directory: Path) -> None:
-    """End the demo's background processes (the replicas, the stand-in), if they run."""
+    """End the demo's background processes (the supervisor and its replicas, the stand-in), if they run."""
     for name in BACKGROUND:
         pid_file = directory / f"{name}.pid"
         if pid_file.exists():
-            terminate(int(pid_file.read_text()), 30, expect="cozygpu")
+            terminate(int(pid_file.read_text()), SUPERVISOR_STOP if name == "replicas" else 30, expect="cozygpu")
             pid_file.unlink()
 
 
@@ -342,7 +453,7 @@ def main(directory: Path) -> int:
     os.environ.setdefault("NO_PROXY", "127.0.0.1,localhost")
     try:
         return asyncio.run(run(plane))
-    except (DemoError, errors.KubeError, TimeoutError) as error:
+    except (DemoError, story.StoryError, errors.KubeError, TimeoutError, chart.ChartError) as error:
         print(f"cozygpu cluster demo: {error or type(error).__name__} (logs in {directory / 'logs'})",
               file=sys.stderr)
         return 1

@@ -13,7 +13,10 @@ from the API server, with how long it took from the call:
    real kube-scheduler places it on the device's node, kwok runs it;
 4. the VM stopped: the device stays Bound on its node (the hold);
 5. another tenant's start that cannot fit, refused at admission with the reason;
-6. the node of the stopped VM's hold cordoned: the binder moves the hold, with
+6. a GPU asked for by its raw resource name, around the GPUDevice: a plain pod
+   requesting it and a VMI with a ``gpus`` entry but no device-refs label, each
+   refused by the chart's raw-name admission policy (``rawNames: forbid``);
+7. the node of the stopped VM's hold cordoned: the binder moves the hold, with
    an Event saying from, to and why; the node is uncordoned again.
 
 :func:`clear` removes what an earlier run left, so the story can be told again.
@@ -41,6 +44,10 @@ HELD: Final = "train"
 OVER: Final = "train-2"
 VM: Final = "vm-train"
 BIG_VMI: Final = "vm-big"
+#: Step 6: a plain pod and a VMI asking for a GPU by its resource name, without a GPUDevice.
+RAW_POD: Final = "cuda"
+RAW_VMI: Final = "vm-raw"
+RAW_GPU: Final = "nvidia.com/GH100_H100_SXM5_80GB"
 #: Every wait of the story ends after this long, with a line saying what did not happen.
 WAIT: Final = 60.0
 
@@ -74,6 +81,20 @@ def vmi_body(name: str, *entries: dict[str, Any]) -> dict[str, Any]:
     return {"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
             "metadata": {"name": name, **refs(*entries)},
             "spec": {"domain": {"devices": {}, "memory": {"guest": "2Gi"}}}}
+
+
+def raw_pod_body(name: str, resource: str = RAW_GPU) -> dict[str, Any]:
+    """A plain pod whose container asks for a GPU by its extended resource name (no VM, no GPUDevice)."""
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+            "spec": {"containers": [{"name": "compute", "image": "cozygpu.invalid/cuda",
+                                     "resources": {"requests": {resource: "1"}, "limits": {resource: "1"}}}]}}
+
+
+def raw_vmi_body(name: str, resource: str = RAW_GPU) -> dict[str, Any]:
+    """A VMI with a raw ``gpus`` entry and no device-refs label: it names the GPU itself."""
+    return {"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance", "metadata": {"name": name},
+            "spec": {"domain": {"devices": {"gpus": [{"name": "gpu1", "deviceName": resource}]},
+                                "memory": {"guest": "2Gi"}}}}
 
 
 def order(name: str, class_name: str, count: int) -> dict[str, Any]:
@@ -128,7 +149,7 @@ class Story:
         raise StoryError(f"{body['kind']} {body['metadata']['name']} was accepted; the story expected a refusal")
 
     async def tell(self) -> dict[str, Any]:
-        """The six steps; returns what each ended with (for the caller to print or check)."""
+        """The seven steps; returns what each ended with (for the caller to print or check)."""
         told: dict[str, Any] = {}
         say = self.out
 
@@ -197,7 +218,16 @@ class Story:
         say(f"   refused in {took(seconds)}, nothing left Pending: {message}")
         told["cannotFit"] = message
 
-        say(f"6. the operator cordons {node}, which holds the stopped VM's GPU")
+        say(f"6. {BETA} asks for a GPU by its raw name, around the GPUDevice: pod/{RAW_POD} requesting {RAW_GPU}, "
+            f"and virtualmachineinstance/{RAW_VMI} with a gpus entry and no device-refs label")
+        message, seconds = await self.refused(resource_path("", "v1", "pods", namespace=BETA), raw_pod_body(RAW_POD))
+        say(f"   pod/{RAW_POD} refused in {took(seconds)}: {message}")
+        told["rawPod"] = message
+        message, seconds = await self.refused(kubevirt_path("virtualmachineinstances", BETA), raw_vmi_body(RAW_VMI))
+        say(f"   virtualmachineinstance/{RAW_VMI} refused in {took(seconds)}: {message}")
+        told["rawVmi"] = message
+
+        say(f"7. the operator cordons {node}, which holds the stopped VM's GPU")
         started = time.monotonic()
         await self.admin.merge_patch(f"/api/v1/nodes/{node}", {"spec": {"unschedulable": True}})
 

@@ -12,9 +12,9 @@ from typing import Any
 
 from cozygpu import keys
 from cozygpu.devcluster import demo as demo_module
-from cozygpu.devcluster import story
+from cozygpu.devcluster import replicas, story
 from cozygpu.devcluster.plane import ControlPlane
-from cozygpu.kube import resource_path
+from cozygpu.kube import Client, errors, resource_path
 from tests.support.processes import gone
 
 
@@ -24,12 +24,12 @@ def cozygpu(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def story_lines(stdout: str) -> dict[str, list[str]]:
-    """The printed story by step ("1." … "7."): each step's heading and the lines under it."""
+    """The printed story by step ("1." … "8."): each step's heading and the lines under it."""
     steps: dict[str, list[str]] = {}
     current: list[str] | None = None
     for line in stdout.splitlines():
         head = line.split(" ", 1)[0]
-        if head in {f"{n}." for n in range(1, 8)}:
+        if head in {f"{n}." for n in range(1, 9)}:
             current = steps.setdefault(head, [])
         elif line.startswith("continue by hand"):
             current = None
@@ -60,21 +60,59 @@ async def api_outcomes(plane: ControlPlane) -> dict[str, Any]:
                 resource_path("", "v1", "pods", namespace=story.ACME)))["items"]],
             "cordoned": [n["metadata"]["name"] for n in nodes if n["spec"].get("unschedulable")],
             "reports": reports,
+            "beta_pods": [p["metadata"]["name"] for p in (await admin.list_objects(
+                resource_path("", "v1", "pods", namespace=story.BETA)))["items"]],
+            "raw_refusals": await raw_refusals(admin),
+            "policies": sorted(p["metadata"]["name"] for p in (await admin.list_objects(
+                f"{ADMISSION}/validatingadmissionpolicies"))["items"]),
+            "bindings": sorted(b["metadata"]["name"] for b in (await admin.list_objects(
+                f"{ADMISSION}/validatingadmissionpolicybindings"))["items"]),
+            "settings": (await admin.get(resource_path(
+                "", "v1", "configmaps", namespace=demo_module.CONTROLLER_NAMESPACE,
+                name=keys.SETTINGS_CONFIGMAP)))["data"],
         }
+
+
+ADMISSION = "/apis/admissionregistration.k8s.io/v1"
+
+
+async def webhook_urls(plane: ControlPlane) -> list[str]:
+    """The URL (scheme, host and port) of every webhook the API server calls."""
+    async with plane.client() as admin:
+        urls = []
+        for kind in ("validatingwebhookconfigurations", "mutatingwebhookconfigurations"):
+            for config in (await admin.list_objects(f"{ADMISSION}/{kind}"))["items"]:
+                urls += [w["clientConfig"]["url"].rsplit("/", 1)[0] for w in config["webhooks"]]
+        return urls
+
+
+async def raw_refusals(admin: Client) -> dict[str, str]:
+    """What the API server answers now to step 6's raw pod and raw VMI (dry runs: nothing is left behind)."""
+    answers = {}
+    for kind, path, body in (
+            ("pod", resource_path("", "v1", "pods", namespace=story.BETA), story.raw_pod_body(story.RAW_POD)),
+            ("vmi", story.kubevirt_path("virtualmachineinstances", story.BETA), story.raw_vmi_body(story.RAW_VMI))):
+        try:
+            await admin.create(path, body, dry_run=True)
+        except errors.ApiError as error:
+            answers[kind] = error.message
+        else:
+            answers[kind] = "admitted"
+    return answers
 
 
 def check_story(stdout: str, outcomes: dict[str, Any]) -> None:
     steps = story_lines(stdout)
-    assert sorted(steps) == [f"{n}." for n in range(1, 8)], stdout
+    assert sorted(steps) == [f"{n}." for n in range(1, 9)], stdout
     first = outcomes["train"]["nodeName"]
-    # 1. bound; 6. moved off the node it was bound on, to the other H100 node, with an Event saying so.
+    # 1. bound; 7. moved off the node it was bound on, to the other H100 node, with an Event saying so.
     bound_on = steps["1."][1].split("Bound on ", 1)[1].split(" ", 1)[0]
     assert {bound_on, first} == {"gpu-1", "gpu-3"}
     assert outcomes["train"]["phase"] == "Bound"
     assert ("Bound", f"bound on node {bound_on}") in outcomes["events"]
     assert ("Moved", f"moved from node {bound_on} to node {first}: node {bound_on}: cordoned (spec.unschedulable)") \
         in outcomes["events"]
-    assert f"moved to {first}" in steps["6."][1]
+    assert f"moved to {first}" in steps["7."][1]
     assert outcomes["cordoned"] == [], "the story uncordons the node again"
     # 2. the order over the parent's budget was refused with the numbers, and nothing of it was created.
     assert "budget gpu.cozystack.io/h100 of tenant-acme: 1 allowed, 1 in use, order of 1 exceeds it by 1" \
@@ -92,8 +130,24 @@ def check_story(stdout: str, outcomes: dict[str, Any]) -> None:
     # 5. the other tenant's start that cannot fit: refused with the reason, no template device left behind.
     assert "class h100: at most 2 units free on one node" in steps["5."][1]
     assert "order of 3 exceeds it by 1" in steps["5."][1]
-    # 7. the catalog per tenant.
-    assert any("cozygpu catalog -n tenant-beta" in line for line in steps["7."])
+    # 6. a GPU by its raw name: the plain pod and the VMI without device references refused by the chart's
+    # policies (published rawNames forbid), each with its reason, and neither created.
+    assert outcomes["settings"][keys.SETTINGS_RAW_NAMES] == keys.RAW_NAMES_FORBID
+    assert {"cozygpu-raw-gpu-names-pods", "cozygpu-raw-gpu-names-vmis"} <= set(outcomes["policies"])
+    assert outcomes["bindings"] == outcomes["policies"], "each policy has its binding"
+    pod_reason = (f"pod {story.BETA}/{story.RAW_POD} is refused: container compute requests {story.RAW_GPU}, "
+                  "a GPU resource name, and raw GPU names are forbidden")
+    vmi_reason = (f"VirtualMachineInstance {story.BETA}/{story.RAW_VMI} is refused: it asks for GPUs directly "
+                  f"(gpus entry gpu1 ({story.RAW_GPU})) without the label {keys.DEVICE_REFS_LABEL}")
+    assert "ValidatingAdmissionPolicy 'cozygpu-raw-gpu-names-pods'" in steps["6."][1]
+    assert pod_reason in steps["6."][1]
+    assert "ValidatingAdmissionPolicy 'cozygpu-raw-gpu-names-vmis'" in steps["6."][2]
+    assert vmi_reason in steps["6."][2]
+    assert pod_reason in outcomes["raw_refusals"]["pod"], "the API server refuses the raw pod now too"
+    assert vmi_reason in outcomes["raw_refusals"]["vmi"]
+    assert outcomes["beta_pods"] == []
+    # 8. the catalog per tenant.
+    assert any("cozygpu catalog -n tenant-beta" in line for line in steps["8."])
 
 
 def test_the_demo_tells_the_story_through_the_api_server_and_can_be_told_again(
@@ -114,9 +168,15 @@ def test_the_demo_tells_the_story_through_the_api_server_and_can_be_told_again(
         assert json.loads(published["resourceNames"]) == [
             "nvidia.com/GH100_H100_SXM5_80GB", "nvidia.com/GRID_T4-1Q", "nvidia.com/GRID_T4-2Q"]
         check_story(demo.stdout, asyncio.run(api_outcomes(demo_plane)))
+        assert published["rawNames"] == "forbid"
         background = {name: int((directory / f"{name}.pid").read_text()) for name in demo_module.BACKGROUND}
         for pid in background.values():
             os.kill(pid, 0)  # still running after the demo returned
+        # The webhooks call the balancer, which has both replicas among its endpoints.
+        balancer = replicas.read_state(directory)
+        assert balancer is not None
+        assert [e["ready"] for e in balancer["balancer"]["endpoints"]] == [True, True]
+        assert set(asyncio.run(webhook_urls(demo_plane))) == {f"https://{balancer['balancer']['address']}"}
         assert sorted(demo_plane.components) == ["kube-controller-manager", "kube-scheduler", "kwok"]
 
         answer = cozygpu("catalog", "-n", "tenant-acme", "--count", "1", "-o", "json",

@@ -7,12 +7,17 @@ everything else reaches them through relative symlinks, as on a node:
 ``physfn``/``virtfn<i>``, ``bus/mdev/devices/<uuid>`` -> ``<parent>/<uuid>``,
 ``mdev_type`` -> ``<parent>/mdev_supported_types/<type>``.
 
-The layouts at the bottom are the machines the agent must read correctly.
+The layouts at the bottom are the machines the agent must read correctly;
+``board_for`` lays out the GPUs of a node added by hand
+(``cozygpu cluster nodes add --gpus``) from its resource names and counts.
 """
 
 from __future__ import annotations
 
 import os
+import re
+import uuid as uuid_module
+from collections.abc import Mapping
 from pathlib import Path
 
 import attrs
@@ -264,3 +269,139 @@ def connectx_vf(tree: SysfsTree) -> ConnectXLayout:
     tree.vf(layout.pf, 0, layout.vf, vendor="15b3", device="101e", pci_class=ETHERNET, driver="vfio-pci",
             iommu_group=layout.vf_group, numa_node=1)
     return layout
+
+
+# -- boards for nodes added by hand (`cozygpu cluster nodes add --gpus NAME=COUNT`) -------------------
+
+#: Passthrough GPUs by the name KubeVirt's GPU device plugins give them (``<vendor domain>/<PCI device
+#: name with spaces and brackets as underscores>``), compared case-insensitively: their PCI device ID.
+PASSTHROUGH_MODELS: dict[str, str] = {
+    "GH100_H100_SXM5_80GB": "2330",
+    "GH100_H100_PCIE": "2331",
+    "GH100_H200_SXM_141GB": "2335",
+    "GA100_A100_SXM4_80GB": "20b2",
+    "GA100_A100_PCIE_80GB": "20b5",
+    "GA100_A100_PCIE_40GB": "20f1",
+    "AD102GL_L40S": "26b9",
+    "AD104GL_L4": "27b8",
+    "TU104GL_TESLA_T4": "1eb8",
+}
+#: The GPUs behind NVIDIA vGPU profiles (``GRID_T4-1Q``, ``NVIDIA_L40S-24Q``): the parent's PCI device ID.
+VGPU_MODELS: dict[str, str] = {"T4": "1eb8", "A10": "2236", "A16": "25b6", "A100": "20b5", "L4": "27b8",
+                               "L40S": "26b9", "H100": "2331"}
+#: The vendor of a resource name's domain; any other domain reads as NVIDIA's.
+VENDORS: dict[str, str] = {"nvidia.com": NVIDIA, "amd.com": "1002", "intel.com": "8086"}
+#: The PCI device ID of a GPU whose name none of the tables above knows.
+GENERIC_DEVICE = "0000"
+#: An NVIDIA vGPU profile: ``[GRID_|NVIDIA_]<GPU>-<framebuffer GiB><series A|B|C|Q>``.
+VGPU_PROFILE = re.compile(r"^(?:GRID_|NVIDIA_)?(?P<gpu>[A-Za-z0-9_]+)-(?P<size>\d+)(?P<series>[ABCQ])$")
+#: Passthrough functions one board can hold (a PCI bus each, below the vGPU parents).
+MAX_PASSTHROUGH = 0x80
+FIRST_BUS, FIRST_GROUP, FIRST_MDEV_GROUP = 0x10, 30, 1000
+
+
+@attrs.frozen
+class PassthroughGpu:
+    """A whole GPU on vfio-pci, alone in its IOMMU group: KubeVirt's PCI plugin hands it out by group."""
+
+    resource: str
+    address: str
+    vendor: str
+    device: str
+    group: int
+    numa: int
+
+
+@attrs.frozen
+class VgpuType:
+    """One mdev type of a vGPU parent, with every instance created (``uuid``, own IOMMU group)."""
+
+    resource: str
+    type_id: str
+    name: str
+    instances: tuple[tuple[str, int], ...]
+
+
+@attrs.frozen
+class VgpuParent:
+    """A GPU on the vGPU host driver (``nvidia``), an mdev parent of the profiles of one GPU model."""
+
+    address: str
+    device: str
+    group: int
+    types: tuple[VgpuType, ...]
+
+
+@attrs.frozen
+class GpuBoard:
+    """The GPU functions of a node added by hand, from its ``{resource name: units}``.
+
+    - a vGPU profile name (:data:`VGPU_PROFILE`, e.g. ``nvidia.com/GRID_T4-1Q``): mdev instances of
+      that type on a parent GPU of the profile's model (the profiles of one model share a parent); its
+      plugin advertises each instance by UUID;
+    - any other name: that many whole GPUs on vfio-pci, each in its own IOMMU group, advertised by
+      group as KubeVirt's PCI device plugin does; the model from :data:`PASSTHROUGH_MODELS`, and a
+      name it does not know is a generic GPU (device ID :data:`GENERIC_DEVICE`) of the vendor of its
+      domain (:data:`VENDORS`).
+    """
+
+    passthrough: tuple[PassthroughGpu, ...]
+    vgpu_parents: tuple[VgpuParent, ...]
+
+    def lay_out(self, tree: SysfsTree) -> None:
+        for gpu in self.passthrough:
+            tree.function(gpu.address, vendor=gpu.vendor, device=gpu.device, pci_class=GPU_3D, driver="vfio-pci",
+                          iommu_group=gpu.group, numa_node=gpu.numa)
+        for parent in self.vgpu_parents:
+            tree.function(parent.address, vendor=NVIDIA, device=parent.device, pci_class=GPU_3D, driver="nvidia",
+                          iommu_group=parent.group, numa_node=0)
+            for vgpu_type in parent.types:
+                tree.mdev_type(parent.address, vgpu_type.type_id, name=vgpu_type.name, available_instances=0)
+                for uuid, group in vgpu_type.instances:
+                    tree.mdev(parent.address, uuid, vgpu_type.type_id, iommu_group=group)
+
+    def plugin_devices(self) -> list[tuple[str, str, int]]:
+        """What the device plugins advertise: (resource name, device ID, NUMA node)."""
+        devices = [(gpu.resource, str(gpu.group), gpu.numa) for gpu in self.passthrough]
+        devices += [(vgpu_type.resource, uuid, 0) for parent in self.vgpu_parents for vgpu_type in parent.types
+                    for uuid, _ in vgpu_type.instances]
+        return devices
+
+
+def board_for(gpus: Mapping[str, int]) -> GpuBoard:
+    """The board serving ``gpus`` (:class:`GpuBoard`); ValueError for a name or count no board can have."""
+    whole: list[tuple[str, str, str]] = []  # (resource, vendor, device) per passthrough GPU
+    profiles: dict[str, list[tuple[str, int]]] = {}  # GPU model -> (resource, units) of its profiles
+    for resource, count in gpus.items():
+        domain, slash, name = resource.partition("/")
+        if not slash or not domain or not name or "/" in name:
+            raise ValueError(f"{resource!r} is not a resource name of the form DOMAIN/NAME "
+                             "(e.g. nvidia.com/GH100_H100_SXM5_80GB)")
+        if count < 1:
+            raise ValueError(f"{resource}: {count} units; at least 1")
+        if (profile := VGPU_PROFILE.match(name)) is not None:
+            profiles.setdefault(profile["gpu"].upper(), []).append((resource, count))
+        else:
+            vendor = VENDORS.get(domain.lower(), NVIDIA)
+            whole += [(resource, vendor, PASSTHROUGH_MODELS.get(name.upper(), GENERIC_DEVICE))] * count
+    if len(whole) > MAX_PASSTHROUGH:
+        raise ValueError(f"{len(whole)} passthrough GPUs: at most {MAX_PASSTHROUGH} on one node")
+    # The first half on NUMA node 0, the rest on node 1, as on a two-socket server.
+    passthrough = tuple(
+        PassthroughGpu(resource, f"0000:{FIRST_BUS + index:02x}:00.0", vendor, device, FIRST_GROUP + index,
+                       numa=0 if index < (len(whole) + 1) // 2 else 1)
+        for index, (resource, vendor, device) in enumerate(whole))
+    parents = []
+    mdev_group = FIRST_MDEV_GROUP
+    for index, (model, served) in enumerate(sorted(profiles.items())):
+        types = []
+        for type_index, (resource, count) in enumerate(served):
+            name = resource.partition("/")[2]
+            uuids = tuple(str(uuid_module.uuid5(uuid_module.NAMESPACE_URL, f"{resource}#{i}")) for i in range(count))
+            types.append(VgpuType(resource, f"nvidia-{500 + 10 * index + type_index}", name.replace("_", " "),
+                                  tuple(zip(uuids, range(mdev_group, mdev_group + count), strict=True))))
+            mdev_group += count
+        parents.append(VgpuParent(f"0000:{FIRST_BUS + MAX_PASSTHROUGH + index:02x}:00.0",
+                                  VGPU_MODELS.get(model, GENERIC_DEVICE), FIRST_GROUP + MAX_PASSTHROUGH + index,
+                                  tuple(types)))
+    return GpuBoard(passthrough, tuple(parents))

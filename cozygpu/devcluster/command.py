@@ -7,20 +7,23 @@ kube-apiserver, kube-controller-manager, kube-scheduler and kwok; with
 ``DIR/kubeconfig`` for an admin and returns, leaving the processes running.
 ``status`` lists each process with its pid and health; ``stop`` ends them all
 and leaves no process behind. ``nodes add|remove`` manages simulated GPU
-nodes (kwok keeps them Ready).
+nodes (kwok keeps them Ready); a node added with ``--gpus`` gets a sysfs tree,
+a kubelet pod-resources socket and the real agent in a background process of
+its own (``simnodes``), so its GPUNode report comes within seconds.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import datetime
 import shutil
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from cozygpu.devcluster import apply, binaries, demo, nodes
+from cozygpu.devcluster import apply, binaries, demo, nodes, simnodes
 from cozygpu.devcluster import plane as plane_module
 from cozygpu.devcluster.plane import ControlPlane, ControlPlaneError
 from cozygpu.kube import errors
@@ -43,16 +46,20 @@ def _parser() -> argparse.ArgumentParser:
     for name in ("stop", "status", "demo"):
         p = sub.add_parser(name)
         p.add_argument("--dir", type=Path, default=DEFAULT_DIR)
-    node_cmd = sub.add_parser("nodes", help="add or remove simulated GPU nodes (kwok keeps them Ready)")
+    node_cmd = sub.add_parser("nodes", help="add or remove simulated GPU nodes (kwok keeps them Ready; "
+                                            "the real agent reports their GPUs)")
     node_sub = node_cmd.add_subparsers(dest="nodes_action", required=True)
     add = node_sub.add_parser("add", help="create simulated nodes")
     add.add_argument("names", nargs="+", metavar="NAME")
     add.add_argument("--gpus", action="append", default=[], metavar="RESOURCE=COUNT",
-                     help="GPU units per node, e.g. nvidia.com/GH100_H100_SXM5_80GB=8 (repeatable)")
+                     help="GPU units per node, e.g. nvidia.com/GH100_H100_SXM5_80GB=8 (repeatable): a vGPU "
+                          "profile name (nvidia.com/GRID_T4-1Q) gets mdev instances, any other name vfio "
+                          "passthrough GPUs")
     add.add_argument("--label", action="append", default=[], metavar="KEY=VALUE")
     add.add_argument("--taint", action="append", default=[], metavar="KEY[=VALUE]:EFFECT")
-    add.add_argument("--no-wait", action="store_true", help="return without waiting for the nodes to be Ready")
-    remove = node_sub.add_parser("remove", help="delete simulated nodes")
+    add.add_argument("--no-wait", action="store_true",
+                     help="return without waiting for the nodes to be Ready and their agents to report")
+    remove = node_sub.add_parser("remove", help="delete simulated nodes, their GPUNodes and their agents")
     remove.add_argument("names", nargs="+", metavar="NAME")
     for p in (add, remove):
         p.add_argument("--dir", type=Path, default=DEFAULT_DIR)
@@ -75,6 +82,7 @@ def main(argv: Sequence[str]) -> int:
         return demo.main(plane.directory)
     if args.action == "stop":
         demo.stop_background(plane.directory)
+        simnodes.stop_added(plane.directory)
         plane.stop()
         print(f"stopped the control plane in {plane.directory}")
         return 0
@@ -84,7 +92,7 @@ def main(argv: Sequence[str]) -> int:
 def _status(plane: ControlPlane) -> int:
     plane_rows = plane.health()
     # The demo's processes are listed too; only the plane's decide the exit code (hack/up.sh reuses a live plane).
-    rows = plane_rows + demo.background_health(plane.directory)
+    rows = plane_rows + demo.background_health(plane.directory) + simnodes.added_health(plane.directory)
     print(f"Kubernetes {plane.kubernetes_version} at {plane.host} ({'full' if plane.full else 'API only'})\n"
           f"kubeconfig: {plane.kubeconfig}")
     width = max(len(name) for name, _, _ in rows)
@@ -98,19 +106,43 @@ def _status(plane: ControlPlane) -> int:
 
 
 async def _nodes(plane: ControlPlane, args: argparse.Namespace) -> int:
+    names: list[str] = args.names
+    if busy := simnodes.demo_nodes_running(plane.directory, names):
+        raise nodes.NodeSpecError(f"{', '.join(busy)}: the demo's simulated nodes run them (`cozygpu cluster stop` "
+                                  "ends the demo); pick other names")
     async with plane.client() as admin:
         if args.nodes_action == "remove":
-            await nodes.remove_nodes(admin, args.names)
-            print(f"removed {', '.join(args.names)}")
+            simnodes.stop_added(plane.directory, names)
+            await nodes.remove_nodes(admin, names)
+            print(f"removed {', '.join(names)}")
             return 0
         gpus, labels = nodes.parse_gpus(args.gpus), nodes.parse_labels(args.label)
         taints = [nodes.parse_taint(t) for t in args.taint]
-        await nodes.add_nodes(admin, [nodes.SimNode(name, gpus, labels, taints) for name in args.names])
-        if not plane.full:
-            print(f"added {', '.join(args.names)} (API-only plane: no kwok keeps them Ready)")
-            return 0
-        waited = 0.0 if args.no_wait else await nodes.wait_ready(admin, args.names)
-        print(f"added {', '.join(args.names)}" + ("" if args.no_wait else f", Ready after {waited:.1f} s"))
+        if gpus:
+            try:
+                simnodes.gpus_board(gpus)
+            except ValueError as err:
+                raise nodes.NodeSpecError(f"--gpus: {err}") from None
+        # A node added again is replaced whole: its process, Node and GPUNode.
+        simnodes.stop_added(plane.directory, names)
+        await nodes.remove_nodes(admin, names)
+        since = datetime.datetime.now(datetime.UTC)
+        await nodes.add_nodes(admin, [nodes.SimNode(name, gpus, labels, taints) for name in names])
+        pids = {name: simnodes.start_added(plane.directory, name, gpus) for name in names} if gpus else {}
+        if args.no_wait:
+            print(f"added {', '.join(names)}")
+        elif not plane.full:
+            print(f"added {', '.join(names)} (API-only plane: no kwok keeps them Ready)")
+        else:
+            waited = await nodes.wait_ready(admin, names)
+            print(f"added {', '.join(names)}, Ready after {waited:.1f} s")
+        if pids and not args.no_wait:
+            reports = await simnodes.wait_reports(admin, plane.directory, names, since)
+            for name in names:
+                status = reports[name]
+                print(f"  {name}: {status['deviceCount']} GPU functions, {status['allocatable']} allocatable "
+                      f"({', '.join(status['resourceNames'])}), reported by the agent in pid {pids[name]}, "
+                      f"log {simnodes.log_file(plane.directory, name)}")
     return 0
 
 

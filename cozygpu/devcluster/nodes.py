@@ -9,8 +9,9 @@ runs the pods bound to it; no other Node is touched. Cordon it with plain
 ``kubectl cordon``.
 
 A fleet is created with bounded concurrency (``add_nodes``), not one round
-trip after another. Removing a node deletes the Node; its GPUNode, if an agent
-wrote one, is left to whoever owns it.
+trip after another. Removing a node deletes the Node and its GPUNode, if an
+agent wrote one (nothing owns a GPUNode, so no garbage collector would); a
+node whose agent still runs (``simnodes``) has that process ended first.
 """
 
 from __future__ import annotations
@@ -23,10 +24,12 @@ from typing import Any
 
 import attrs
 
+from cozygpu import keys
 from cozygpu.devcluster.plane import SIMULATED_NODE
 from cozygpu.kube import Client, errors, resource_path
 
 NODES = resource_path("", "v1", "nodes")
+GPUNODES = resource_path(keys.GROUP, keys.VERSION, keys.GPUNODE_PLURAL)
 NODE_LEASES = resource_path("coordination.k8s.io", "v1", "leases", namespace="kube-node-lease")
 #: Who holds a node's Lease while its heartbeats are stopped (kwok renews only Leases it holds).
 HEARTBEATS_STOPPED = "cozygpu-heartbeats-stopped"
@@ -129,9 +132,12 @@ async def add_nodes(client: Client, nodes: Sequence[SimNode], *, concurrency: in
 
 
 async def remove_nodes(client: Client, names: Iterable[str], *, concurrency: int = CONCURRENCY) -> None:
+    """Delete the Nodes and their GPUNode reports (absent ones, or an uninstalled GPUNode CRD, are fine)."""
+
     async def delete(name: str) -> None:
-        with contextlib.suppress(errors.NotFound):
-            await client.delete(f"{NODES}/{name}")
+        for path in (f"{NODES}/{name}", f"{GPUNODES}/{name}"):
+            with contextlib.suppress(errors.NotFound):
+                await client.delete(path)
 
     await _bounded((delete(name) for name in names), concurrency)
 

@@ -11,6 +11,8 @@ node lifecycle are then the real thing.
 pytest's session set-up, never on an event loop. The processes run in their
 own session so ``cozygpu cluster start`` can return and leave them running;
 ``state.json`` in the directory records what ``stop`` must end.
+``restart_apiserver`` stops the API server and starts it again on the same
+port, etcd and certificates (a fault the chaos test injects).
 
 The API server runs with RBAC, admission webhooks and
 ValidatingAdmissionPolicy (both default plugins), service-account token
@@ -309,9 +311,6 @@ class ControlPlane:
     def _launch(cls, bins: binaries.Binaries, root: Path, *, minor: str, owns: bool, timeout: float,
                 fresh: bool) -> ControlPlane:
         pki_dir, logs = root / "pki", root / "logs"
-        serving = pki.KeyPair(pki_dir / "apiserver.crt", pki_dir / "apiserver.key")
-        client_ca = pki.KeyPair(pki_dir / "client-ca.crt", pki_dir / "client-ca.key")
-        sa_key = pki.KeyPair(pki_dir / "sa.pub", pki_dir / "sa.key")
         if fresh:  # what a start that lost the port race left behind
             subprocess.run(["rm", "-rf", str(root / "etcd")], check=False)
         etcd_port, peer_port = free_port(), free_port()
@@ -332,24 +331,8 @@ class ControlPlane:
         try:
             _wait_http(f"http://127.0.0.1:{etcd_port}/health", None, timeout, etcd, "etcd")
             port = free_port()
-            apiserver = _spawn(
-                [
-                    str(bins.kube_apiserver),
-                    f"--etcd-servers=http://127.0.0.1:{etcd_port}",
-                    "--bind-address=127.0.0.1", f"--secure-port={port}",
-                    "--advertise-address=127.0.0.1", "--endpoint-reconciler-type=none",
-                    f"--tls-cert-file={serving.cert}", f"--tls-private-key-file={serving.key}",
-                    f"--client-ca-file={client_ca.cert}",
-                    "--authorization-mode=RBAC",
-                    f"--service-account-issuer=https://127.0.0.1:{port}",
-                    f"--service-account-key-file={sa_key.cert}", f"--service-account-signing-key-file={sa_key.key}",
-                    "--service-cluster-ip-range=10.0.0.0/24", "--allow-privileged=true",
-                    "--disable-admission-plugins=ServiceAccount",
-                    "--profiling=false",
-                ],
-                logs / "kube-apiserver.log",
-                truncate=True,
-            )
+            apiserver = _spawn(_apiserver_argv(bins, pki_dir, etcd_port, port), logs / "kube-apiserver.log",
+                               truncate=True)
             plane = cls(
                 directory=root, minor=minor, kubernetes_version=bins.kubernetes_version,
                 apiserver_port=port, etcd_port=etcd_port, etcd_pid=etcd.pid, apiserver_pid=apiserver.pid,
@@ -365,6 +348,26 @@ class ControlPlane:
             if isinstance(err, ControlPlaneError) and _port_taken(logs):
                 raise PortTaken(str(err)) from err
             raise
+
+    def restart_apiserver(self, *, timeout: float = 60.0) -> None:
+        """Stop the API server (SIGTERM) and start it again: same port, etcd and certificates; returns once ready.
+
+        What an operator's restart (or an upgrade in place) does to every client: open
+        connections and watches end, requests are refused until it is back, and then
+        everything etcd holds is served again. Components and identities are kept.
+        """
+        bins = binaries.find(self.minor)
+        if bins is None:
+            raise ControlPlaneError(f"control plane binaries for Kubernetes {self.minor} are not built")
+        terminate(self.apiserver_pid, timeout, expect="kube-apiserver")
+        log = self.directory / "logs" / "kube-apiserver.log"
+        apiserver = _spawn(_apiserver_argv(bins, self.pki_dir, self.etcd_port, self.apiserver_port), log)
+        self.apiserver_pid = apiserver.pid
+        self._save_state()
+        try:
+            _wait_http(f"{self.host}/readyz", self.ssl_context(), timeout, apiserver, "kube-apiserver")
+        except ControlPlaneError as err:
+            raise ControlPlaneError(f"{err}\n{_tail(log)}") from None
 
     @classmethod
     def attach(cls, directory: Path) -> ControlPlane:
@@ -470,6 +473,29 @@ class ControlPlane:
         answer = await admin.create(f"{sa_path}/{service_account}/token", request)
         token: str = answer["status"]["token"]
         return token
+
+
+def _apiserver_argv(bins: binaries.Binaries, pki_dir: Path, etcd_port: int, port: int) -> list[str]:
+    serving = pki.KeyPair(pki_dir / "apiserver.crt", pki_dir / "apiserver.key")
+    client_ca = pki.KeyPair(pki_dir / "client-ca.crt", pki_dir / "client-ca.key")
+    sa_key = pki.KeyPair(pki_dir / "sa.pub", pki_dir / "sa.key")
+    return [
+        str(bins.kube_apiserver),
+        f"--etcd-servers=http://127.0.0.1:{etcd_port}",
+        "--bind-address=127.0.0.1", f"--secure-port={port}",
+        "--advertise-address=127.0.0.1", "--endpoint-reconciler-type=none",
+        f"--tls-cert-file={serving.cert}", f"--tls-private-key-file={serving.key}",
+        f"--client-ca-file={client_ca.cert}",
+        "--authorization-mode=RBAC",
+        f"--service-account-issuer=https://127.0.0.1:{port}",
+        f"--service-account-key-file={sa_key.cert}", f"--service-account-signing-key-file={sa_key.key}",
+        "--service-cluster-ip-range=10.0.0.0/24", "--allow-privileged=true",
+        "--disable-admission-plugins=ServiceAccount",
+        "--profiling=false",
+        # Open watches are ended at shutdown after this grace: without it a stop or a restart waits out the
+        # 60 s shutdown timeout for every HTTP/1.1 watch a client holds open.
+        "--shutdown-watch-termination-grace-period=1s",
+    ]
 
 
 def _spawn(argv: list[str], log: Path, *, truncate: bool = False) -> subprocess.Popen[bytes]:

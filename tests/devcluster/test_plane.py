@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import socket
 import subprocess
@@ -15,6 +17,7 @@ from cozygpu.devcluster import binaries
 from cozygpu.devcluster import plane as plane_module
 from cozygpu.devcluster.plane import ControlPlane
 from cozygpu.kube import Client, errors, resource_path
+from tests.support.planes import start_plane
 from tests.support.processes import gone
 
 REVIEW = "/apis/authentication.k8s.io/v1/selfsubjectreviews"
@@ -205,3 +208,38 @@ def test_stop_never_signals_a_process_that_took_over_a_recorded_pid(tmp_path: Pa
     finally:
         bystander.kill()
         bystander.wait()
+
+
+async def test_a_restarted_api_server_serves_what_etcd_holds_on_its_port_to_the_same_identities() -> None:
+    # A plane of its own: the restart ends every connection the shared plane's other users hold.
+    plane = await asyncio.to_thread(start_plane)
+    try:
+        async with plane.client() as admin:
+            namespace = "kept"
+            await admin.create(resource_path("", "v1", "namespaces"), {"metadata": {"name": namespace}})
+            configmaps = resource_path("", "v1", "configmaps", namespace=namespace)
+            made = await admin.create(configmaps, {"metadata": {"name": "before"}})
+            old_pid, port = plane.apiserver_pid, plane.apiserver_port
+            ended = asyncio.Event()
+
+            async def watch() -> None:
+                with contextlib.suppress(errors.KubeError):
+                    async for _ in admin.watch(configmaps, params={
+                            "resourceVersion": made["metadata"]["resourceVersion"]}):
+                        pass
+                ended.set()
+
+            watcher = asyncio.create_task(watch())
+            await asyncio.to_thread(plane.restart_apiserver)
+            async with asyncio.timeout(30):
+                await ended.wait()  # the restart ended the open watch
+            await watcher
+            assert (plane.apiserver_port, plane.apiserver_pid != old_pid) == (port, True)
+            assert gone(old_pid)
+            plane.check()
+            assert ControlPlane.attach(plane.directory).apiserver_pid == plane.apiserver_pid
+            # The client made before the restart reaches it again, as the same admin, and etcd kept the object.
+            assert (await admin.get(f"{configmaps}/before"))["metadata"]["uid"] == made["metadata"]["uid"]
+            assert "system:masters" in (await who_am_i(admin))["groups"]
+    finally:
+        await asyncio.to_thread(plane.stop)

@@ -35,17 +35,21 @@ What it imitates:
   it Fails. A refused pod creation (an admission webhook, a quota) is written
   as the ``Synchronized=False`` condition with reason ``FailedCreate`` and the
   API server's message, and retried.
-- **Deletion.** A VMI that is being deleted, or is gone, has its pods deleted;
-  a VMI whose controlling VM is gone is deleted. (On the full plane the
-  garbage collector does the same through the ownerReferences; the fast plane
-  has none.)
+- **Deletion.** A VMI carries virt-controller's ``foregroundDeleteVirtualMachine``
+  finalizer from its first pass. A VMI being deleted turns Succeeded (virt-handler
+  shuts the domain down), has its pods deleted, keeps listing them in
+  ``activePods`` while they exist, and loses the finalizer once they are all
+  gone (lifecycle.go: ``IsFinal`` and ``allPodsDeleted``): so a launcher is
+  proven for as long as it runs, stop included. A VMI whose controlling VM is
+  gone is deleted. (On the full plane the garbage collector deletes pods of a
+  gone VMI too; the fast plane has none.)
 
 What it does not: migrations (one pod per VMI; ``activePods`` still lists
 every controlled pod), restarts (a Failed VMI stays Failed, whatever the run
 strategy), VM status, virt-launcher's volumes, environment, annotations
 copied from the VMI, memory overhead and KubeVirt's own affinity terms,
 instancetypes and preferences, ``permittedHostDevices`` checks, DRA claims,
-the ``kubevirt.io/nodeName`` label, events, finalizers.
+the ``kubevirt.io/nodeName`` label, events, the VM controller's finalizer.
 
 Contract: ``KubeVirtStandIn(client).run()`` lives in its caller's task group
 until cancelled. It reads through an informer cache of its own (VMs, VMIs,
@@ -78,6 +82,8 @@ from cozygpu.kube import Client, Obj, errors, resource_path
 log = logging.getLogger(__name__)
 
 GROUP: Final = "kubevirt.io"
+#: virt-controller's finalizer on every VMI: removed once the VMI is final and all its pods are gone.
+VMI_FINALIZER: Final = "foregroundDeleteVirtualMachine"
 VERSION: Final = "v1"
 API_VERSION: Final = f"{GROUP}/{VERSION}"
 VM_KIND: Final = "VirtualMachine"
@@ -324,7 +330,8 @@ class KubeVirtStandIn:
         async with asyncio.TaskGroup() as group:
             for vmi in vmis.list():
                 owner = controller_of(vmi, VM_KIND)
-                if owner is not None and owner.get("uid") not in vm_uids:
+                if owner is not None and owner.get("uid") not in vm_uids and not vmi["metadata"].get(
+                        "deletionTimestamp"):
                     group.create_task(guarded(self._delete(self.vmis, vmi), f"VMI {_key(vmi)} of a gone VM"))
                 else:
                     group.create_task(guarded(self._sync_vmi(vmi, pods), f"VMI {_key(vmi)}"))
@@ -348,10 +355,20 @@ class KubeVirtStandIn:
         meta = vmi["metadata"]
         key = (meta["namespace"], meta["name"])
         owned = pods.by_index(CONTROLLER, meta["uid"])
+        finalizers = list(meta.get("finalizers") or ())
         if meta.get("deletionTimestamp"):
             for pod in owned:
                 await self._delete(self.pods, pod)
+            if owned:
+                stopped = {**desired_status(vmi, owned), "phase": "Succeeded"}
+                stopped.pop("nodeName", None)
+                await self._write_status(vmi, stopped, None)
+            elif VMI_FINALIZER in finalizers:
+                await self._finalizers(vmi, [f for f in finalizers if f != VMI_FINALIZER])
             return
+        if VMI_FINALIZER not in finalizers:
+            vmi = await self._finalizers(vmi, [*finalizers, VMI_FINALIZER])
+            meta = vmi["metadata"]
         refusal: errors.ApiError | None = None
         if not owned and (vmi.get("status") or {}).get("phase") == "Pending":
             try:
@@ -367,6 +384,15 @@ class KubeVirtStandIn:
         await self._write_status(vmi, desired_status(vmi, owned), self._refused.get(key))
         if refusal is not None:
             raise refusal
+
+    async def _finalizers(self, vmi: Mapping[str, Any], finalizers: list[str]) -> Mapping[str, Any]:
+        """Write the VMI's finalizers (the whole list: a merge patch replaces lists), on its resourceVersion."""
+        meta = vmi["metadata"]
+        path = f"{_collection(self.vmis, meta['namespace'])}/{meta['name']}"
+        written = await self._client.merge_patch(path, {"metadata": {"finalizers": finalizers}},
+                                                 resource_version=meta["resourceVersion"])
+        await self._seen(self.vmis, written)
+        return written
 
     async def _write_status(self, vmi: Mapping[str, Any], wanted: Obj, refused: str | None) -> None:
         """Merge-patch the status fields that differ, preconditioned on the VMI's resourceVersion."""

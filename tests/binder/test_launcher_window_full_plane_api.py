@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 import uuid
 from collections.abc import AsyncIterator
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from prometheus_client import CollectorRegistry
@@ -125,32 +125,31 @@ async def phases_of(admin: Client, namespace: str, name: str, since: str, seen: 
                 params["resourceVersion"] = obj["metadata"]["resourceVersion"]
 
 
-async def test_a_neighbours_vm_started_and_stopped_ten_times_never_moves_the_other_hold_on_a_full_node(
-        full_admin: Client, fleet: Fleet) -> None:
-    admin = full_admin
-    tenants = await Tenants.make(admin, fleet)
+async def start_and_stop(admin: Client, tenants: Tenants, *, grace: timedelta, starts: int,
+                         runs_past_grace: bool) -> list[str]:
+    """Start and stop X's VM ``starts`` times; the phases Y's hold showed meanwhile."""
     d1 = await admin.get(device_path(tenants.y, "d1"))
     seen: list[str] = []
-    async with binder_running(admin, timedelta(seconds=30)), asyncio.TaskGroup() as tasks:
+    async with binder_running(admin, grace), asyncio.TaskGroup() as tasks:
         standin = tasks.create_task(KubeVirtStandIn(admin, namespace=tenants.x).run())
         watcher = tasks.create_task(phases_of(admin, tenants.y, "d1", d1["metadata"]["resourceVersion"], seen))
-        for start in range(STARTS):
+        for start in range(starts):
             await tenants.attach("vm-x")
             made = await admin.create(vmis(tenants.x), tenants.vmi("vm-x"))
 
-            async def running(made: Obj = made) -> bool:
+            async def running() -> bool:
                 status = (await admin.get(vmis(tenants.x, "vm-x"))).get("status") or {}
                 return status.get("phase") == "Running" and bool(status.get("activePods"))
 
-            try:
-                await eventually(running, timeout=60, what=f"start {start}: the VM running with its launcher listed")
-            except AssertionError:
-                vmi_now = await admin.get(vmis(tenants.x, "vm-x"))
-                pods_now = await admin.list_objects(pods(tenants.x))
-                raise AssertionError(f"VMI status {vmi_now.get('status')}; pods "
-                                     f"{[(p['metadata']['name'], p.get('spec', {}).get('nodeName'), p.get('status')) for p in pods_now['items']]}") from None
-            launcher = next(iter((await admin.get(vmis(tenants.x, "vm-x")))["status"]["activePods"].items()))
-            assert launcher[1] == tenants.node, "the launcher runs where its hold is"
+            await eventually(running, timeout=60, what=f"start {start}: the VM running with its launcher listed")
+            uid, node = next(iter((await admin.get(vmis(tenants.x, "vm-x")))["status"]["activePods"].items()))
+            assert node == tenants.node, "the launcher runs where its hold is"
+            if runs_past_grace:
+                # The stop must not lean on the window: the VM runs until its launcher's window is over.
+                launcher = next(p for p in (await admin.list_objects(pods(tenants.x)))["items"]
+                                if p["metadata"]["uid"] == uid)
+                over = when(launcher["metadata"]["creationTimestamp"]) + grace + timedelta(seconds=1)
+                await asyncio.sleep(max((over - datetime.now(UTC)).total_seconds(), 0.0))
             await admin.delete(vmis(tenants.x, "vm-x"))
 
             async def stopped(uid: str = made["metadata"]["uid"]) -> bool:
@@ -163,6 +162,10 @@ async def test_a_neighbours_vm_started_and_stopped_ten_times_never_moves_the_oth
             assert await tenants.phase(tenants.x, "d2") == "Bound"
         watcher.cancel()
         standin.cancel()
+    return seen
+
+
+async def assert_untouched(admin: Client, tenants: Tenants, seen: list[str]) -> None:
     assert await tenants.phase(tenants.y, "d1") == "Bound"
     assert set(seen) <= {"Bound"}, f"tenant Y's idle hold left Bound while X's VM started and stopped: {seen}"
     events = await admin.list_objects(resource_path("", "v1", "events", namespace=tenants.y),
@@ -170,6 +173,22 @@ async def test_a_neighbours_vm_started_and_stopped_ten_times_never_moves_the_oth
     reasons = sorted({e.get("reason") for e in events["items"]})
     assert "Lost" not in reasons, reasons
     assert "Rebound" not in reasons, reasons
+
+
+async def test_a_neighbours_vm_started_and_stopped_ten_times_never_moves_the_other_hold_on_a_full_node(
+        full_admin: Client, fleet: Fleet) -> None:
+    tenants = await Tenants.make(full_admin, fleet)
+    seen = await start_and_stop(full_admin, tenants, grace=timedelta(seconds=30), starts=STARTS,
+                                runs_past_grace=False)
+    await assert_untouched(full_admin, tenants, seen)
+
+
+async def test_a_neighbours_vm_stopped_after_its_window_is_over_still_moves_no_other_hold(
+        full_admin: Client, fleet: Fleet) -> None:
+    # While the VMI is deleted its launcher stays listed in activePods until it is gone (the VMI's finalizer).
+    tenants = await Tenants.make(full_admin, fleet)
+    seen = await start_and_stop(full_admin, tenants, grace=timedelta(seconds=3), starts=2, runs_past_grace=True)
+    await assert_untouched(full_admin, tenants, seen)
 
 
 async def test_a_pod_that_claims_a_vmi_but_is_never_listed_moves_a_hold_only_after_the_grace(

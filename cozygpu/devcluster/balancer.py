@@ -30,10 +30,11 @@ this balancer plays both parts on one loopback address.
   pod until each call times out. Closing them makes every call after the
   endpoint left open a new connection, to a ready replica.
 
-Every change is logged and handed to ``on_change`` with the balancer's
-``state()`` (the replicas' supervisor writes it to ``DIR/balancer.json``;
-times are ``time.monotonic()``, which is one clock for every process of the
-host, so a test can compare them with its own).
+Every change of the endpoints is logged, and handed to ``on_change`` with
+the balancer's ``state()``, as is every change of a probe's answer (the
+replicas' supervisor writes it to ``DIR/replicas.state.json``; times are
+``time.monotonic()``, which is one clock for every process of the host, so a
+test can compare them with its own).
 """
 
 from __future__ import annotations
@@ -81,6 +82,8 @@ class _Endpoint:
     #: When ``ready`` last changed (or the balancer started), on ``time.monotonic()``.
     since: float = 0.0
     last_probe: str = "not probed yet"
+    #: When the probe's answer last changed (``time.monotonic()``, when that probe ended).
+    last_probe_at: float = 0.0
     joined_before: bool = False
     connections: set[asyncio.StreamWriter] = attrs.field(factory=set)
 
@@ -126,6 +129,7 @@ class Balancer:
             "address": self.address,
             "endpoints": [{"name": e.backend.name, "address": f"{e.backend.host}:{e.backend.port}",
                            "ready": e.ready, "since": e.since, "lastProbe": e.last_probe,
+                           "lastProbeAt": e.last_probe_at,
                            "connections": len(e.connections)} for e in self._endpoints],
             "events": list(self._events),
             "accepted": self.accepted,
@@ -167,7 +171,10 @@ class Balancer:
             await asyncio.sleep(max(0.0, self.period - (time.monotonic() - began)))
 
     def _record(self, endpoint: _Endpoint, passed: bool, what: str) -> None:
-        endpoint.last_probe = what
+        answer_changed = what != endpoint.last_probe
+        if answer_changed:
+            endpoint.last_probe, endpoint.last_probe_at = what, time.monotonic()
+        was = endpoint.ready
         if passed:
             endpoint.failures = 0
             endpoint.passes += 1
@@ -179,6 +186,8 @@ class Balancer:
             endpoint.failures += 1
             if endpoint.ready and endpoint.failures >= self.failure_threshold:
                 self._set(endpoint, False, what)
+        if answer_changed and endpoint.ready == was:  # a change of answer alone is reported too
+            self._changed()
 
     def _set(self, endpoint: _Endpoint, ready: bool, why: str) -> None:
         endpoint.ready = ready

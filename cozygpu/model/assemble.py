@@ -7,9 +7,11 @@ make the catalog O(all devices). Callers convert their cache into views
 :func:`assemble`; tests call it with hand-made views.
 
 Contract: pure; ``now`` is passed in and decides which agent reports are
-fresh. :class:`Assembly` gives the same Snapshot kept up to date: rebuilt
-from every view, then updated device change by device change at the cost
-of what each change touches (the binder's answer path).
+fresh and which launcher windows are open. There is one derivation: each
+device and pod *contributes* to the tables (``Assembly._device``,
+``_pod_part``), :func:`assemble` applies every contribution to an empty
+:class:`Assembly`, and ``Assembly.update`` takes a changed object's old
+contribution away and adds its new one, at the cost of what it touches.
 
 Order of derivation: report freshness -> effective names (R-MOD-9)
 -> budgets (R-MOD-2/3) -> device indexes -> launchers (R-MOD-5) -> pod
@@ -24,7 +26,7 @@ import bisect
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
-from typing import Final, TypeVar
+from typing import Any, Final, TypeVar
 
 import attrs
 
@@ -81,174 +83,15 @@ def assemble(
     report_stale_after: timedelta = cap.DEFAULT_REPORT_STALE_AFTER,
     launcher_grace: timedelta = cap.DEFAULT_LAUNCHER_GRACE,
 ) -> Snapshot:
-    """Build a Snapshot. ``quotas`` maps a tenant namespace to its ``tenant-quota`` ``spec.hard``."""
-    class_map = {c.name: c for c in classes}
-    node_map = {n.name: n for n in nodes}
-    inventory_map: dict[str, NodeInventory] = {}
-    for inventory in inventories:
-        fresh = cap.report_fresh(inventory.last_report, now=now, stale_after=report_stale_after)
-        inventory_map[inventory.name] = inventory if inventory.fresh == fresh else attrs.evolve(inventory, fresh=fresh)
-    vmi_map = {v.key: v for v in vmis}
-    namespace_map = {n.name: n for n in namespaces}
+    """Build a Snapshot. ``quotas`` maps a tenant namespace to its ``tenant-quota`` ``spec.hard``.
 
-    names = derive_effective_names(
-        hoster=hoster_names, classes=class_map.values(), inventories=inventory_map.values(), permitted=permitted
-    )
-    budgets: dict[str, TenantBudgets] = {}
-    for namespace, hard in (quotas or {}).items():
-        if is_tenant_namespace(namespace):
-            budgets[namespace] = read_budgets(namespace, hard, names)
-
-    device_map: dict[DeviceKey, DeviceView] = {}
-    by_node: defaultdict[str, list[DeviceKey]] = defaultdict(list)
-    by_class: defaultdict[str, list[DeviceKey]] = defaultdict(list)
-    by_namespace: defaultdict[str, list[DeviceKey]] = defaultdict(list)
-    by_vmi: defaultdict[VmiKey, list[DeviceKey]] = defaultdict(list)
-    local_class: defaultdict[str, dict[str, int]] = defaultdict(dict)
-    local_raw: defaultdict[str, dict[str, int]] = defaultdict(dict)
-    # Orders not yet accepted: they count for the admission check only (R-MOD-4).
-    pending_class: defaultdict[str, dict[str, int]] = defaultdict(dict)
-    pending_raw: defaultdict[str, dict[str, int]] = defaultdict(dict)
-    held: defaultdict[str, dict[str, int]] = defaultdict(dict)
-    bound, pending = Phase.BOUND, Phase.PENDING
-    resource_of = {name: c.resource_name for name, c in class_map.items()}
-    # The hottest loop of a build (every device): plain locals, no properties.
-    for device in devices:
-        namespace, class_name, node_name, count = device.namespace, device.class_name, device.node_name, device.count
-        key = (namespace, device.name)
-        device_map[key] = device
-        by_class[class_name].append(key)
-        by_namespace[namespace].append(key)
-        if device.attachment is not None:
-            by_vmi[(namespace, device.attachment.vmi)].append(key)
-        resource = resource_of.get(class_name)
-        phase = device.phase
-        if node_name:
-            by_node[node_name].append(key)
-            if phase is bound and resource is not None:
-                per_name = held[node_name]
-                per_name[resource] = per_name.get(resource, 0) + count
-        if phase is not pending:
-            counts, raws = local_class[namespace], local_raw[namespace]
-        elif not device.deleting:
-            counts, raws = pending_class[namespace], pending_raw[namespace]
-        else:
-            continue
-        counts[class_name] = counts.get(class_name, 0) + count
-        if resource is not None:
-            raws[resource] = raws.get(resource, 0) + count
-
-    launchers = launcher_index(vmi_map.values())
-    pod_map: dict[str, PodView] = {}
-    raw_on_node: defaultdict[str, dict[str, int]] = defaultdict(dict)
-    window_on_node: defaultdict[str, dict[str, int]] = defaultdict(dict)
-    window_closes: datetime | None = None
-    for pod in pods:
-        pod_map[pod.uid] = pod
-        part = _pod_part(pod, names=names, launchers=launchers, vmis=vmi_map, devices=device_map, by_vmi=by_vmi,
-                         classes=class_map, now=now, launcher_grace=launcher_grace)
-        if part is None:
-            continue
-        for name, n in part.beyond_budget.items():
-            raw = local_raw[pod.namespace]
-            raw[name] = raw.get(name, 0) + n
-        if part.node:
-            for table, amounts in ((raw_on_node, part.beyond), (window_on_node, part.window)):
-                for name, n in amounts.items():
-                    on_node = table[part.node]
-                    on_node[name] = on_node.get(name, 0) + n
-        if part.closes is not None and (window_closes is None or part.closes < window_closes):
-            window_closes = part.closes
-
-    subtree = _subtree_usage(local_class, local_raw)
-    pending_subtree = _subtree_usage(pending_class, pending_raw)
-    children: defaultdict[str, list[str]] = defaultdict(list)
-    for namespace in set(namespace_map) | set(by_namespace) | set(budgets):
-        parent = parent_namespace(namespace)
-        if parent is not None:
-            children[parent].append(namespace)
-
-    capacity: dict[str, dict[str, NodeCapacity]] = {}
-    for node in set(inventory_map) | set(held) | set(raw_on_node) | set(window_on_node):
-        capacity[node] = cap.node_capacity(
-            node, inventory=inventory_map.get(node), held=held.get(node, {}), raw_in_use=raw_on_node.get(node, {}),
-            window=window_on_node.get(node, {}),
-        )
-    serving: defaultdict[str, list[str]] = defaultdict(list)
-    for node, node_entries in capacity.items():
-        for name, entry in node_entries.items():
-            if entry.fresh and entry.served > 0:
-                serving[name].append(node)
-    serving_sorted = {name: tuple(sorted(nodes_)) for name, nodes_ in serving.items()}
-
-    availability = {
-        c.name: _availability(c, serving_sorted.get(c.resource_name, ()), node_map, capacity)
-        for c in class_map.values()
-    }
-    return Snapshot(
-        now=now,
-        classes=class_map,
-        devices=device_map,
-        nodes=node_map,
-        inventories=inventory_map,
-        pods=pod_map,
-        vmis=vmi_map,
-        namespaces=namespace_map,
-        budgets=budgets,
-        effective_names=names,
-        permitted=permitted,
-        devices_by_node={k: tuple(v) for k, v in by_node.items()},
-        devices_by_class={k: tuple(v) for k, v in by_class.items()},
-        devices_by_namespace={k: tuple(v) for k, v in by_namespace.items()},
-        devices_by_vmi={k: tuple(v) for k, v in by_vmi.items()},
-        launchers=launchers,
-        children={k: tuple(sorted(v)) for k, v in children.items()},
-        subtree_usage=subtree,
-        pending_usage=pending_subtree,
-        capacity=capacity,
-        availability=availability,
-        serving=serving_sorted,
-        window_closes=window_closes,
-    )
-
-
-def _subtree_usage(
-    local_class: Mapping[str, Mapping[str, int]], local_raw: Mapping[str, Mapping[str, int]]
-) -> dict[str, Usage]:
-    """Add each tenant namespace's own usage to itself and every ancestor.
-
-    Bottom up, one merge per tenant rather than one per (namespace, ancestor):
-    each tenant starts from its own usage (its ancestors from none) and is
-    then added to its parent, children before parents.
+    One derivation: every object's contribution applied to an empty :class:`Assembly`, the very
+    contributions the live snapshot adds and takes away event by event.
     """
-    per_class: dict[str, dict[str, int]] = {}
-    raw: dict[str, dict[str, int]] = {}
-    for namespace in set(local_class) | set(local_raw):
-        if is_tenant_namespace(namespace):
-            per_class[namespace] = dict(local_class.get(namespace, {}))
-            raw[namespace] = dict(local_raw.get(namespace, {}))
-    parents: dict[str, str] = {}
-    unvisited = list(per_class)
-    while unvisited:
-        tenant = unvisited.pop()
-        parent = parent_namespace(tenant)
-        if parent is not None:
-            parents[tenant] = parent
-            if parent not in per_class:
-                per_class[parent], raw[parent] = {}, {}
-                unvisited.append(parent)
-    # Longest names first is children first: a child is named after its parent
-    # plus "-<segment>". (Children of tenant-root may be shorter than it, but
-    # tenant-root has no parent to be added to, so it never has to wait.)
-    for tenant in sorted(parents, key=len, reverse=True):
-        parent = parents[tenant]
-        for into, own in ((per_class[parent], per_class[tenant]), (raw[parent], raw[tenant])):
-            for name, n in own.items():
-                into[name] = into.get(name, 0) + n
-    return {
-        tenant: Usage(per_class=counts, total=sum(counts.values()), raw=raw[tenant])
-        for tenant, counts in per_class.items()
-    }
+    assembly = Assembly(hoster_names=hoster_names, report_stale_after=report_stale_after,
+                        launcher_grace=launcher_grace)
+    return assembly.rebuild(now=now, classes=classes, devices=devices, nodes=nodes, inventories=inventories,
+                            pods=pods, vmis=vmis, namespaces=namespaces, quotas=quotas, permitted=permitted)
 
 
 def _availability(
@@ -321,7 +164,7 @@ class _Subtrees:
 
     A namespace is an entry while anything contributes to it (``members``);
     every tenant entry is added to itself and each ancestor. Ancestors are
-    entries while any descendant is, as in ``_subtree_usage``.
+    entries while any descendant is.
     """
 
     def __init__(self) -> None:
@@ -333,16 +176,35 @@ class _Subtrees:
         self.sub_raw: dict[str, _Tally] = {}
         #: Subtree roots whose Usage must be made again.
         self.touched: set[str] = set()
+        self._chains: dict[str, tuple[str, ...]] = {}
+        #: While a first build adds everything: only each namespace's own tallies are kept up.
+        self.bulk = False
 
-    @staticmethod
-    def chain(namespace: str) -> list[str]:
-        if not is_tenant_namespace(namespace):
-            return []
-        found = [namespace]
-        parent = parent_namespace(namespace)
-        while parent is not None:
-            found.append(parent)
-            parent = parent_namespace(parent)
+    def summed(self) -> None:
+        """End a first build: add each namespace's own tallies to itself and every ancestor, once."""
+        self.bulk = False
+        for owns, subs in ((self.per_class, self.sub_class), (self.raw, self.sub_raw)):
+            for namespace, own in owns.items():
+                for tenant in self.chain(namespace):
+                    tally = subs.get(tenant)
+                    if tally is None:
+                        tally = subs[tenant] = _Tally()
+                    for key, amount in own.sums.items():
+                        tally.add(key, amount, 1)
+                    self.touched.add(tenant)
+
+    def chain(self, namespace: str) -> tuple[str, ...]:
+        """The tenant and its ancestors (none for a namespace of no tenant), worked out once per namespace."""
+        found = self._chains.get(namespace)
+        if found is None:
+            walk: list[str] = []
+            if is_tenant_namespace(namespace):
+                walk.append(namespace)
+                parent = parent_namespace(namespace)
+                while parent is not None:
+                    walk.append(parent)
+                    parent = parent_namespace(parent)
+            found = self._chains[namespace] = tuple(walk)
         return found
 
     def member(self, namespace: str, sign: int) -> None:
@@ -363,12 +225,21 @@ class _Subtrees:
                 self.touched.add(tenant)
 
     def add(self, table: str, namespace: str, key: str, amount: int, sign: int) -> None:
-        own = (self.per_class if table == "class" else self.raw).setdefault(namespace, _Tally())
+        owns = self.per_class if table == "class" else self.raw
+        own = owns.get(namespace)
+        if own is None:
+            own = owns[namespace] = _Tally()
         presence = own.add(key, amount, sign)
+        if self.bulk:
+            return  # the subtrees are summed once, by ``summed``
         subs = self.sub_class if table == "class" else self.sub_raw
+        touched = self.touched
         for tenant in self.chain(namespace):
-            subs.setdefault(tenant, _Tally()).add(key, amount, presence)
-            self.touched.add(tenant)
+            tally = subs.get(tenant)
+            if tally is None:
+                tally = subs[tenant] = _Tally()
+            tally.add(key, amount, presence)
+            touched.add(tenant)
 
     def usage(self, into: dict[str, Usage]) -> None:
         """Make the touched subtrees' Usage again in ``into``."""
@@ -558,13 +429,22 @@ class Assembly:
         self._claimants: defaultdict[VmiKey, set[str]] = defaultdict(set)
         self._now = now
         self._touched_nodes: set[str] = set()
+        # Index buckets as lists while every device is added, sorted once at the end (the same tuples that
+        # adding one key at a time by bisection gives, at n log n rather than n squared).
+        bulk: dict[str, defaultdict[Any, list[DeviceKey]]] = {
+            name: defaultdict(list) for name in ("_by_class", "_by_namespace", "_by_vmi", "_by_node")}
+        self._local.bulk = self._pending.bulk = True
         for device in devices:
-            self._device(device, +1)
+            self._device(device, +1, bulk=bulk)
+        for name, lists in bulk.items():
+            setattr(self, name, {bucket: tuple(sorted(keys)) for bucket, keys in lists.items()})
         for pod in pods:
             self._pods[pod.uid] = pod
             if pod.claims_vmi is not None:
                 self._claimants[(pod.namespace, pod.claims_vmi[0])].add(pod.uid)
             self._pod(pod, +1)
+        self._local.summed()
+        self._pending.summed()
         self._subtree: dict[str, Usage] = {}
         self._pending_usage: dict[str, Usage] = {}
         self._local.usage(self._subtree)
@@ -633,7 +513,7 @@ class Assembly:
         for vmi_key in attached_vmis:  # their launchers' (and claimants') usage depends on the devices attached
             vmi = self._vmis.get(vmi_key)
             uids = set(vmi.active_pods) if vmi is not None else set()
-            for uid in sorted(uids):
+            for uid in sorted(uids | self._claimants.get(vmi_key, set())):
                 pod = self._pods.get(uid)
                 if pod is not None:
                     self._pod(pod, -1)
@@ -669,28 +549,37 @@ class Assembly:
             setattr(self, attribute, dict(getattr(self, attribute)))
             copied.add(name)
 
-    def _device(self, device: DeviceView, sign: int) -> None:
-        """Add (+1) or take away (-1) everything one device contributes, as ``assemble``'s device loop does."""
+    def _device(self, device: DeviceView, sign: int,
+                bulk: Mapping[str, defaultdict[Any, list[DeviceKey]]] | None = None) -> None:
+        """Add (+1) or take away (-1) everything one device contributes (``bulk``: a first build's lists)."""
         namespace, class_name, node_name, count = device.namespace, device.class_name, device.node_name, device.count
         key = (namespace, device.name)
-        change = _add_key if sign > 0 else _drop_key
         if sign > 0:
             self._devices[key] = device
         else:
             self._devices.pop(key, None)
-        change(self._by_class, class_name, key)
-        change(self._by_namespace, namespace, key)
-        if device.attachment is not None:
-            change(self._by_vmi, (namespace, device.attachment.vmi), key)
+        if bulk is not None:
+            bulk["_by_class"][class_name].append(key)
+            bulk["_by_namespace"][namespace].append(key)
+            if device.attachment is not None:
+                bulk["_by_vmi"][(namespace, device.attachment.vmi)].append(key)
+            if node_name:
+                bulk["_by_node"][node_name].append(key)
+        else:
+            change = _add_key if sign > 0 else _drop_key
+            change(self._by_class, class_name, key)
+            change(self._by_namespace, namespace, key)
+            if device.attachment is not None:
+                change(self._by_vmi, (namespace, device.attachment.vmi), key)
+            if node_name:
+                change(self._by_node, node_name, key)
         resource = self._resource_of.get(class_name)
-        if node_name:
-            change(self._by_node, node_name, key)
-            if device.phase is Phase.BOUND and resource is not None:
-                held = self._held.setdefault(node_name, _Tally())
-                held.add(resource, sign * count, sign)
-                if not held:
-                    del self._held[node_name]
-                self._touched_nodes.add(node_name)
+        if node_name and device.phase is Phase.BOUND and resource is not None:
+            held = self._held.setdefault(node_name, _Tally())
+            held.add(resource, sign * count, sign)
+            if not held:
+                del self._held[node_name]
+            self._touched_nodes.add(node_name)
         if device.phase is not Phase.PENDING:
             table = self._local
         elif not device.deleting:

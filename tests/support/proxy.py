@@ -8,6 +8,8 @@ API server. The test holds the levers:
 
 - ``cut()``: drop every open connection, mid-stream (what a network blip or an
   API server restart does to a watch);
+- ``cut_watches()``: drop only the open watch streams; lists and writes in flight
+  go on (a load balancer that ends long-lived connections, as some do on a timer);
 - ``await block()`` / ``await unblock()``: stop listening, so new connections
   are refused, and listen again on the same port;
 - ``expire_next_watches(path, n)``: send the next ``n`` watches of ``path`` upstream from
@@ -50,6 +52,9 @@ class Proxy:
         self._flowing: dict[str, asyncio.Event] = {}
         #: Every request being served: its downstream transport, and the upstream answer once it came.
         self._open: dict[asyncio.BaseTransport, aiohttp.ClientResponse | None] = {}
+        #: The downstream transports of the watches among them.
+        self._watching: set[asyncio.BaseTransport] = set()
+        self.watch_cuts = 0
         self._session: aiohttp.ClientSession | None = None
         self._runner: web.AppRunner | None = None
         self._site: web.TCPSite | None = None
@@ -97,6 +102,17 @@ class Proxy:
             if upstream is not None:
                 upstream.close()
         self.cuts += len(dropped)
+        return len(dropped)
+
+    def cut_watches(self) -> int:
+        """Drop every open watch stream now, and nothing else; returns how many were open."""
+        dropped = [(t, self._open.pop(t, None)) for t in list(self._watching) if t in self._open]
+        self._watching.clear()
+        for transport, upstream in dropped:
+            transport.close()
+            if upstream is not None:
+                upstream.close()
+        self.watch_cuts += len(dropped)
         return len(dropped)
 
     async def block(self) -> None:
@@ -153,6 +169,8 @@ class Proxy:
                 transport.close()
             raise web.HTTPServiceUnavailable()
         self._open[transport] = None  # a cut from now on drops this request, answered or not
+        if query.get("watch") in ("1", "true"):
+            self._watching.add(transport)
         try:
             try:
                 upstream = await self._session.request(
@@ -183,3 +201,4 @@ class Proxy:
                 upstream.release()
         finally:
             self._open.pop(transport, None)
+            self._watching.discard(transport)

@@ -21,6 +21,13 @@ audited (``tests/chaos/support.py``): 0 units double-booked, 0 budgets
 exceeded, 0 running VMs detached, and, from a watch of every device over the
 whole run, 0 holds that left Bound without a reason of their own. The figures
 are printed per phase (``pytest -s``); the seed is printed too.
+
+The fourth counter has teeth: run with ``COZYGPU_LAUNCHER_GRACE=1ms`` in the
+environment (the replicas read it) and a launcher that is Running before its
+VMI's ``activePods`` lists it counts as raw use at once, so a VM starting on a
+full node sends a neighbour's hold Lost (or moves it), which this test reports
+as holds that left Bound without a reason of their own (CapacityLost), and as
+running VMs detached when the hold was the VM's own.
 """
 
 from __future__ import annotations
@@ -71,8 +78,9 @@ PARENT_TOTAL, CHILD_CLASS, OTHER_TOTAL = 5, 2, 4
 FAULTS = ("none", "API server restart", "watches cut", "SIGKILL leader", "SIGSTOP leader")
 #: Per phase: orders sent, VM starts tried, VM stops, idle holds given up.
 ORDERS, STARTS, STOPS, DELETES = 12, 5, 3, 6
-#: No phase may wait longer than this for its orders to be decided and its VMIs to settle.
-SETTLE_TIMEOUT = 45.0
+#: No phase waits longer than this, in all, for its replicas, its orders' decisions and its VMIs to settle
+#: (five phases of it and their streams stay under the test's timeout).
+SETTLE_TIMEOUT = 35.0
 #: The most replica restarts the run tolerates (two are planned) before it calls it a crash loop.
 MAX_RESTARTS = 6
 RUN_LABEL = "chaos.gpu.cozystack.io/run"
@@ -181,7 +189,8 @@ def table(phases: list[Phase]) -> str:
     rows = []
     for p in phases:
         a = p.audit
-        rows.append([p.fault, str(p.sent), str(len(p.admitted)), counted(p.refused), str(p.decided), str(p.bound),
+        gone = f" (+{p.withdrawn} gone before seen decided)" if p.withdrawn else ""
+        rows.append([p.fault, str(p.sent), str(len(p.admitted)), counted(p.refused), f"{p.decided}{gone}", str(p.bound),
                      counted(p.not_accepted), "-" if p.decide_last is None else f"{p.decide_last:.1f}",
                      "-" if p.slowest is None else f"{p.slowest:.1f}",
                      f"{p.started_ok}/{p.starts}", str(p.starts_on_full), counted(p.start_refused), str(p.stops),
@@ -468,12 +477,13 @@ class Chaos:
             (orders_decided, "every order decided by the binder"),
             (vmis_settled, "every VMI Running on its launcher, or ended"),
         ]
+        deadline = now() + SETTLE_TIMEOUT
         await self.replicas.leader()
         for check, what in checks:
             try:
-                await eventually(check, timeout=SETTLE_TIMEOUT, what=what)
+                await eventually(check, timeout=max(deadline - now(), 1.0), what=what)
             except AssertionError:
-                phase.unsettled.append(f"{what}: not within {SETTLE_TIMEOUT:.0f} s")
+                phase.unsettled.append(f"{what}: not within the phase's {SETTLE_TIMEOUT:.0f} s to settle")
 
     async def account(self, phase: Phase) -> None:
         for namespace, name in phase.maybe:
@@ -609,7 +619,10 @@ async def test_faults_one_after_another_under_a_stream_of_orders_starts_and_stop
                 replicas.check()
                 return len(service.ready()) == len(ports)
 
-            await eventually(serving, timeout=60, what="the replicas never became ready:\n" + replicas.tails())
+            try:
+                await eventually(serving, timeout=60, what="the replicas never became ready")
+            except AssertionError:
+                raise AssertionError(f"the replicas never became ready:\n{replicas.tails()}") from None
             validating, mutating = configurations(service.url, ca_bundle(full_plane), timeout_seconds=15,
                                                   namespace_selector={"matchLabels": {RUN_LABEL: tag}}, name=hooks)
             await admin.create(VALIDATING, validating)

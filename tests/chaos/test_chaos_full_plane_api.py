@@ -77,7 +77,7 @@ NODE_UNITS = {"n1": 2, "n2": 2, "n3": 2}  # 6 units; the budgets below add up to
 PARENT_TOTAL, CHILD_CLASS, OTHER_TOTAL = 5, 2, 4
 FAULTS = ("none", "API server restart", "watches cut", "SIGKILL leader", "SIGSTOP leader")
 #: Per phase: orders sent, VM starts tried, VM stops, idle holds given up.
-ORDERS, STARTS, STOPS, DELETES = 12, 5, 3, 6
+ORDERS, STARTS, STOPS, DELETES = 12, 5, 4, 7
 #: No phase waits longer than this, in all, for its replicas, its orders' decisions and its VMIs to settle
 #: (five phases of it and their streams stay under the test's timeout).
 SETTLE_TIMEOUT = 35.0
@@ -332,7 +332,7 @@ class Chaos:
     async def deletes(self, phase: Phase) -> None:
         """Tenants give up holds they do not run (deleting a held device frees its units once released)."""
         for _ in range(DELETES):
-            await self._pause(0.5, 1.1)
+            await self._pause(0.4, 0.9)
             with contextlib.suppress(errors.KubeError):
                 idle = [d for d in await self._our_devices()
                         if (d.get("status") or {}).get("phase") in ("Bound", "Lost")
@@ -377,7 +377,7 @@ class Chaos:
 
     async def stops(self, phase: Phase) -> None:
         for _ in range(STOPS):
-            await self._pause(1.0, 2.0)
+            await self._pause(0.8, 1.6)
             with contextlib.suppress(errors.KubeError):
                 running = [v for v in await self._our_vmis() if (v.get("status") or {}).get("phase") == "Running"
                            and not v["metadata"].get("deletionTimestamp")]
@@ -534,11 +534,11 @@ class Chaos:
         await self.settle(phase)
         await self.account(phase)
         phase.ended = now()
-        phase.restarts = self.replicas.restarts - restarts
         phase.left_bound = [t.describe() for t in self.recorder.left_bound_without_reason(phase.started, phase.ended)]
         phase.left_bound += await self.recorder.unmatched_events(self.events_seen)
         phase.left_own = self.recorder.left_bound_with_reason(phase.started, phase.ended)
         phase.exits = self.replicas.exits[exits:]
+        phase.restarts = self.replicas.restarts - restarts
         print(f"phase {index} {fault}: {phase.detail or 'no fault'}; {phase.ended - phase.started:.1f} s"
               + "".join(f"\n  replica {e}" for e in phase.exits)
               + "".join(f"\n  ! {b}" for b in phase.breaches()), flush=True)

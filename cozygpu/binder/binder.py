@@ -326,6 +326,21 @@ class Binder:
         return (*reconciler, specs.GPU_NODES, specs.NODES, specs.PODS, specs.NAMESPACES, specs.TENANT_QUOTAS,
                 specs.KUBEVIRTS)
 
+    #: Chatty kinds whose changes start a full pass only when a decision reads what moved (heartbeats,
+    #: quota usage, pods that use no GPU and the binder's own GPUNode reports start none).
+    _FILTERED: tuple[str, ...] = ("Node", "Pod", "ResourceQuota", keys.GPUNODE_KIND)
+
+    def worth_a_pass(self) -> dict[str, Callable[[Event], bool]]:
+        """Kind key -> whether one of its events is a reason for a full pass (``Cache.trigger``'s ``when``)."""
+        if not self._config.gpu_enabled:
+            return {}
+        live = self._live
+
+        def predicate(kind: str) -> Callable[[Event], bool]:
+            return lambda event: live.matters(kind, event.old, None if event.type == "DELETED" else event.obj)
+
+        return {specs.SNAPSHOT_SPECS[kind].key: predicate(kind) for kind in self._FILTERED}
+
     def on_request(self, callback: Callable[[], None]) -> None:
         """Call ``callback`` (the driver's answer lane) whenever a device carries a new unanswered request."""
         self._on_request = callback

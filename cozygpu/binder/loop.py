@@ -1,7 +1,10 @@
 """The binder on the pass driver: one task in the leader term (R-BIND-1…3).
 
-- The full lane is triggered by every change of every kind the binder reads
-  (``Binder.kinds``), coalesced into one pass, with the driver's resync.
+- The full lane is triggered by every change of the kinds the binder reads
+  (``Binder.kinds``) that moves something a decision reads, coalesced into
+  one pass, with the driver's resync: a Node heartbeat, a quota's usage, a
+  pod that uses no GPU or the binder's own GPUNode report starts none
+  (``Binder.worth_a_pass``, the live snapshot's ``matters``).
 - The answer lane is requested by the device informer's handler the moment a
   device carries a new unanswered bind request, so the answer pass runs
   before the next full pass; a request caught before the term is covered by
@@ -36,7 +39,8 @@ def binder_driver(binder: Binder, cache: Cache, *, registry: CollectorRegistry, 
     needs = [spec.key for spec in binder.kinds]
     driver: PassDriver[Lane, Lane] = PassDriver(
         NAME, LaneWork({Lane.FULL: binder.full_pass, Lane.ANSWER: binder.answer_pass}), cache=cache,
-        triggers={Lane.FULL: [cache.trigger(*binder.kinds, name=NAME)]}, clock=clock or LoopClock(),
+        triggers={Lane.FULL: [cache.trigger(*binder.kinds, name=NAME, when=binder.worth_a_pass())]},
+        clock=clock or LoopClock(),
         metrics=PassMetrics.on(registry), config=config, needs={Lane.FULL: needs, Lane.ANSWER: needs},
     )
     binder.on_request(lambda: driver.request(Lane.ANSWER, "bind request"))

@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry
@@ -138,12 +138,16 @@ class Cache:
         """Wait until the kind's store has seen ``resource_version`` (R-BIND-2) and return it."""
         return await self.informer(spec_or_key).wait_for_resource_version(resource_version, timeout)
 
-    def trigger(self, *specs: SpecOrKey, name: str = "") -> Trigger:
-        """A coalescing trigger fired by every change, sync and served transition of the named kinds."""
+    def trigger(self, *specs: SpecOrKey, name: str = "",
+                when: Mapping[str, Callable[[Event], bool]] | None = None) -> Trigger:
+        """A coalescing trigger fired by every change, sync and served transition of the named kinds.
+
+        ``when`` maps a kind's key to a predicate: that kind's changes fire it only when one passes.
+        """
         informers = [self.informer(spec) for spec in specs]
         trigger = Trigger(name or ",".join(i.key for i in informers))
         for informer in informers:
-            informer.add_trigger(trigger)
+            informer.add_trigger(trigger, when=(when or {}).get(informer.key))
         return trigger
 
     # -- running --------------------------------------------------------------------------

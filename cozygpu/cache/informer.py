@@ -20,7 +20,10 @@ States of an informer, per serve cycle:
   logged and swallowed. A relist delivers the differences to the stored state
   as ADDED, MODIFIED and DELETED events after replacing the store at once.
 - Triggers (``add_trigger``) fire on every change, on the first sync and on
-  every served/unserved transition; they coalesce (``triggers.py``).
+  every served/unserved transition; they coalesce (``triggers.py``). A
+  trigger added ``when=`` a predicate fires for a batch of changes only if
+  one of them passes it (its lifecycle fires stay unconditional): a loop that
+  cares about a few fields of a chatty kind is not woken by the rest.
 - ``wait_for_resource_version(rv)`` returns once the store has seen ``rv``:
   the informer's last resourceVersion (from the list, an event or a bookmark)
   is at least ``rv``. That is how a writer proves the cache has seen its own
@@ -71,7 +74,7 @@ class Informer:
         self._unserved_reason = ""
         self._feed: _Feed | None = None
         self._handlers: list[Handler] = []
-        self._triggers: list[Trigger] = []
+        self._triggers: list[tuple[Trigger, Callable[[Event], bool] | None]] = []
         self._wakeup: asyncio.Event | None = None
 
     # -- reading --------------------------------------------------------------------------
@@ -155,13 +158,13 @@ class Informer:
 
         return unsubscribe
 
-    def add_trigger(self, trigger: Trigger) -> None:
-        if trigger not in self._triggers:
-            self._triggers.append(trigger)
+    def add_trigger(self, trigger: Trigger, *, when: Callable[[Event], bool] | None = None) -> None:
+        """Fire ``trigger`` on changes (only those ``when`` passes, if given), syncs and served changes."""
+        if all(t is not trigger for t, _ in self._triggers):
+            self._triggers.append((trigger, when))
 
     def remove_trigger(self, trigger: Trigger) -> None:
-        if trigger in self._triggers:
-            self._triggers.remove(trigger)
+        self._triggers = [(t, when) for t, when in self._triggers if t is not trigger]
 
     def _dispatch(self, events: list[Event]) -> None:
         for event in events:
@@ -172,10 +175,12 @@ class Informer:
                     log.exception("%s: handler %r failed on %s %s", self.key, handler, event.type,
                                   event.obj.get("metadata", {}).get("name"))
         if events:
-            self._fire()
+            for trigger, when in list(self._triggers):
+                if when is None or any(when(event) for event in events):
+                    trigger.fire(self.key)
 
     def _fire(self) -> None:
-        for trigger in self._triggers:
+        for trigger, _ in self._triggers:
             trigger.fire(self.key)
 
     # -- lifecycle (driven by the cache) --------------------------------------------------

@@ -669,16 +669,23 @@ class LiveSnapshot:
         if kind == "VirtualMachineInstance":
             self._vmi_changed(old, new)
             return
+        if self.matters(kind, old, new):
+            self._rebuild = True
+
+    def matters(self, kind: str, old: Obj | None, new: Obj | None) -> bool:
+        """Whether a change of an object of ``kind`` (not a device or VMI) moves anything a decision reads.
+
+        A heartbeat (a Node's, a quota's usage, a status field no view holds) does not, and neither does
+        any change of a pod that asks for no extended resource and launches no VMI here.
+        """
         convert = _SAME_VIEW.get(kind)
         if convert is not None and old is not None and new is not None:
             try:
                 if convert(old) == convert(new):
-                    return  # a heartbeat: nothing a decision reads moved
+                    return False
             except ValueError:
                 pass
-        if kind == "Pod" and not self._wanted_pod(old) and not self._wanted_pod(new):
-            return
-        self._rebuild = True
+        return not (kind == "Pod" and not self._wanted_pod(old) and not self._wanted_pod(new))
 
     def _vmi_changed(self, old: Obj | None, new: Obj | None) -> None:
         """Nothing when its view stayed the same; an update when its active pods did; else a rebuild."""

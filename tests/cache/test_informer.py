@@ -59,6 +59,24 @@ def test_the_first_list_makes_the_store_readable_and_fires_triggers_even_when_em
     assert trigger.poll() == frozenset({SPEC.key})
 
 
+def test_a_trigger_added_with_a_predicate_fires_only_for_changes_it_passes_and_always_on_sync() -> None:
+    informer = Informer(SPEC)
+    filtered, plain = Trigger("filtered"), Trigger("plain")
+    informer.add_trigger(filtered, when=lambda event: event.obj["metadata"]["name"] == "wanted")
+    informer.add_trigger(plain)
+    feed = informer.begin_cycle()
+    feed.replace([], "1")
+    assert filtered.poll() == plain.poll() == frozenset({SPEC.key}), "the first list wakes both"
+    feed.apply("ADDED", feed.prepare(raw("other", "2")))
+    assert filtered.poll() is None
+    assert plain.poll() == frozenset({SPEC.key})
+    feed.apply("ADDED", feed.prepare(raw("wanted", "3")))
+    assert filtered.poll() == frozenset({SPEC.key})
+    informer.remove_trigger(filtered)
+    feed.apply("MODIFIED", feed.prepare(raw("wanted", "4")))
+    assert filtered.poll() is None
+
+
 def test_stored_objects_are_frozen_transformed_and_carry_kind_and_api_version() -> None:
     spec = KindSpec("kubevirt.io", "v1", "virtualmachineinstances", "VirtualMachineInstance", True,
                     transform=lambda o: {**o, "status": {"kept": True}})

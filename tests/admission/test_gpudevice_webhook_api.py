@@ -19,8 +19,8 @@ ORDER = {"apiVersion": keys.API_VERSION, "kind": keys.GPUDEVICE_KIND}
 
 
 async def refused(admin: Client, namespace: str, class_name: str, count: int) -> str:
-    body = {**ORDER, "metadata": {"name": f"o-{uuid.uuid4().hex[:6]}"}, "spec": {"className": class_name,
-                                                                             "count": count}}
+    body: dict[str, Any] = {**ORDER, "metadata": {"name": f"o-{uuid.uuid4().hex[:6]}"},
+                            "spec": {"className": class_name, "count": count}}
     with pytest.raises(errors.ApiError) as caught:
         await admin.create(device_path(namespace), body)
     assert caught.value.status == 403, caught.value
@@ -30,8 +30,8 @@ async def refused(admin: Client, namespace: str, class_name: str, count: int) ->
 
 
 async def accepted(admin: Client, namespace: str, class_name: str, count: int) -> dict[str, Any]:
-    body = {**ORDER, "metadata": {"name": f"o-{uuid.uuid4().hex[:6]}"}, "spec": {"className": class_name,
-                                                                             "count": count}}
+    body: dict[str, Any] = {**ORDER, "metadata": {"name": f"o-{uuid.uuid4().hex[:6]}"},
+                            "spec": {"className": class_name, "count": count}}
     made: dict[str, Any] = await admin.create(device_path(namespace), body)
     return made
 

@@ -27,7 +27,8 @@ from tests.support.waiting import eventually
 
 def version(cache: Cache, name: str) -> str:
     node = cache.store(specs.NODES).get("", name)
-    return str(((node or {}).get("metadata") or {}).get("resourceVersion") or "")
+    meta = node.get("metadata") if node is not None else None
+    return str((meta or {}).get("resourceVersion") or "")
 
 
 def from_scratch(cache: Cache) -> Snapshot:

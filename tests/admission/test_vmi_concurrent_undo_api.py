@@ -148,7 +148,7 @@ async def test_one_failing_write_among_concurrent_ones_leaves_nothing_behind(
             unsubscribe = served.cache.informer(specs.GPU_DEVICES).subscribe(record)
             try:
                 gate.armed = True
-                refs = [*({"device": n} for n in held_names),
+                refs: list[dict[str, Any]] = [*({"device": n} for n in held_names),
                         *({"template": f"t{i}", "class": world.gpu_class, "count": 1} for i in range(3))]
                 with pytest.raises(errors.ApiError) as caught:
                     await admin.create(VMIS.format(namespace), vmi_body("vm", refs))

@@ -46,7 +46,7 @@ async def until(cache: Cache, predicate: Callable[[], bool], timeout: float = 30
 
 def status(cache: Cache, namespace: str, name: str) -> dict[str, Any]:
     obj = cache.store(specs.GPU_DEVICES).get(namespace, name)
-    return dict((obj or {}).get("status") or {})
+    return dict((obj.get("status") if obj is not None else None) or {})
 
 
 async def devices(admin: Client, namespace: str) -> dict[str, tuple[str, Any]]:
@@ -77,7 +77,8 @@ async def test_a_start_creates_its_template_device_attaches_the_set_and_gets_one
         await world.node("n1", 4)
         async with admission(plane, admin, namespace, tmp_path) as served, with_binder(admin, served.cache):
             await held(admin, served.cache, world, "mine", 1)
-            refs = [{"device": "mine"}, {"template": "extra", "class": world.gpu_class, "count": 2}]
+            refs: list[dict[str, Any]] = [{"device": "mine"}, {"template": "extra", "class": world.gpu_class,
+                                                               "count": 2}]
             made = await admin.create(VMIS.format(namespace), vmi_body("vm", refs))
             assert gpus(made) == [{"name": f"cozygpu-gpu{i}", "deviceName": world.resource} for i in range(3)]
             assert "resources" not in made["spec"]["domain"]
@@ -107,7 +108,7 @@ async def test_a_refused_start_and_a_dry_run_leave_no_trace(
             await until(served.cache, lambda: bool(status(served.cache, namespace, "theirs")
                                                    .get("attachment", {}).get("uid")))
             before = await devices(admin, namespace)
-            cases = {
+            cases: dict[str, list[dict[str, Any]]] = {
                 "GPUDevice {ns}/nope does not exist": [{"device": "mine"}, {"device": "nope"}],
                 "is attached to VMI {ns}/other": [{"device": "theirs"}],
                 "0 units free in the cluster, order of 1 exceeds it by 1": [
@@ -160,7 +161,8 @@ async def test_with_no_binder_a_start_is_refused_within_the_bind_wait_and_every_
             await world.order("mine", 1, status=world.held("n1"))
             await until(served.cache, lambda: status(served.cache, namespace, "mine").get("phase") == "Bound")
             before = await devices(admin, namespace)
-            refs = [{"device": "mine"}, {"template": "extra", "class": world.gpu_class, "count": 1}]
+            refs: list[dict[str, Any]] = [{"device": "mine"}, {"template": "extra", "class": world.gpu_class,
+                                                               "count": 1}]
             with pytest.raises(errors.ApiError) as caught:
                 await admin.create(VMIS.format(namespace), vmi_body("vm", refs))
             assert "no answer from the binder within 2 s" in caught.value.message
@@ -211,7 +213,8 @@ async def test_a_reinvocation_takes_the_answered_request_as_its_own_and_writes_n
 
             def record(event: Event) -> None:
                 request = ((event.obj.get("status") or {}).get("bindRequest") or {}).get("id")
-                old = (((event.old or {}).get("status") or {}).get("bindRequest") or {}).get("id")
+                before = event.old.get("status") if event.old is not None else None
+                old = ((before or {}).get("bindRequest") or {}).get("id")
                 if event.type == "ADDED" or (request and request != old):
                     writes.append((event.type, str(request)))
 

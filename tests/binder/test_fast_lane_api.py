@@ -71,9 +71,11 @@ async def test_an_order_waits_for_the_full_pass_while_a_lost_set_waits_for_room_
     # The blocker goes: its finalizer is released by a full pass, and its units with it. A deletion
     # is no ranking event (it only frees units), so the lane stays settled: only the Lost set holds it.
     await world.admin.delete(device_path(world.namespace, "blocker"))
-    await cache_until(binder, specs.GPU_DEVICES, lambda: binder.cache.store(specs.GPU_DEVICES).get(
-        world.namespace, "blocker") is not None and bool(binder.cache.store(specs.GPU_DEVICES).get(
-            world.namespace, "blocker")["metadata"].get("deletionTimestamp")))
+    def blocker_deleting() -> bool:
+        blocker = binder.cache.store(specs.GPU_DEVICES).get(world.namespace, "blocker")
+        return blocker is not None and bool(blocker["metadata"].get("deletionTimestamp"))
+
+    await cache_until(binder, specs.GPU_DEVICES, blocker_deleting)
     await settled_full_pass(binder)
     with pytest.raises(errors.NotFound):
         await world.device("blocker")

@@ -15,6 +15,8 @@ times out (counted) and starts over, never deciding.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
+from typing import Any
 
 from prometheus_client import CollectorRegistry
 
@@ -132,7 +134,7 @@ async def test_a_pass_waits_for_its_own_writes_behind_a_late_watch_and_books_no_
             passes = full_passes(registry)
 
             async def caught_up() -> bool:
-                seen = cache.store(specs.GPU_DEVICES).get(world.namespace, "a") or {}
+                seen: Mapping[str, Any] = cache.store(specs.GPU_DEVICES).get(world.namespace, "a") or {}
                 ran = full_passes(registry) > passes
                 return ran and (seen.get("status") or {}).get("nodeName") == world.node_name("n2")
 

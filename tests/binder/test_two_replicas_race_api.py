@@ -44,23 +44,13 @@ from tests.runtime.processes import (
     controllers_fixture,  # noqa: F401 - the ``controllers`` fixture
 )
 from tests.support.crds import install_fixture_crd
+from tests.support.tenants import Tenants, make_tenants
 
 KILLS = 20
 NODES = {"n1": 4, "n2": 4, "n3": 4, "n4": 2}
 BUDGET = 10  # of the parent tenant, over its whole subtree; the nodes serve 14
 STARTED = "leader-work-started"
 NAMESPACES = resource_path("", "v1", "namespaces")
-
-
-@attrs.define
-class Tenants:
-    parent: str
-    children: list[str]
-    other: str
-
-    @property
-    def all(self) -> list[str]:
-        return [self.parent, *self.children, self.other]
 
 
 @attrs.define
@@ -241,10 +231,10 @@ def invariant_breaches(world: World, tenants: Tenants, devices: list[dict[str, A
             breaches.append(f"VMI {namespace}/{vmi}: its set is split: {sorted(places, key=str)}")
     for vm in running:
         for name in vm.devices:
-            device = by_key.get((vm.namespace, name))
-            status = (device or {}).get("status") or {}
+            held = by_key.get((vm.namespace, name))
+            status = (held or {}).get("status") or {}
             attachment = status.get("attachment") or {}
-            if device is None or attachment.get("vmi") != vm.vmi:
+            if held is None or attachment.get("vmi") != vm.vmi:
                 breaches.append(f"VMI {vm.namespace}/{vm.vmi} runs, but its device {name} was detached")
             elif (status.get("phase"), status.get("nodeName")) != ("Bound", vm.node):
                 breaches.append(f"VMI {vm.namespace}/{vm.vmi} runs on {vm.node}, but its device {name} is "
@@ -255,9 +245,7 @@ def invariant_breaches(world: World, tenants: Tenants, devices: list[dict[str, A
 @pytest.fixture
 async def tenants(admin: Client) -> Tenants:
     parent = f"tenant-{uuid.uuid4().hex[:8]}"
-    made = Tenants(parent=parent, children=[f"{parent}-ml", f"{parent}-web"], other=f"tenant-{uuid.uuid4().hex[:8]}")
-    for name in made.all:
-        await admin.create(NAMESPACES, {"metadata": {"name": name}})
+    made = await make_tenants(admin, parent, f"tenant-{uuid.uuid4().hex[:8]}")
     await admin.create(resource_path("", "v1", "resourcequotas", namespace=parent), {
         "metadata": {"name": keys.TENANT_QUOTA_NAME}, "spec": {"hard": {keys.QUOTA_TOTAL: str(BUDGET)}}})
     return made  # left in place like every test's namespace: the fast plane runs no namespace controller

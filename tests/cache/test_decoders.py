@@ -36,12 +36,12 @@ def fields(kept: tuple[str, ...], **more: st.SearchStrategy[Any]) -> st.SearchSt
     return st.fixed_dictionaries({}, optional={**optional, **more})
 
 
-annotations = st.dictionaries(st.sampled_from([f"{keys.GROUP}/device-refs", f"{keys.GROUP}/x", "kubevirt.io/domain",
+pod_annotations = st.dictionaries(st.sampled_from([f"{keys.GROUP}/device-refs", f"{keys.GROUP}/x", "kubevirt.io/domain",
                                                "kubectl.kubernetes.io/last-applied-configuration"]),
                               st.text(max_size=20), max_size=4)
 containers = st.one_of(st.none(), st.lists(fields(POD_CONTAINER_FIELDS), max_size=3))
 pods = fields(
-    (), metadata=st.one_of(fields(POD_METADATA_FIELDS, annotations=annotations), st.none()),
+    (), metadata=st.one_of(fields(POD_METADATA_FIELDS, annotations=pod_annotations), st.none()),
     spec=st.one_of(fields(POD_SPEC_FIELDS, containers=containers, initContainers=containers), st.none()),
     status=st.one_of(fields(POD_STATUS_FIELDS), st.none()),
     apiVersion=st.just("v1"), kind=st.just("Pod"),

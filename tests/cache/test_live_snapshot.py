@@ -11,7 +11,7 @@ random points the incremental snapshot is compared with the reference.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -292,11 +292,13 @@ def test_a_vmi_that_keeps_its_active_pods_is_an_update_and_one_whose_pods_change
     apply(world, ("device", "d0", "tenant-a", "a", 2, "Bound", "n1", "vm1", True, False, False))
     assert_same(world)
     # A VMI starting (no launcher yet), one moving node with the same pod, and one going: updates, never a rebuild.
-    for step in (lambda: world.put("VirtualMachineInstance", vmi("vm2", "tenant-a", uid="u2", active=(),
+    steps: tuple[Callable[[], None], ...] = (
+                 lambda: world.put("VirtualMachineInstance", vmi("vm2", "tenant-a", uid="u2", active=(),
                                                                  node_name=None)),
                  lambda: world.put("VirtualMachineInstance", vmi("vm1", "tenant-a", uid="vmi-uid-vm1",
                                                                  active=("p1",), node_name="n2")),
-                 lambda: world.put("VirtualMachineInstance", None, ("tenant-a", "vm2"))):
+                 lambda: world.put("VirtualMachineInstance", None, ("tenant-a", "vm2")))
+    for step in steps:
         step()
         assert_same(world)
         assert world.live.last_step == "update of 0 device(s) and 1 VMI(s)"

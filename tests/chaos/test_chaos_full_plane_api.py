@@ -70,6 +70,7 @@ from tests.chaos.support import (
 from tests.runtime.processes import LEASE_DURATION, ControllerProcess, ControllerProcesses, Line
 from tests.support.planes import Fleet
 from tests.support.proxy import Proxy
+from tests.support.tenants import Tenants, make_tenants
 from tests.support.waiting import eventually
 
 NODE_UNITS = {"n1": 2, "n2": 2, "n3": 2}  # 6 units; the budgets below add up to 9, so nodes fill up
@@ -105,17 +106,6 @@ def why(error: errors.KubeError) -> str:
             return "WebhookTimeout"
         return error.reason or f"HTTP{error.status}"
     return "APIUnavailable"
-
-
-@attrs.define
-class Tenants:
-    parent: str
-    children: list[str]
-    other: str
-
-    @property
-    def all(self) -> list[str]:
-        return [self.parent, *self.children, self.other]
 
 
 @attrs.define
@@ -545,14 +535,6 @@ class Chaos:
         return phase
 
 
-async def make_tenants(admin: Client, tag: str) -> Tenants:
-    parent = f"tenant-{tag}"
-    tenants = Tenants(parent=parent, children=[f"{parent}-ml", f"{parent}-web"], other=f"tenant-{tag}x")
-    for name in tenants.all:
-        await admin.create(NAMESPACES, {"metadata": {"name": name, "labels": {RUN_LABEL: tag}}})
-    return tenants
-
-
 async def declare_budgets(admin: Client, tenants: Tenants, gpu_class: str) -> None:
     budgets = {tenants.parent: {f"requests.{keys.QUOTA_TOTAL}": str(PARENT_TOTAL)},
                tenants.children[0]: {f"requests.{keys.class_quota_key(gpu_class)}": str(CHILD_CLASS)},
@@ -581,7 +563,7 @@ async def test_faults_one_after_another_under_a_stream_of_orders_starts_and_stop
     admin = full_admin
     tag = uuid.uuid4().hex[:8]
     await apply.install_kubevirt_crds(admin)
-    tenants = await make_tenants(admin, tag)
+    tenants = await make_tenants(admin, f"tenant-{tag}", f"tenant-{tag}x", labels={RUN_LABEL: tag})
     world = await World.make(admin, tenants.parent)
     await declare_budgets(admin, tenants, world.gpu_class)
     node_names = [world.node_name(short) for short in NODE_UNITS]

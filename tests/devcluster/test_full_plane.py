@@ -88,7 +88,7 @@ async def test_a_gpu_pod_lands_on_the_one_node_with_that_resource_and_runs(
         found = await full_admin.get(f"{pods}/second")
         for condition in found.get("status", {}).get("conditions") or []:
             if condition["type"] == "PodScheduled" and condition.get("reason") == "Unschedulable":
-                return condition
+                return dict(condition)
         return None
 
     condition = await eventually(unschedulable, what="the pod beyond capacity got no Unschedulable condition")

@@ -88,7 +88,7 @@ async def serve(script: list[tuple[int, dict[str, str]]]) -> tuple[FlakyServer, 
     await runner.setup()
     site = aiohttp.web.SockSite(runner, socket_bound_to_loopback())
     await site.start()
-    return server, runner, f"http://127.0.0.1:{site._sock.getsockname()[1]}"  # type: ignore[union-attr]
+    return server, runner, f"http://127.0.0.1:{site._sock.getsockname()[1]}"
 
 
 def socket_bound_to_loopback() -> Any:
@@ -146,7 +146,7 @@ async def plain_text_server(body: bytes) -> tuple[aiohttp.web.AppRunner, str]:
     await runner.setup()
     site = aiohttp.web.SockSite(runner, socket_bound_to_loopback())
     await site.start()
-    return runner, f"http://127.0.0.1:{site._sock.getsockname()[1]}"  # type: ignore[union-attr]
+    return runner, f"http://127.0.0.1:{site._sock.getsockname()[1]}"
 
 
 async def test_an_answer_that_is_not_json_is_unavailable_not_a_decode_error() -> None:

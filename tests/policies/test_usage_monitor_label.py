@@ -70,8 +70,9 @@ async def test_a_pod_binding_carrying_the_key_is_refused(
     """A subresource write (pods/binding) is a write in the namespace like any other."""
     await admin.create(s.pods(tenant_ns), s.pod("bound"))
     cleanup(f"{s.pods(tenant_ns)}/bound")
-    binding = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "bound", "labels": {KEY: "gpu"}},
-               "target": {"apiVersion": "v1", "kind": "Node", "name": "node-a"}}
+    binding: dict[str, Any] = {"apiVersion": "v1", "kind": "Binding",
+                               "metadata": {"name": "bound", "labels": {KEY: "gpu"}},
+                               "target": {"apiVersion": "v1", "kind": "Node", "name": "node-a"}}
     await s.refused(admin.create(f"{s.pods(tenant_ns)}/bound/binding", binding),
                     "adding the label", KEY, f"pods/binding {tenant_ns}/bound")
     del binding["metadata"]["labels"]

@@ -655,6 +655,8 @@ class LiveSnapshot:
         self._identities: dict[str, object] = {}
         self._devices: set[tuple[str, str]] = set()
         self._vmis: set[tuple[str, str]] = set()
+        #: GPUNodes whose report changed but kept its names: an update of that one node.
+        self._reports: set[tuple[str, str]] = set()
         self._rebuild = True
         #: Why the last snapshot was rebuilt or updated, and how many objects it converted (for benches, logs).
         self.last_step = ""
@@ -669,8 +671,16 @@ class LiveSnapshot:
         if kind == "VirtualMachineInstance":
             self._vmi_changed(old, new)
             return
-        if self.matters(kind, old, new):
-            self._rebuild = True
+        if not self.matters(kind, old, new):
+            return
+        if kind == keys.GPUNODE_KIND and old is not None and new is not None:
+            try:
+                if Assembly.same_names(node_inventory(old), node_inventory(new)):
+                    self._reports.add(_key_of(new))
+                    return
+            except ValueError:
+                pass
+        self._rebuild = True
 
     def matters(self, kind: str, old: Obj | None, new: Obj | None) -> bool:
         """Whether a change of an object of ``kind`` (not a device or VMI) moves anything a decision reads.
@@ -713,7 +723,7 @@ class LiveSnapshot:
     @property
     def dirty(self) -> bool:
         """Whether a change was noted since the last snapshot (heartbeats are not)."""
-        return self._rebuild or bool(self._devices) or bool(self._vmis)
+        return self._rebuild or bool(self._devices) or bool(self._vmis) or bool(self._reports)
 
     def _wanted_pod(self, pod: Obj | None) -> bool:
         if pod is None:
@@ -734,11 +744,21 @@ class LiveSnapshot:
             keys.GPUDEVICE_KIND, self._devices, sources.get(keys.GPUDEVICE_KIND), device_view)
         vmi_changes: dict[tuple[str, str], VMIView | None] = self._views(
             "VirtualMachineInstance", self._vmis, sources.get("VirtualMachineInstance"), vmi_view)
+        reports: dict[tuple[str, str], NodeInventory | None] = self._views(
+            keys.GPUNODE_KIND, self._reports, sources.get(keys.GPUNODE_KIND), node_inventory)
         self._devices.clear()
         self._vmis.clear()
-        self.last_step = f"update of {len(changes)} device(s)" + (f" and {len(vmi_changes)} VMI(s)"
-                                                                 if vmi_changes else "")
-        return self._assembly.update(now=now, devices=changes, vmis=vmi_changes)
+        self._reports.clear()
+        inventories = {key[1]: view for key, view in reports.items() if view is not None}
+        if len(inventories) < len(reports):  # gone or unreadable since: not a change of one node's report
+            return self._build(now, sources)
+        self.last_step = (f"update of {len(changes)} device(s)" + (f" and {len(vmi_changes)} VMI(s)"
+                                                                   if vmi_changes else "")
+                          + (f" and {len(inventories)} report(s)" if inventories else ""))
+        try:
+            return self._assembly.update(now=now, devices=changes, vmis=vmi_changes, inventories=inventories)
+        except ValueError:  # a report's names changed after all: its later state is what the stores hold
+            return self._build(now, sources)
 
     def _views(self, kind: str, wanted: Iterable[tuple[str, str]], source: Source | None,
                convert: Callable[[Obj], ViewT]) -> dict[tuple[str, str], ViewT | None]:
@@ -764,6 +784,7 @@ class LiveSnapshot:
         self._rebuild = False
         self._devices.clear()
         self._vmis.clear()
+        self._reports.clear()
         memo, on_invalid = self._memo, self._on_invalid
         with collector_paused():
             vmi_views: list[VMIView] = _convert("VirtualMachineInstance", objects("VirtualMachineInstance"), vmi_view,

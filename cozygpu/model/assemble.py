@@ -388,15 +388,9 @@ class Assembly:
         self._classes = {c.name: c for c in classes}
         self._nodes = {n.name: n for n in nodes}
         self._inventories: dict[str, NodeInventory] = {}
-        fresh_until: datetime | None = None
         for inventory in inventories:
-            fresh = cap.report_fresh(inventory.last_report, now=now, stale_after=self._stale_after)
-            self._inventories[inventory.name] = (
-                inventory if inventory.fresh == fresh else attrs.evolve(inventory, fresh=fresh))
-            if fresh and inventory.last_report is not None:
-                until = inventory.last_report + self._stale_after
-                fresh_until = until if fresh_until is None or until < fresh_until else fresh_until
-        self._fresh_until = fresh_until
+            self._inventories[inventory.name] = self._freshened(inventory, now)
+        self._fresh_until = self._first_stale()
         self._vmis = {v.key: v for v in vmis}
         self._namespaces = {n.name: n for n in namespaces}
         self._names = derive_effective_names(hoster=self._hoster, classes=self._classes.values(),
@@ -466,20 +460,47 @@ class Assembly:
         self._touched_nodes.clear()
         return self._emit(now)
 
+    def _freshened(self, inventory: NodeInventory, now: datetime) -> NodeInventory:
+        fresh = cap.report_fresh(inventory.last_report, now=now, stale_after=self._stale_after)
+        return inventory if inventory.fresh == fresh else attrs.evolve(inventory, fresh=fresh)
+
+    def _first_stale(self) -> datetime | None:
+        """When the first fresh report turns stale (the snapshot is rebuilt then)."""
+        return min((i.last_report + self._stale_after for i in self._inventories.values()
+                    if i.fresh and i.last_report is not None), default=None)
+
+    @staticmethod
+    def same_names(before: NodeInventory | None, after: NodeInventory | None) -> bool:
+        """A report change ``update`` can take: the node reported before and after, with the same names
+        (the effective GPU names, R-MOD-9, follow from them; anything else is a rebuild)."""
+        return (before is not None and after is not None and before.resource_names == after.resource_names
+                and before.served.keys() == after.served.keys())
+
     # -- change by change ---------------------------------------------------------------
 
     def update(self, *, now: datetime, devices: Mapping[DeviceKey, DeviceView | None],
-               vmis: Mapping[VmiKey, VMIView | None] | None = None) -> Snapshot:
-        """The Snapshot after these device and VMI changes (a view, or None when it is gone).
+               vmis: Mapping[VmiKey, VMIView | None] | None = None,
+               inventories: Mapping[str, NodeInventory] | None = None) -> Snapshot:
+        """The Snapshot after these device, VMI and report changes (a view, or None when it is gone).
 
         A VMI change must keep its ``active_pods`` (absent counts as none): the
         launcher index and which pods the snapshot holds follow from them, and
-        a change of those takes a rebuild.
+        a change of those takes a rebuild. A report change must keep the
+        node's names (``same_names``): its units, its time and its freshness
+        move that one node's capacity and the availability there.
         """
         if self._snapshot is None:
             raise RuntimeError("update before the first rebuild")
         self._now = now
         copied: set[str] = set()
+        if inventories:
+            self._copy("inventories", copied)
+            for name, inventory in inventories.items():
+                if not self.same_names(self._inventories.get(name), inventory):
+                    raise ValueError(f"GPUNode {name}: its resource names changed; rebuild")
+                self._inventories[name] = self._freshened(inventory, now)
+                self._touched_nodes.add(name)
+            self._fresh_until = self._first_stale()
         for name in ("devices", "by_node", "by_class", "by_namespace", "by_vmi"):
             self._copy(name, copied)
         if vmis:
@@ -539,6 +560,7 @@ class Assembly:
     _MAPS: Final = {
         "devices": "_devices", "by_node": "_by_node", "by_class": "_by_class", "by_namespace": "_by_namespace",
         "by_vmi": "_by_vmi", "vmis": "_vmis", "subtree": "_subtree", "pending_usage": "_pending_usage",
+        "inventories": "_inventories",
         "capacity": "_capacity", "serving": "_serving", "availability": "_availability",
     }
 

@@ -90,7 +90,12 @@ def device(name: str, namespace: str, *, class_name: str, count: int, phase: str
 def vmi(name: str, namespace: str, *, uid: str, active: tuple[str, ...], node_name: str | None) -> Obj:
     return {"metadata": meta(name, namespace, uid=uid),
             "spec": {}, "status": {"phase": "Running", "nodeName": node_name,
-                                   "activePods": {f"uid-{p}": node_name or "" for p in active}}}
+                                   "activePods": {pod_uid(namespace, p): node_name or "" for p in active}}}
+
+
+def pod_uid(namespace: str, name: str) -> str:
+    """A pod's UID: unique per object, as the API server makes it (two namespaces' p1 are two pods)."""
+    return f"uid-{namespace}-{name}"
 
 
 def pod(name: str, namespace: str, *, resource: str, units: int, node_name: str | None, phase: str,
@@ -100,7 +105,7 @@ def pod(name: str, namespace: str, *, resource: str, units: int, node_name: str 
     if claims:
         extra["ownerReferences"] = [{"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
                                      "name": claims, "uid": claimed_uid, "controller": True}]
-    return {"metadata": meta(name, namespace, uid=f"uid-{name}", **extra),
+    return {"metadata": meta(name, namespace, uid=pod_uid(namespace, name), **extra),
             "spec": {"nodeName": node_name, "containers": [{"resources": {"limits": {resource: str(units)}}}]},
             "status": {"phase": phase}}
 
@@ -323,3 +328,18 @@ def test_a_claimed_launchers_window_opens_with_its_vmis_devices_and_closes_with_
     assert_same(world)
     assert world.live.last_step == "rebuild", "the window closed: the pod's GPUs are raw use now"
     assert world.live.snapshot(now=world.now, sources=world.sources()).capacity["n1"][RESOURCES[0]].raw_in_use == 1
+
+
+def test_a_report_that_keeps_its_names_is_an_update_of_that_node_and_new_names_are_a_rebuild() -> None:
+    world = World()
+    seed(world)
+    assert_same(world)
+    for step in (("report", "n1", 4, 2, 1),   # its time moved: the agent's heartbeat
+                 ("report", "n2", 1, 2, 0),   # fewer units of a name it serves
+                 ("report", "n3", 4, 2, 7)):  # a report gone stale
+        apply(world, step)
+        assert_same(world)
+        assert world.live.last_step == "update of 0 device(s) and 1 report(s)"
+    apply(world, ("report", "n1", 4, 0, 0))  # it serves no B any more: the effective names may change
+    assert_same(world)
+    assert world.live.last_step == "rebuild"

@@ -657,6 +657,8 @@ class LiveSnapshot:
         self._vmis: set[tuple[str, str]] = set()
         #: GPUNodes whose report changed but kept its names: an update of that one node.
         self._reports: set[tuple[str, str]] = set()
+        #: Nodes whose view changed (or that came or went): which classes may use them.
+        self._nodes: set[tuple[str, str]] = set()
         self._rebuild = True
         #: Why the last snapshot was rebuilt or updated, and how many objects it converted (for benches, logs).
         self.last_step = ""
@@ -672,6 +674,9 @@ class LiveSnapshot:
             self._vmi_changed(old, new)
             return
         if not self.matters(kind, old, new):
+            return
+        if kind == "Node":
+            self._nodes.add(_key_of(new or old or _EMPTY))
             return
         if kind == keys.GPUNODE_KIND and old is not None and new is not None:
             try:
@@ -723,7 +728,7 @@ class LiveSnapshot:
     @property
     def dirty(self) -> bool:
         """Whether a change was noted since the last snapshot (heartbeats are not)."""
-        return self._rebuild or bool(self._devices) or bool(self._vmis) or bool(self._reports)
+        return self._rebuild or any((self._devices, self._vmis, self._reports, self._nodes))
 
     def _wanted_pod(self, pod: Obj | None) -> bool:
         if pod is None:
@@ -746,17 +751,22 @@ class LiveSnapshot:
             "VirtualMachineInstance", self._vmis, sources.get("VirtualMachineInstance"), vmi_view)
         reports: dict[tuple[str, str], NodeInventory | None] = self._views(
             keys.GPUNODE_KIND, self._reports, sources.get(keys.GPUNODE_KIND), node_inventory)
+        nodes: dict[tuple[str, str], NodeView | None] = self._views(
+            "Node", self._nodes, sources.get("Node"), node_view)
         self._devices.clear()
         self._vmis.clear()
         self._reports.clear()
+        self._nodes.clear()
         inventories = {key[1]: view for key, view in reports.items() if view is not None}
         if len(inventories) < len(reports):  # gone or unreadable since: not a change of one node's report
             return self._build(now, sources)
         self.last_step = (f"update of {len(changes)} device(s)" + (f" and {len(vmi_changes)} VMI(s)"
                                                                    if vmi_changes else "")
-                          + (f" and {len(inventories)} report(s)" if inventories else ""))
+                          + (f" and {len(inventories)} report(s)" if inventories else "")
+                          + (f" and {len(nodes)} node(s)" if nodes else ""))
         try:
-            return self._assembly.update(now=now, devices=changes, vmis=vmi_changes, inventories=inventories)
+            return self._assembly.update(now=now, devices=changes, vmis=vmi_changes, inventories=inventories,
+                                         nodes={key[1]: view for key, view in nodes.items()})
         except ValueError:  # a report's names changed after all: its later state is what the stores hold
             return self._build(now, sources)
 
@@ -785,6 +795,7 @@ class LiveSnapshot:
         self._devices.clear()
         self._vmis.clear()
         self._reports.clear()
+        self._nodes.clear()
         memo, on_invalid = self._memo, self._on_invalid
         with collector_paused():
             vmi_views: list[VMIView] = _convert("VirtualMachineInstance", objects("VirtualMachineInstance"), vmi_view,

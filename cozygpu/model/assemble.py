@@ -480,14 +480,17 @@ class Assembly:
 
     def update(self, *, now: datetime, devices: Mapping[DeviceKey, DeviceView | None],
                vmis: Mapping[VmiKey, VMIView | None] | None = None,
-               inventories: Mapping[str, NodeInventory] | None = None) -> Snapshot:
-        """The Snapshot after these device, VMI and report changes (a view, or None when it is gone).
+               inventories: Mapping[str, NodeInventory] | None = None,
+               nodes: Mapping[str, NodeView | None] | None = None) -> Snapshot:
+        """The Snapshot after these device, VMI, report and Node changes (a view, or None when it is gone).
 
         A VMI change must keep its ``active_pods`` (absent counts as none): the
         launcher index and which pods the snapshot holds follow from them, and
         a change of those takes a rebuild. A report change must keep the
         node's names (``same_names``): its units, its time and its freshness
-        move that one node's capacity and the availability there.
+        move that one node's capacity and the availability there. A Node's
+        view (labels, taints, Ready, cordon) moves only which classes may use
+        it: the availability of the classes of the names it serves.
         """
         if self._snapshot is None:
             raise RuntimeError("update before the first rebuild")
@@ -501,6 +504,15 @@ class Assembly:
                 self._inventories[name] = self._freshened(inventory, now)
                 self._touched_nodes.add(name)
             self._fresh_until = self._first_stale()
+        eligible_changed: list[str] = []
+        if nodes:
+            self._copy("nodes", copied)
+            for name, node_view in nodes.items():
+                if node_view is None:
+                    self._nodes.pop(name, None)
+                else:
+                    self._nodes[name] = node_view
+                eligible_changed.append(name)
         for name in ("devices", "by_node", "by_class", "by_namespace", "by_vmi"):
             self._copy(name, copied)
         if vmis:
@@ -553,6 +565,12 @@ class Assembly:
             for node in sorted(self._touched_nodes):
                 self._refresh_node(node)
             self._touched_nodes.clear()
+        if eligible_changed:
+            self._copy("availability", copied)
+            for node in sorted(eligible_changed):
+                for name in sorted(self._capacity.get(node, {})):
+                    for gpu_class in self._classes_of.get(name, ()):
+                        self._availability[gpu_class.name] = self._available(gpu_class, node)
         return self._emit(now)
 
     # -- the parts ----------------------------------------------------------------------
@@ -560,7 +578,7 @@ class Assembly:
     _MAPS: Final = {
         "devices": "_devices", "by_node": "_by_node", "by_class": "_by_class", "by_namespace": "_by_namespace",
         "by_vmi": "_by_vmi", "vmis": "_vmis", "subtree": "_subtree", "pending_usage": "_pending_usage",
-        "inventories": "_inventories",
+        "inventories": "_inventories", "nodes": "_nodes",
         "capacity": "_capacity", "serving": "_serving", "availability": "_availability",
     }
 

@@ -259,7 +259,7 @@ def test_after_any_events_the_live_snapshot_is_the_one_built_from_scratch(events
         assert_same(world)
 
 
-def test_a_device_change_is_an_update_and_a_heartbeat_changes_nothing() -> None:
+def test_a_device_or_node_change_is_an_update_and_a_heartbeat_changes_nothing() -> None:
     world = World()
     seed(world)
     assert_same(world)
@@ -271,7 +271,10 @@ def test_a_device_change_is_an_update_and_a_heartbeat_changes_nothing() -> None:
     assert world.live.last_step == "update of 1 device(s)"
     world.put("Node", node("n2", cordoned=True))
     assert_same(world)
-    assert world.live.last_step == "rebuild"
+    assert world.live.last_step == "update of 0 device(s) and 1 node(s)", "a cordon moves who may use n2"
+    world.put("Node", None, ("", "n3"))
+    assert_same(world)
+    assert world.live.last_step == "update of 0 device(s) and 1 node(s)", "a Node gone"
 
 
 def test_a_device_attached_to_a_running_vmi_takes_its_launchers_units_off_raw_usage_incrementally() -> None:

@@ -159,9 +159,8 @@ def answer_view(snapshot: Snapshot, wanted: Iterable[DeviceKey]) -> Snapshot:
         device = devices.get(key)
         if device is not None:
             keep.add(key)
-    for node, entries in snapshot.capacity.items():
-        if any(entry.fresh and entry.free < 0 for entry in entries.values()):
-            keep.update(snapshot.devices_by_node.get(node, ()))
+    for node in snapshot.over_capacity:  # kept by the model as capacities change: no walk over the fleet
+        keep.update(snapshot.devices_by_node.get(node, ()))
     by_vmi: dict[VmiKey, tuple[DeviceKey, ...]] = {}
     for key in list(keep):
         device = devices[key]

@@ -94,6 +94,11 @@ def assemble(
                             pods=pods, vmis=vmis, namespaces=namespaces, quotas=quotas, permitted=permitted)
 
 
+def _lost(entries: Mapping[str, NodeCapacity]) -> bool:
+    """A fresh report serving less of some name than is held and used (R-BIND-5's capacity lost)."""
+    return any(entry.fresh and entry.free < 0 for entry in entries.values())
+
+
 def _availability(
     gpu_class: GPUClassView,
     serving: tuple[str, ...],
@@ -445,8 +450,10 @@ class Assembly:
         self._pending.usage(self._pending_usage)
         self._children = self._make_children()
         self._capacity: dict[str, dict[str, NodeCapacity]] = {}
+        self._over: frozenset[str] = frozenset()
         for node in set(self._inventories) | set(self._held) | set(self._raw_on_node) | set(self._window_on_node):
             self._capacity[node] = self._node_capacity(node)
+        self._over = frozenset(n for n, entries in self._capacity.items() if _lost(entries))
         serving: defaultdict[str, list[str]] = defaultdict(list)
         for node, entries in self._capacity.items():
             for name, entry in entries.items():
@@ -678,6 +685,8 @@ class Assembly:
         else:
             after = {}
             self._capacity.pop(node, None)
+        if _lost(after) != (node in self._over):
+            self._over = self._over ^ {node}
         for name in sorted(set(before) | set(after)):
             if before.get(name) == after.get(name):
                 continue
@@ -753,5 +762,6 @@ class Assembly:
             availability=self._availability,
             serving=self._serving,
             window_closes=min(self._window_closes.values(), default=None),
+            over_capacity=self._over,
         )
         return self._snapshot

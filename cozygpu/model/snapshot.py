@@ -405,6 +405,8 @@ class Snapshot:
     serving: Mapping[str, tuple[str, ...]] = attrs.field(factory=dict)
     #: When the first launcher window still open closes (R-MOD-7): the snapshot is true until then.
     window_closes: datetime | None = None
+    #: Nodes with a fresh report serving less of some name than is held and used there (capacity lost).
+    over_capacity: frozenset[str] = frozenset()
 
     def usage_of(self, namespace: str) -> Usage:
         return self.subtree_usage.get(namespace, EMPTY_USAGE)

@@ -160,7 +160,8 @@ async def _stops_with_plane(directory: Path, stop: asyncio.Event) -> AsyncIterat
     """Set ``stop`` when the plane's API server exits, so a plane ended some other way leaves no agent behind."""
     try:
         watched = os.pidfd_open(ControlPlane.attach(directory).apiserver_pid)
-    except (ControlPlaneError, ProcessLookupError):
+    except (ControlPlaneError, ProcessLookupError) as err:
+        log.warning("no running API server to follow: stopping", directory=str(directory), problem=str(err))
         stop.set()
         yield
         return

@@ -1,6 +1,6 @@
 """Bench of issue 23: what one event costs the binder — folding it, and the placement cycle it causes.
 
-    python bench/bench_events.py [--sizes 1000,5000,10000] [--quick] [--reps 5] [--profile]
+    python bench/bench_events.py [--sizes 1000,5000,10000] [--quick] [--reps 9] [--profile]
 
 In-process, on the code as it stands: the real ``Binder`` over a real
 ``Cache``, faked at the client boundary only (``bench/fakeapi.py``: LIST and
@@ -48,12 +48,14 @@ growth from the smallest size to the largest, and each target with its ratio.
 Nothing is asserted: the figures are for people. ``gc.collect()`` runs before
 each event (outside the timings), so a collection owed by the last event
 does not land in the next one; logging stays at its default (warnings).
-``--profile`` adds, at the largest size, one cProfile'd repetition per event
-kind (the fold and every pass it caused), its top functions by own time.
+``--profile`` adds, at the largest size, one more repetition per event kind
+whose passes are cProfile'd, per lane (printed as it is taken, before that
+size's table): the cozygpu functions on top by cumulative and by own time.
 
-How long: ``--quick`` (200 and 1,000 nodes) about 30 s; the default (1,000,
-5,000 and 10,000 nodes, 5 repetitions) about 10 minutes on a shared
-two-core machine, peak RSS about 1.5 GB (most of it at 10,000 nodes).
+How long, on a shared two-core machine: ``--quick`` (200 and 1,000 nodes)
+about 15 s; the default (1,000, 5,000 and 10,000 nodes, 9 repetitions) about
+3 minutes, peak RSS about 0.5 GB (the 10,000-node world: the fake API's
+objects, the cache's and the snapshot).
 """
 
 from __future__ import annotations
@@ -71,7 +73,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Final
@@ -110,7 +112,7 @@ STEP: Final = 1.01
 MAX_PASSES: Final = 40
 #: Repetitions are bounded so the fake clock (``STEP`` per event) stays well inside the reports' 5 min freshness.
 MAX_REPS: Final = 20
-PROFILE_LINES: Final = 14
+PROFILE_LINES: Final = 10
 
 NODE_TARGET_MS: Final = 10.0
 GROWTH_TARGET: Final = 1.5
@@ -291,7 +293,8 @@ class Rig:
         self.asked: dict[Lane, set[str]] = {Lane.ANSWER: set(), Lane.FULL: set()}
         self.binder.on_request(lambda: self.ask(Lane.ANSWER, "bind request"))
         self.binder.on_full_pass_due(lambda why: self.ask(Lane.FULL, why))
-        self.profiler: cProfile.Profile | None = None
+        #: While an event is profiled: one profile per lane of the passes it causes (the fold is not in them).
+        self.profiles: dict[Lane, cProfile.Profile] | None = None
 
     def ask(self, lane: Lane, why: str) -> None:
         self.asked[lane].add(why)
@@ -315,8 +318,11 @@ class Rig:
         writes = Writes()
         before = dict(self.api.writes)
         outcome = "ok"
+        profiler = self.profiles.setdefault(lane, cProfile.Profile()) if self.profiles is not None else None
         started = time.perf_counter()
         try:
+            if profiler is not None:
+                profiler.enable()
             if lane is Lane.ANSWER:
                 await self.binder.answer_pass(writes)
             else:
@@ -326,6 +332,9 @@ class Rig:
             self.ask(lane, f"requeued: {err}")
         except Exception as err:  # the driver logs and backs off; the bench shows it
             outcome = f"failed: {type(err).__name__}: {err}"
+        finally:
+            if profiler is not None:
+                profiler.disable()
         seconds = time.perf_counter() - started
         for key, version in writes.items():  # read-your-writes, as the driver waits before the next pass
             await self.cache.wait_for_resource_version(key, version, timeout=60)
@@ -353,24 +362,24 @@ class Rig:
         await self.settle()
         gc.collect()
 
-    async def event(self, kind: str, happen: Callable[[], object]) -> Sample:
+    async def event(self, kind: str, happen: Callable[[], object], *, profile: bool = False) -> Sample:
         """One event: what folding it took, which lanes it asked for, and every pass until quiet again."""
         await self.quiet()
         folded = len(self.api.folds)
-        if self.profiler is not None:
-            self.profiler.enable()
+        happen()
+        await self.drain()
+        full = self.trigger.poll() is not None
+        if full:
+            self.ask(Lane.FULL, "trigger")
+        answer = bool(self.asked[Lane.ANSWER])
+        fold = sum(seconds for _, seconds in self.api.folds[folded:])
+        self.profiles = {} if profile else None
         try:
-            happen()
-            await self.drain()
-            full = self.trigger.poll() is not None
-            if full:
-                self.ask(Lane.FULL, "trigger")
-            answer = bool(self.asked[Lane.ANSWER])
-            fold = sum(seconds for _, seconds in self.api.folds[folded:])
             passes = await self.settle()
         finally:
-            if self.profiler is not None:
-                self.profiler.disable()
+            profiles, self.profiles = self.profiles, None
+        if profiles:
+            print_profile(kind, len(self.api.objects.get(NODES, {})), profiles)
         return Sample(kind, fold, full, answer, tuple(passes))
 
     def sources(self, identity: Callable[[object], object]) -> dict[str, Source | None]:
@@ -588,17 +597,13 @@ async def measure(n: int, *, reps: int, profile: bool = False) -> SizeResult:
         for offset, kind in enumerate(KINDS):
             samples = []
             for rep in range(reps + (1 if profile else 0)):
-                if rep == reps and profile:
-                    rig.profiler = cProfile.Profile()
                 tag = rep + offset * 1000
                 if kind.prepare is not None:
                     await rig.quiet()
                     kind.prepare(api, clock, n, tag)
                     await rig.settle()
-                samples.append(await rig.event(kind.label, functools.partial(kind.happen, api, clock, n, tag)))
-                if rig.profiler is not None:
-                    print_profile(kind.label, n, rig.profiler)
-                    rig.profiler = None
+                samples.append(await rig.event(kind.label, functools.partial(kind.happen, api, clock, n, tag),
+                                               profile=rep == reps))
             rows.append(Row(kind, tuple(samples[:reps])))
         build, rebuild = build_times(rig, reps)
     rig.binder.close()
@@ -627,16 +632,17 @@ def build_times(rig: Rig, reps: int) -> tuple[float, float]:
     return statistics.median(cold) * 1000, statistics.median(warm) * 1000
 
 
-def print_profile(label: str, n: int, profiler: cProfile.Profile) -> None:
-    """The profiled repetition's cozygpu functions: the top by cumulative time, then by own time."""
-    print(f"\n### profile, N={n}: {label} (the fold and every pass it caused)")
-    for order, title in (("cumulative", "cumulative"), ("tottime", "own time")):
-        out = io.StringIO()
-        pstats.Stats(profiler, stream=out).sort_stats(order).print_stats(r"cozygpu/", PROFILE_LINES)
-        lines = [line for line in out.getvalue().splitlines() if line.strip()]
-        start = next((i for i, line in enumerate(lines) if "ncalls" in line), 0)
-        print(f"top {PROFILE_LINES} by {title}:")
-        print("\n".join(line.replace(str(ROOT) + "/", "") for line in lines[start:start + PROFILE_LINES + 1]))
+def print_profile(label: str, n: int, profiles: Mapping[Lane, cProfile.Profile]) -> None:
+    """The passes an event caused, per lane: their cozygpu functions, top by cumulative time, then by own time."""
+    for lane, profiler in sorted(profiles.items(), key=lambda item: item[0].value):
+        print(f"\n### profile, N={n}: {label}; the {lane.value} passes it caused")
+        for order, title in (("cumulative", "cumulative"), ("tottime", "own time")):
+            out = io.StringIO()
+            pstats.Stats(profiler, stream=out).sort_stats(order).print_stats(r"cozygpu/", PROFILE_LINES)
+            lines = [line for line in out.getvalue().splitlines() if line.strip()]
+            start = next((i for i, line in enumerate(lines) if "ncalls" in line), 0)
+            print(f"top {PROFILE_LINES} by {title}:")
+            print("\n".join(line.replace(str(ROOT) + "/", "") for line in lines[start:start + PROFILE_LINES + 1]))
 
 
 # -- all sizes ---------------------------------------------------------------------------------------------
@@ -739,7 +745,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--sizes", type=parse_sizes, default=[1000, 5000, 10000], help="node counts, comma-separated")
     parser.add_argument("--quick", action="store_true", help="sizes 200,1000")
-    parser.add_argument("--reps", type=int, default=5, help="repetitions per event kind (median)")
+    parser.add_argument("--reps", type=int, default=9, help="repetitions per event kind (median)")
     parser.add_argument("--profile", action="store_true", help="one cProfile'd repetition per kind, largest size")
     args = parser.parse_args(argv)
     sizes: list[int] = [200, 1000] if args.quick else args.sizes

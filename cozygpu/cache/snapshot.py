@@ -659,6 +659,8 @@ class LiveSnapshot:
         self._reports: set[tuple[str, str]] = set()
         #: Nodes whose view changed (or that came or went): which classes may use them.
         self._nodes: set[tuple[str, str]] = set()
+        #: GPU pods and launchers that changed, came or went: each one's contribution, swapped.
+        self._pods: set[tuple[str, str]] = set()
         self._rebuild = True
         #: Why the last snapshot was rebuilt or updated, and how many objects it converted (for benches, logs).
         self.last_step = ""
@@ -677,6 +679,9 @@ class LiveSnapshot:
             return
         if kind == "Node":
             self._nodes.add(_key_of(new or old or _EMPTY))
+            return
+        if kind == "Pod":
+            self._pods.add(_key_of(new or old or _EMPTY))
             return
         if kind == keys.GPUNODE_KIND and old is not None and new is not None:
             try:
@@ -728,7 +733,7 @@ class LiveSnapshot:
     @property
     def dirty(self) -> bool:
         """Whether a change was noted since the last snapshot (heartbeats are not)."""
-        return self._rebuild or any((self._devices, self._vmis, self._reports, self._nodes))
+        return self._rebuild or any((self._devices, self._vmis, self._reports, self._nodes, self._pods))
 
     def _wanted_pod(self, pod: Obj | None) -> bool:
         if pod is None:
@@ -753,20 +758,27 @@ class LiveSnapshot:
             keys.GPUNODE_KIND, self._reports, sources.get(keys.GPUNODE_KIND), node_inventory)
         nodes: dict[tuple[str, str], NodeView | None] = self._views(
             "Node", self._nodes, sources.get("Node"), node_view)
+        pod_source = sources.get("Pod")
+        pods: dict[tuple[str, str], PodView | None] = self._views(
+            "Pod", (k for k in self._pods if pod_source is None or self._wanted_pod(pod_source.get(*k))),
+            pod_source, pod_view)
+        pods.update((key, None) for key in self._pods if key not in pods)  # no longer one the snapshot holds
         self._devices.clear()
         self._vmis.clear()
         self._reports.clear()
         self._nodes.clear()
+        self._pods.clear()
         inventories = {key[1]: view for key, view in reports.items() if view is not None}
         if len(inventories) < len(reports):  # gone or unreadable since: not a change of one node's report
             return self._build(now, sources)
         self.last_step = (f"update of {len(changes)} device(s)" + (f" and {len(vmi_changes)} VMI(s)"
                                                                    if vmi_changes else "")
                           + (f" and {len(inventories)} report(s)" if inventories else "")
-                          + (f" and {len(nodes)} node(s)" if nodes else ""))
+                          + (f" and {len(nodes)} node(s)" if nodes else "")
+                          + (f" and {len(pods)} pod(s)" if pods else ""))
         try:
             return self._assembly.update(now=now, devices=changes, vmis=vmi_changes, inventories=inventories,
-                                         nodes={key[1]: view for key, view in nodes.items()})
+                                         nodes={key[1]: view for key, view in nodes.items()}, pods=pods)
         except ValueError:  # a report's names changed after all: its later state is what the stores hold
             return self._build(now, sources)
 
@@ -796,6 +808,7 @@ class LiveSnapshot:
         self._vmis.clear()
         self._reports.clear()
         self._nodes.clear()
+        self._pods.clear()
         memo, on_invalid = self._memo, self._on_invalid
         with collector_paused():
             vmi_views: list[VMIView] = _convert("VirtualMachineInstance", objects("VirtualMachineInstance"), vmi_view,

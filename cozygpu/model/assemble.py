@@ -437,11 +437,10 @@ class Assembly:
             self._device(device, +1, bulk=bulk)
         for name, lists in bulk.items():
             setattr(self, name, {bucket: tuple(sorted(keys)) for bucket, keys in lists.items()})
+        #: (namespace, name) -> the UID of the pod of that name the snapshot holds (a pod's update finds it).
+        self._pod_keys: dict[tuple[str, str], str] = {}
         for pod in pods:
-            self._pods[pod.uid] = pod
-            if pod.claims_vmi is not None:
-                self._claimants[(pod.namespace, pod.claims_vmi[0])].add(pod.uid)
-            self._pod(pod, +1)
+            self._add_pod(pod)
         self._local.summed()
         self._pending.summed()
         self._subtree: dict[str, Usage] = {}
@@ -488,7 +487,8 @@ class Assembly:
     def update(self, *, now: datetime, devices: Mapping[DeviceKey, DeviceView | None],
                vmis: Mapping[VmiKey, VMIView | None] | None = None,
                inventories: Mapping[str, NodeInventory] | None = None,
-               nodes: Mapping[str, NodeView | None] | None = None) -> Snapshot:
+               nodes: Mapping[str, NodeView | None] | None = None,
+               pods: Mapping[tuple[str, str], PodView | None] | None = None) -> Snapshot:
         """The Snapshot after these device, VMI, report and Node changes (a view, or None when it is gone).
 
         A VMI change must keep its ``active_pods`` (absent counts as none): the
@@ -497,7 +497,10 @@ class Assembly:
         node's names (``same_names``): its units, its time and its freshness
         move that one node's capacity and the availability there. A Node's
         view (labels, taints, Ready, cordon) moves only which classes may use
-        it: the availability of the classes of the names it serves.
+        it: the availability of the classes of the names it serves. A pod
+        change (by namespace and name; None when it is gone or no longer one
+        the snapshot holds) takes its old contribution away and adds its new
+        one; it must not change which pods are launchers (that is the VMIs').
         """
         if self._snapshot is None:
             raise RuntimeError("update before the first rebuild")
@@ -522,6 +525,14 @@ class Assembly:
                 eligible_changed.append(name)
         for name in ("devices", "by_node", "by_class", "by_namespace", "by_vmi"):
             self._copy(name, copied)
+        if pods:
+            self._copy("pods", copied)
+            for key, pod_view in pods.items():
+                uid = self._pod_keys.get(key)
+                if uid is not None:
+                    self._drop_pod(self._pods[uid])
+                if pod_view is not None:
+                    self._add_pod(pod_view)
         if vmis:
             self._copy("vmis", copied)
             for vmi_key, view in vmis.items():
@@ -585,7 +596,7 @@ class Assembly:
     _MAPS: Final = {
         "devices": "_devices", "by_node": "_by_node", "by_class": "_by_class", "by_namespace": "_by_namespace",
         "by_vmi": "_by_vmi", "vmis": "_vmis", "subtree": "_subtree", "pending_usage": "_pending_usage",
-        "inventories": "_inventories", "nodes": "_nodes",
+        "inventories": "_inventories", "nodes": "_nodes", "pods": "_pods",
         "capacity": "_capacity", "serving": "_serving", "availability": "_availability",
     }
 
@@ -640,6 +651,20 @@ class Assembly:
             table.add("raw", namespace, resource, sign * count, sign)
         if sign < 0:
             table.member(namespace, -1)
+
+    def _add_pod(self, pod: PodView) -> None:
+        self._pods[pod.uid] = pod
+        self._pod_keys[(pod.namespace, pod.name)] = pod.uid
+        if pod.claims_vmi is not None:
+            self._claimants[(pod.namespace, pod.claims_vmi[0])].add(pod.uid)
+        self._pod(pod, +1)
+
+    def _drop_pod(self, pod: PodView) -> None:
+        self._pod(pod, -1)
+        del self._pods[pod.uid]
+        del self._pod_keys[(pod.namespace, pod.name)]
+        if pod.claims_vmi is not None:
+            self._claimants[(pod.namespace, pod.claims_vmi[0])].discard(pod.uid)
 
     def _pod(self, pod: PodView, sign: int) -> None:
         if sign > 0:

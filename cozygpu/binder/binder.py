@@ -108,6 +108,16 @@ def _unanswered(obj: Mapping[str, Any] | None) -> str:
     return "" if answered == request_id else str(request_id)
 
 
+def _class_changed(event: Event) -> bool:
+    """Anything of a GPUClass but its status moved (or it came or went)."""
+    old, new = event.old, event.obj
+    if old is None or event.type == "DELETED":
+        return True
+    before, after = old.get("metadata") or {}, new.get("metadata") or {}
+    return (old.get("spec") != new.get("spec") or before.get("finalizers") != after.get("finalizers")
+            or before.get("deletionTimestamp") != after.get("deletionTimestamp"))
+
+
 def _new_order(obj: Mapping[str, Any]) -> bool:
     """A GPUDevice not accepted yet (no phase, or Pending) that carries no answer."""
     status = obj.get("status") or {}
@@ -330,15 +340,20 @@ class Binder:
     _FILTERED: tuple[str, ...] = ("Node", "Pod", "ResourceQuota", keys.GPUNODE_KIND)
 
     def worth_a_pass(self) -> dict[str, Callable[[Event], bool]]:
-        """Kind key -> whether one of its events is a reason for a full pass (``Cache.trigger``'s ``when``)."""
+        """Kind key -> whether one of its events is a reason for a full pass (``Cache.trigger``'s ``when``).
+
+        A GPUClass event is one unless it changed only the status (the binder's own class report): the
+        class finalizer work reads the finalizers and the deletion, placement the spec.
+        """
+        filters: dict[str, Callable[[Event], bool]] = {specs.GPU_CLASSES.key: _class_changed}
         if not self._config.gpu_enabled:
-            return {}
+            return filters
         live = self._live
 
         def predicate(kind: str) -> Callable[[Event], bool]:
             return lambda event: live.matters(kind, event.old, None if event.type == "DELETED" else event.obj)
 
-        return {specs.SNAPSHOT_SPECS[kind].key: predicate(kind) for kind in self._FILTERED}
+        return filters | {specs.SNAPSHOT_SPECS[kind].key: predicate(kind) for kind in self._FILTERED}
 
     def on_request(self, callback: Callable[[], None]) -> None:
         """Call ``callback`` (the driver's answer lane) whenever a device carries a new unanswered request."""

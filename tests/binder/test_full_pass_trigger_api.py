@@ -1,7 +1,7 @@
 """Events that move nothing a decision reads start no full pass (the binder's trigger, on the real API server).
 
 A Node heartbeat, a quota's usage, a pod that asks for no GPU and the
-binder's own GPUNode conditions used to wake the full lane every time; at
+binder's own GPUNode and GPUClass reports used to wake the full lane every time; at
 a fleet's size that is a pass over everything per heartbeat. The trigger the
 driver waits on (``Cache.trigger(..., when=binder.worth_a_pass())``) is
 checked directly: an informer fires it synchronously while it hands the
@@ -17,6 +17,7 @@ from cozygpu import keys
 from cozygpu.cache import specs
 from cozygpu.cache.triggers import Trigger
 from cozygpu.kube import Client, resource_path
+from tests.binder.support import class_path
 from tests.binder.world import GPUNODES, NODES, RunningBinder, World, running_binder, seen_by, stamp
 
 
@@ -56,6 +57,10 @@ async def test_heartbeats_quota_usage_gpu_less_pods_and_own_reports_start_no_ful
                  "lastTransitionTime": stamp()}]}})
             assert not await fired_by(running, trigger, specs.GPU_NODES.key, written), "the binder's own report"
 
+            written = await admin.merge_patch(f"{class_path(world.gpu_class)}/status", {"status": {
+                "units": 2, "held": 0, "free": 2}})
+            assert not await fired_by(running, trigger, specs.GPU_CLASSES.key, written), "the binder's class report"
+
             # What a decision reads does start one.
             written = await admin.merge_patch(f"{NODES}/{node}", {"metadata": {"labels": {"zone": "b"}}})
             assert await fired_by(running, trigger, specs.NODES.key, written), "a Node label"
@@ -68,6 +73,12 @@ async def test_heartbeats_quota_usage_gpu_less_pods_and_own_reports_start_no_ful
             await world.report("n1", 1)
             reported = await admin.get(f"{GPUNODES}/{node}")
             assert await fired_by(running, trigger, specs.GPU_NODES.key, reported), "the agent's report"
+            written = await admin.merge_patch(class_path(world.gpu_class), {"spec": {"onCordon": "Stay"}})
+            assert await fired_by(running, trigger, specs.GPU_CLASSES.key, written), "what a class sells"
+            for finalizers in (["example.com/keep"], None):
+                written = await admin.merge_patch(class_path(world.gpu_class), {"metadata": {
+                    "finalizers": finalizers}})
+                assert await fired_by(running, trigger, specs.GPU_CLASSES.key, written), "a class's finalizers"
         finally:
             for spec in running.binder.kinds:
                 running.cache.informer(spec).remove_trigger(trigger)

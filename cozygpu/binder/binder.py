@@ -86,6 +86,8 @@ class BinderConfig:
     report_stale_after: timedelta = DEFAULT_REPORT_STALE_AFTER
     #: A full pass plans over every set at least this often (otherwise over what could have changed).
     whole_plan_every: timedelta = timedelta(minutes=5)
+    #: A full pass checks the live read model against a build from the stores at least this often.
+    verify_every: timedelta = timedelta(minutes=5)
     #: One GPUClass or GPUNode report is written at most this often; a change within it is written when
     #: it is over, by a full pass asked for then. Reports are for people: under a stream of orders, a
     #: report per order doubled the binder's writes and queued the next order's placement behind them.
@@ -311,6 +313,8 @@ class Binder:
         #: The last full pass whose writes were all done: what the next one's view is taken against.
         self._planned: Planned | None = None
         self._whole_at = datetime.min.replace(tzinfo=UTC)
+        #: When the live model was last checked against a build from the stores (``verify_model``).
+        self._verified_at = datetime.min.replace(tzinfo=UTC)
         #: Whether new orders may take the answer lane (nothing ranks ahead of them).
         self.fast_lane = FastLane(wall=clock.wall, report_stale_after=config.report_stale_after)
         for spec in self.kinds:
@@ -411,6 +415,15 @@ class Binder:
         after a bind request converts and re-derives only what changed. The
         raw devices are the store itself, read by key.
         """
+        sources = self._sources()
+        snapshot = self._live.snapshot(now=self._clock.wall(), sources=sources)
+        self.fast_lane.saw(snapshot)
+        self._remind_window(snapshot.window_closes, snapshot.now)
+        devices = self._cache.store(specs.GPU_DEVICES)
+        return snapshot, _Objects(devices), sources["VirtualMachineInstance"] is not None
+
+    def _sources(self) -> dict[str, Source | None]:
+        """Each snapshot kind's store (None while the VMI or KubeVirt kind is not served)."""
         sources: dict[str, Source | None] = {}
         for kind, spec in specs.SNAPSHOT_SPECS.items():
             try:
@@ -421,11 +434,20 @@ class Binder:
                 sources[kind] = None
                 continue
             sources[kind] = Source(store, store.list, store.get)
-        snapshot = self._live.snapshot(now=self._clock.wall(), sources=sources)
-        self.fast_lane.saw(snapshot)
-        self._remind_window(snapshot.window_closes, snapshot.now)
-        devices = self._cache.store(specs.GPU_DEVICES)
-        return snapshot, _Objects(devices), sources["VirtualMachineInstance"] is not None
+        return sources
+
+    async def verify_model(self) -> str | None:
+        """The safety net (R-BIND-1): the model built again from the stores, compared with the live one.
+
+        A difference is counted (``cozygpu_read_model_drift_total``), logged with the first differing
+        field and key, and repaired: the next snapshot is built from the stores.
+        """
+        drift = await self._live.verify(now=self._clock.wall(), sources=self._sources())
+        if drift is not None:
+            log.warning("the live read model drifted from the stores; rebuilt", first_difference=drift)
+            if self._metrics is not None:
+                self._metrics.drift.inc()
+        return drift
 
     def _invalid(self, kind: str, obj: Mapping[str, Any], problem: str) -> None:
         meta = obj.get("metadata") or {}
@@ -492,6 +514,9 @@ class Binder:
                 self._metrics.observe_units(snapshot)
             if report.error is not None:
                 raise report.error
+            if snapshot.now - self._verified_at >= self._config.verify_every:
+                self._verified_at = snapshot.now
+                await self.verify_model()
         await self._reconcile(writes)
         self._requeue_if_stale()
 

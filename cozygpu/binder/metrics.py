@@ -8,6 +8,8 @@
     cozygpu_binder_node_units{node, resource, state} served, held and free units per node and resource name
     cozygpu_binder_devices{class, phase}             GPUDevices per class and phase (Pending, Bound, Lost)
     cozygpu_binder_node_report_timestamp_seconds{node}  when each GPUNode's agent last reported (Unix time)
+    cozygpu_read_model_drift_total                   checks that found the live read model off a build from the
+                                                     stores (each repaired by a rebuild; expected to stay 0)
 
 The gauges are set from each full pass's snapshot (the view the pass decided
 on, so they trail its own writes by one pass) and only by the leader; a
@@ -39,6 +41,7 @@ class BinderMetrics:
     node_units: Gauge
     devices: Gauge
     report_time: Gauge
+    drift: Counter
     #: What each per-node series was last set to: a pass sets only the series whose value moved.
     _node_values: dict[tuple[str, str, str], float] = attrs.field(factory=dict, init=False, eq=False)
     _report_values: dict[tuple[str], float] = attrs.field(factory=dict, init=False, eq=False)
@@ -63,6 +66,8 @@ class BinderMetrics:
                           ("class", "phase"), registry=registry),
             report_time=Gauge("cozygpu_binder_node_report_timestamp_seconds", "When each GPUNode's agent last "
                               "reported (Unix time; 0 when it never did)", ("node",), registry=registry),
+            drift=Counter("cozygpu_read_model_drift", "Checks that found the live read model off a build from "
+                          "the stores (each repaired by a rebuild)", registry=registry),
         )
 
     def observe_units(self, snapshot: Snapshot) -> None:

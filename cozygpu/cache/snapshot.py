@@ -28,9 +28,12 @@ Contract:
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any, TypeGuard, TypeVar
+
+import attrs
 
 from cozygpu import keys
 from cozygpu.cache.collector import collector_paused
@@ -649,6 +652,7 @@ class LiveSnapshot:
         self._hoster = tuple(hoster_names)
         self._stale_after = report_stale_after
         self._on_invalid = on_invalid
+        self._grace = launcher_grace
         self._assembly = Assembly(hoster_names=self._hoster, report_stale_after=report_stale_after,
                                   launcher_grace=launcher_grace)
         self._memo = ViewMemo()
@@ -782,6 +786,40 @@ class LiveSnapshot:
         except ValueError:  # a report's names changed after all: its later state is what the stores hold
             return self._build(now, sources)
 
+    async def verify(self, *, now: datetime, sources: Mapping[str, Source | None],
+                     slice_size: int = 2000) -> str | None:
+        """Build the model again from the stores and compare it with the live one (R-BIND-1's safety net).
+
+        The live snapshot and the stores' objects are taken in one step of the event loop, so both are
+        of the same instant; the views are then converted afresh (no memo: a memo fault must not hide),
+        ``slice_size`` objects at a time with the loop let go between. On a difference the next
+        snapshot is rebuilt from the stores; the first differing field and key are returned.
+        """
+        live = self.snapshot(now=now, sources=sources)
+        objects = {kind: list(source.objects()) if source is not None else [] for kind, source in sources.items()}
+        views: dict[str, list[Any]] = {}
+        for kind, convert in _VIEWS.items():
+            found: list[Any] = []
+            listed = objects.get(kind, [])
+            if kind == "Pod":
+                active = {uid for vmi in views["VirtualMachineInstance"] for uid in vmi.active_pods}
+                listed = [p for p in listed if _str(_map(p.get("metadata")).get("uid")) in active
+                          or asks_extended(_map(p.get("spec")))]
+            for start in range(0, len(listed), slice_size):
+                found += _convert(kind, listed[start:start + slice_size], convert, None, None)
+                await asyncio.sleep(0)
+            views[kind] = found
+        fresh = Assembly(hoster_names=self._hoster, report_stale_after=self._stale_after,
+                         launcher_grace=self._grace).rebuild(
+            now=now, classes=views[keys.GPUCLASS_KIND], devices=views[keys.GPUDEVICE_KIND], nodes=views["Node"],
+            inventories=views[keys.GPUNODE_KIND], pods=views["Pod"], vmis=views["VirtualMachineInstance"],
+            namespaces=views["Namespace"], quotas=tenant_quotas(objects.get("ResourceQuota", [])),
+            permitted=permitted_host_devices(objects.get("KubeVirt", [])))
+        drift = first_difference(live, fresh)
+        if drift is not None:
+            self._rebuild = True
+        return drift
+
     def _views(self, kind: str, wanted: Iterable[tuple[str, str]], source: Source | None,
                convert: Callable[[Obj], ViewT]) -> dict[tuple[str, str], ViewT | None]:
         """The current view of each key (None when gone or unreadable; an unreadable one is reported)."""
@@ -834,6 +872,33 @@ class LiveSnapshot:
             memo.forget_unseen()
         self.last_step = "rebuild"
         return snapshot
+
+
+#: The kinds converted into views one by one, each with its converter (VMIs first: they decide which pods).
+_VIEWS: dict[str, Callable[[Obj], Any]] = {
+    "VirtualMachineInstance": vmi_view, keys.GPUCLASS_KIND: gpu_class_view, keys.GPUDEVICE_KIND: device_view,
+    "Node": node_view, keys.GPUNODE_KIND: node_inventory, "Pod": pod_view, "Namespace": namespace_view,
+}
+
+
+def first_difference(live: Snapshot, fresh: Snapshot) -> str | None:
+    """The first field (and key in it) where two snapshots differ, or None when they are the same.
+
+    Device index tuples are compared as sets: the order of a bucket means nothing.
+    """
+    for field in attrs.fields(Snapshot):
+        a, b = getattr(live, field.name), getattr(fresh, field.name)
+        if isinstance(a, Mapping) and isinstance(b, Mapping):
+            unordered = field.name.startswith("devices_by_")
+            for key in sorted(set(a) | set(b), key=repr):
+                x, y = a.get(key), b.get(key)
+                if unordered and x is not None and y is not None:
+                    x, y = frozenset(x), frozenset(y)
+                if x != y:
+                    return f"{field.name}[{key!r}]"
+        elif a != b:
+            return field.name
+    return None
 
 
 def _key_of(obj: Obj) -> tuple[str, str]:

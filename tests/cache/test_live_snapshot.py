@@ -16,11 +16,13 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import attrs
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cozygpu import keys
 from cozygpu.cache.snapshot import LIVE_KINDS, LiveSnapshot, Source, build_snapshot
+from cozygpu.model.assemble import Assembly
 from cozygpu.model.snapshot import Snapshot
 
 Obj = dict[str, Any]
@@ -346,3 +348,19 @@ def test_a_report_that_keeps_its_names_is_an_update_of_that_node_and_new_names_a
     apply(world, ("report", "n1", 4, 0, 0))  # it serves no B any more: the effective names may change
     assert_same(world)
     assert world.live.last_step == "rebuild"
+
+
+async def test_the_safety_net_finds_a_broken_delta_names_where_and_the_next_snapshot_is_repaired(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    world = World()
+    seed(world)
+    assert_same(world)
+    assert await world.live.verify(now=world.now, sources=world.sources(), slice_size=2) is None
+    # A delta broken on purpose: a node's capacity is no longer refreshed when a device changes it.
+    monkeypatch.setattr(Assembly, "_refresh_node", lambda self, node: None)
+    apply(world, ("device", "d0", "tenant-a", "a", 2, "Bound", "n1", None, False, False, False))
+    drift = await world.live.verify(now=world.now, sources=world.sources(), slice_size=2)
+    assert drift == "capacity['n1']"
+    monkeypatch.undo()
+    assert_same(world)
+    assert world.live.last_step == "rebuild", "the drift was repaired by a build from the stores"

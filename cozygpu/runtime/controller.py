@@ -51,6 +51,7 @@ from cozygpu.kube import Client
 from cozygpu.runtime import kinds
 from cozygpu.runtime.flags import Address, Options
 from cozygpu.runtime.leader import ElectionConfig, LeaderElector
+from cozygpu.runtime.looplag import LoopLag
 from cozygpu.runtime.metrics import LeaderMetrics, ProcessMetrics, SettingsMetrics
 from cozygpu.runtime.process import Stage, Supervisor, Watchdog
 from cozygpu.runtime.servers import Endpoint, Readiness, probe_and_metrics, serve
@@ -129,6 +130,8 @@ class Controller:
                 launcher_grace=dt.timedelta(seconds=options.launcher_grace),
                 hoster_names=options.gpu_resource_names), registry=self.registry)
             self.admission.install(self.webhook_app)
+        #: How late the event loop runs, on every replica (``cozygpu_event_loop_lag_seconds``).
+        self.loop_lag = LoopLag(self.registry)
         #: Ends the process hard when leader work outlives its term (armed by the elector).
         self.watchdog = Watchdog()
         self.elector = LeaderElector(
@@ -177,7 +180,8 @@ class Controller:
     # -- stages ---------------------------------------------------------------------------
 
     def _stages(self) -> list[Stage]:
-        stages = [Stage("servers", self._run_servers), Stage("caches", self._run_caches)]
+        stages = [Stage("loop-lag", self._run_loop_lag), Stage("servers", self._run_servers),
+                  Stage("caches", self._run_caches)]
         if self.options.enable_gpu:
             stages.append(Stage("webhooks", self._run_webhooks))
         stages.append(Stage("leader-election", self._run_leader_election))
@@ -185,6 +189,10 @@ class Controller:
 
     def _on_bound(self, name: str, address: Address) -> None:
         self.bound[name] = address
+
+    async def _run_loop_lag(self, ready: Callable[[], None]) -> None:
+        ready()
+        await self.loop_lag.run()
 
     async def _run_servers(self, ready: Callable[[], None]) -> None:
         endpoints = probe_and_metrics(self.options.health_addr, self.options.metrics_addr, self.readiness,

@@ -1,12 +1,7 @@
-"""The chaos test's instruments: a Service in front of the webhook replicas, a recorder of every hold's
-phase over the whole run, and the audit of the API server's state (the four counters that must stay 0).
+"""The chaos test's instruments: a recorder of every hold's phase over the whole run, and the audit of the
+API server's state (the four counters that must stay 0). The replicas' webhooks sit behind the local
+plane's own Service, ``cozygpu.devcluster.balancer``.
 
-- ``WebhookService``: what a Kubernetes Service does for the controller's webhook
-  Deployment, on loopback: one TCP port that forwards each connection (TLS goes
-  through untouched) to a replica whose ``/readyz`` answered 200 at the last
-  probe, as kube-proxy forwards to ready endpoints. A replica that fails a probe
-  leaves the endpoints and its open connections are closed, so the API server's
-  kept-alive connection to a frozen replica does not pin every call to it.
 - ``Recorder``: a list-then-watch of GPUDevices and Nodes for the whole run,
   direct to the API server (not through the replicas' proxy). It resumes from
   its last resourceVersion across an API server restart and lists again on a 410,
@@ -25,14 +20,12 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import json
 import re
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-import aiohttp
 import attrs
 
 from cozygpu import keys
@@ -53,123 +46,6 @@ GATHERED = "Gathered"
 
 def now() -> float:
     return time.monotonic()
-
-
-# -- the webhook Service -------------------------------------------------------------------------------
-
-
-@attrs.define
-class Endpoint:
-    name: str
-    webhook_port: int
-    health_port: int
-    ready: bool = False
-    connections: set[asyncio.StreamWriter] = attrs.field(factory=set)
-
-
-class WebhookService:
-    """See the module docstring. ``async with WebhookService(endpoints) as service``; ``service.port``."""
-
-    def __init__(self, endpoints: Sequence[tuple[str, int, int]], *, probe_every: float = 0.5) -> None:
-        self.endpoints = [Endpoint(name, webhook, health) for name, webhook, health in endpoints]
-        self._probe_every = probe_every
-        self._server: asyncio.Server | None = None
-        self._prober: asyncio.Task[None] | None = None
-        self._pipes: set[asyncio.Task[None]] = set()
-        self._next = 0
-        self.port = 0
-        #: Connections the API server opened that no ready replica could take (closed at once).
-        self.turned_away = 0
-
-    async def __aenter__(self) -> WebhookService:
-        self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
-        self.port = self._server.sockets[0].getsockname()[1]
-        self._prober = asyncio.create_task(self._probe_loop(), name="webhook service prober")
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        if self._prober is not None:
-            self._prober.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._prober
-        if self._server is not None:
-            self._server.close()
-        for endpoint in self.endpoints:
-            self._drop(endpoint)
-        for pipe in list(self._pipes):
-            pipe.cancel()
-        if self._pipes:
-            await asyncio.wait(self._pipes)
-
-    @property
-    def url(self) -> str:
-        return f"https://127.0.0.1:{self.port}"
-
-    def ready(self) -> list[str]:
-        return [endpoint.name for endpoint in self.endpoints if endpoint.ready]
-
-    async def _probe_loop(self) -> None:
-        async with aiohttp.ClientSession() as session:
-            while True:
-                await asyncio.gather(*(self._probe(session, endpoint) for endpoint in self.endpoints))
-                await asyncio.sleep(self._probe_every)  # the probe period, as a kubelet's periodSeconds
-
-    async def _probe(self, session: aiohttp.ClientSession, endpoint: Endpoint) -> None:
-        ok = False
-        with contextlib.suppress(aiohttp.ClientError, OSError, TimeoutError):
-            async with session.get(f"http://127.0.0.1:{endpoint.health_port}/readyz",
-                                   timeout=aiohttp.ClientTimeout(total=self._probe_every * 2)) as resp:
-                ok = resp.status == 200
-        if endpoint.ready and not ok:
-            self._drop(endpoint)
-        endpoint.ready = ok
-
-    def _drop(self, endpoint: Endpoint) -> None:
-        for writer in list(endpoint.connections):
-            writer.close()
-        endpoint.connections.clear()
-
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        ready = [endpoint for endpoint in self.endpoints if endpoint.ready]
-        backend: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
-        chosen: Endpoint | None = None
-        for i in range(len(ready)):
-            candidate = ready[(self._next + i) % len(ready)]
-            with contextlib.suppress(OSError):
-                backend = await asyncio.open_connection("127.0.0.1", candidate.webhook_port)
-                chosen = candidate
-                self._next += 1
-                break
-        if backend is None or chosen is None:
-            self.turned_away += 1
-            writer.close()
-            return
-        upstream_reader, upstream_writer = backend
-        chosen.connections.update((writer, upstream_writer))
-        task = asyncio.current_task()
-        assert task is not None
-        self._pipes.add(task)
-        try:
-            async with asyncio.TaskGroup() as pipes:
-                pipes.create_task(_pump(reader, upstream_writer))
-                pipes.create_task(_pump(upstream_reader, writer))
-        except* (OSError, asyncio.IncompleteReadError):
-            pass
-        finally:
-            chosen.connections.discard(writer)
-            chosen.connections.discard(upstream_writer)
-            for end in (writer, upstream_writer):
-                end.close()
-            self._pipes.discard(task)
-
-
-async def _pump(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
-    try:
-        while chunk := await source.read(65536):
-            sink.write(chunk)
-            await sink.drain()
-    finally:
-        sink.close()
 
 
 # -- the recorder ----------------------------------------------------------------------------------------

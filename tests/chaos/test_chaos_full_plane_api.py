@@ -50,6 +50,7 @@ import yaml
 from cozygpu import keys
 from cozygpu.admission.webhooks import configurations
 from cozygpu.devcluster import apply, nodes
+from cozygpu.devcluster.balancer import Backend, Balancer
 from cozygpu.devcluster.kubevirt import KubeVirtStandIn
 from cozygpu.devcluster.plane import ADMIN_GROUPS, ADMIN_USER, ControlPlane, free_port
 from cozygpu.kube import Client, errors, resource_path
@@ -61,7 +62,6 @@ from tests.chaos.support import (
     VMIS,
     Audit,
     Recorder,
-    WebhookService,
     audit,
     decided,
     not_accepted_reason,
@@ -277,7 +277,7 @@ class Chaos:
     admin: Client
     plane: ControlPlane
     proxy: Proxy
-    service: WebhookService
+    service: Balancer
     replicas: Replicas
     recorder: Recorder
     tenants: Tenants
@@ -588,7 +588,8 @@ async def test_faults_one_after_another_under_a_stream_of_orders_starts_and_stop
     background: list[asyncio.Task[None]] = []
     phases: list[Phase] = []
     async with Proxy(full_plane.host, identity) as proxy, \
-            WebhookService([(name, *ports[name]) for name in ports]) as service:
+            Balancer([Backend(name, "127.0.0.1", webhook, f"http://127.0.0.1:{health}/readyz")
+                      for name, (webhook, health) in ports.items()], period=0.5).running() as service:
         replicas = Replicas(ControllerProcesses(proxy_kubeconfig(proxy, tmp_path / "kubeconfig"),
                                                 controller_namespace), flags)
         try:
@@ -605,7 +606,8 @@ async def test_faults_one_after_another_under_a_stream_of_orders_starts_and_stop
                 await eventually(serving, timeout=60, what="the replicas never became ready")
             except AssertionError:
                 raise AssertionError(f"the replicas never became ready:\n{replicas.tails()}") from None
-            validating, mutating = configurations(service.url, ca_bundle(full_plane), timeout_seconds=15,
+            validating, mutating = configurations(f"https://{service.address}", ca_bundle(full_plane),
+                                                  timeout_seconds=15,
                                                   namespace_selector={"matchLabels": {RUN_LABEL: tag}}, name=hooks)
             await admin.create(VALIDATING, validating)
             await admin.create(MUTATING, mutating)
@@ -631,7 +633,7 @@ async def test_faults_one_after_another_under_a_stream_of_orders_starts_and_stop
                 print("\n" + table(phases))
                 print(f"recorder: {len(recorder.transitions)} phase transitions of {len(recorder.decided_at)} "
                       f"decided orders, {recorder.reconnects} watch reconnects, {recorder.relists} relists; "
-                      f"webhook connections turned away {service.turned_away}")
+                      f"webhook connections turned away {service.rejected}")
     breaches = [b for phase in phases for b in phase.breaches()]
     assert not breaches, "\n".join(breaches)
     # The run did what it claims: VMs ran through the faults, nodes filled up and orders were refused for it.

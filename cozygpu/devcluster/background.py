@@ -16,7 +16,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import signal
-from collections.abc import Awaitable, Callable, Sequence
+import subprocess
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 
 from cozygpu.base.logging import configure, get_logger
@@ -27,6 +28,18 @@ log = get_logger(__name__)
 
 #: ``serve(admin client, the plane's directory, stop)``: runs until ``stop`` is set, then returns.
 Serve = Callable[[Client, Path, asyncio.Event], Awaitable[None]]
+
+
+def spawn(argv: Sequence[str], *, log: Path, pid_file: Path,
+          env: Mapping[str, str] | None = None) -> subprocess.Popen[bytes]:
+    """Start ``argv`` in a session of its own (a terminal's ^C does not reach it), its output appended to
+    ``log`` and its pid written to ``pid_file``: how every background part of the local plane starts."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("ab") as out:
+        proc = subprocess.Popen(list(argv), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                env=dict(env) if env is not None else None, start_new_session=True)
+    pid_file.write_text(str(proc.pid))
+    return proc
 
 
 async def _run(serve: Serve, directory: Path, user: str | None = None, groups: Sequence[str] = ()) -> None:

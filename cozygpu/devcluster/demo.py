@@ -54,7 +54,7 @@ import yaml
 from cozygpu import keys
 from cozygpu.admission.webhooks import configurations
 from cozygpu.commands.catalog import catalog_row, read_snapshot, render_table
-from cozygpu.devcluster import apply, chart, pki, replicas, simnodes, story
+from cozygpu.devcluster import apply, background, chart, pki, replicas, simnodes, story
 from cozygpu.devcluster.plane import ControlPlane, alive, free_port, terminate
 from cozygpu.kube import Client, errors, resource_path
 from cozygpu.model.catalog import catalog
@@ -157,11 +157,8 @@ SUPERVISOR_STOP = replicas.GRACE + 10
 
 
 def _background(plane: ControlPlane, name: str, argv: list[str]) -> subprocess.Popen[bytes]:
-    log = (plane.directory / "logs" / f"{name}.log").open("ab")
-    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                            start_new_session=True)
-    (plane.directory / f"{name}.pid").write_text(str(proc.pid))
-    return proc
+    return background.spawn(argv, log=plane.directory / "logs" / f"{name}.log",
+                            pid_file=plane.directory / f"{name}.pid")
 
 
 def serving_certs(plane: ControlPlane, host: str = BALANCER_HOST) -> Path:

@@ -34,7 +34,6 @@ import datetime
 import functools
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
@@ -221,11 +220,7 @@ def start_added(directory: Path, name: str, gpu_units: Mapping[str, int]) -> int
     argv += [f"--gpus={resource}={count}" for resource, count in gpu_units.items()]
     env = {**os.environ, "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"}
     (directory / "nodes").mkdir(exist_ok=True)
-    with log_file(directory, name).open("ab") as log:
-        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                                start_new_session=True)
-    _pid_file(directory, name).write_text(str(proc.pid))
-    return proc.pid
+    return background.spawn(argv, log=log_file(directory, name), pid_file=_pid_file(directory, name), env=env).pid
 
 
 def stop_added(directory: Path, names: Iterable[str] | None = None, *, timeout: float = 30.0) -> list[str]:

@@ -45,6 +45,9 @@ class BinderMetrics:
     #: What each per-node series was last set to: a pass sets only the series whose value moved.
     _node_values: dict[tuple[str, str, str], float] = attrs.field(factory=dict, init=False, eq=False)
     _report_values: dict[tuple[str], float] = attrs.field(factory=dict, init=False, eq=False)
+    #: The snapshot maps each group of gauges was last set from: a snapshot hands out a new top-level map
+    #: only where something in it changed, so a group whose maps are the very same objects is skipped.
+    _set_from: dict[str, tuple[object, ...]] = attrs.field(factory=dict, init=False, eq=False)
 
     @classmethod
     def on(cls, registry: CollectorRegistry) -> BinderMetrics:
@@ -70,33 +73,49 @@ class BinderMetrics:
                           "the stores (each repaired by a rebuild)", registry=registry),
         )
 
+    def _moved(self, group: str, *maps: object) -> bool:
+        """Whether any of ``maps`` is another object than the one ``group`` was last set from (and note it)."""
+        if self._set_from.get(group) is not None and all(
+                a is b for a, b in zip(self._set_from[group], maps, strict=True)):
+            return False
+        self._set_from[group] = maps
+        return True
+
     def observe_units(self, snapshot: Snapshot) -> None:
-        """Set the unit gauges from a full pass's snapshot; series of gone classes and nodes are dropped."""
-        self.class_units.clear()
-        for name, gpu_class in snapshot.classes.items():
-            status = class_status(snapshot, gpu_class)
-            for state in ("units", "held", "free"):
-                self.class_units.labels(name, state).set(status[state])
-        wanted: dict[tuple[str, str, str], float] = {}
-        for node, entries in snapshot.capacity.items():
-            for resource, entry in entries.items():
-                wanted[(node, resource, "served")] = entry.served
-                wanted[(node, resource, "held")] = entry.held
-                wanted[(node, resource, "free")] = max(entry.room, 0)
-        _sync(self.node_units, self._node_values, wanted)
-        self.devices.clear()
-        counts: dict[tuple[str, str], int] = {}
-        for device in snapshot.devices.values():
-            key = (device.class_name, device.phase.value)
-            counts[key] = counts.get(key, 0) + 1
-        for name in snapshot.classes:
-            for each in Phase:
-                counts.setdefault((name, each.value), 0)
-        for (name, phase), count in counts.items():
-            self.devices.labels(name, phase).set(count)
-        reported = {node: (inventory.last_report.timestamp() if inventory.last_report is not None else 0.0)
-                    for node, inventory in snapshot.inventories.items()}
-        _sync(self.report_time, self._report_values, {(node,): value for node, value in reported.items()})
+        """Set the unit gauges from a full pass's snapshot; series of gone classes and nodes are dropped.
+
+        Each group is set again only when a snapshot map it reads changed: after a Node label or one order,
+        the node gauges of a fleet are not walked again.
+        """
+        if self._moved("classes", snapshot.classes, snapshot.availability, snapshot.devices, snapshot.capacity):
+            self.class_units.clear()
+            for name, gpu_class in snapshot.classes.items():
+                status = class_status(snapshot, gpu_class)
+                for state in ("units", "held", "free"):
+                    self.class_units.labels(name, state).set(status[state])
+        if self._moved("nodes", snapshot.capacity):
+            wanted: dict[tuple[str, str, str], float] = {}
+            for node, entries in snapshot.capacity.items():
+                for resource, entry in entries.items():
+                    wanted[(node, resource, "served")] = entry.served
+                    wanted[(node, resource, "held")] = entry.held
+                    wanted[(node, resource, "free")] = max(entry.room, 0)
+            _sync(self.node_units, self._node_values, wanted)
+        if self._moved("devices", snapshot.devices, snapshot.classes):
+            self.devices.clear()
+            counts: dict[tuple[str, str], int] = {}
+            for device in snapshot.devices.values():
+                key = (device.class_name, device.phase.value)
+                counts[key] = counts.get(key, 0) + 1
+            for name in snapshot.classes:
+                for each in Phase:
+                    counts.setdefault((name, each.value), 0)
+            for (name, phase), count in counts.items():
+                self.devices.labels(name, phase).set(count)
+        if self._moved("reports", snapshot.inventories):
+            reported = {node: (inventory.last_report.timestamp() if inventory.last_report is not None else 0.0)
+                        for node, inventory in snapshot.inventories.items()}
+            _sync(self.report_time, self._report_values, {(node,): value for node, value in reported.items()})
 
 
 def _sync(gauge: Gauge, have: dict[Any, float], wanted: dict[Any, float]) -> None:

@@ -523,8 +523,9 @@ class Assembly:
                 else:
                     self._nodes[name] = node_view
                 eligible_changed.append(name)
-        for name in ("devices", "by_node", "by_class", "by_namespace", "by_vmi"):
-            self._copy(name, copied)
+        if devices:  # copied only when they change: a reader may tell a changed map by its identity
+            for name in ("devices", "by_node", "by_class", "by_namespace", "by_vmi"):
+                self._copy(name, copied)
         if pods:
             self._copy("pods", copied)
             for key, pod_view in pods.items():

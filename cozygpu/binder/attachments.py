@@ -140,7 +140,9 @@ def plan_attachments(snapshot: Snapshot, *, vmis_served: bool, grace: timedelta,
     ``skip`` are devices this pass already wrote: their view is stale, the
     next pass judges them.
     """
-    attached = [d for d in snapshot.devices.values() if d.attachment is not None]
+    # The attached devices, from the model's index by VMI: what this costs follows the attachments.
+    attached = [d for keys_ in snapshot.devices_by_vmi.values() for k in keys_
+                if (d := snapshot.devices[k]).attachment is not None]
     if not vmis_served:
         return AttachmentPlan(unverified=tuple(sorted(d.key for d in attached)))
     skipped = set(skip)

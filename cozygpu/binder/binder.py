@@ -296,6 +296,8 @@ class Binder:
         self._window_reminder: tuple[datetime, Cancellable] | None = None
         #: When the binder first saw an attachment that carries no time (R-BIND-8's grace starts then).
         self._first_seen: dict[DeviceKey, datetime] = {}
+        #: Devices whose ``AttachmentVerified`` is False, kept from the device events (no scan of every device).
+        self._unverified: set[DeviceKey] = set()
         #: Unanswered bind requests: id -> when this replica first saw it (answer latency).
         self._requests: dict[tuple[DeviceKey, str], float] = {}
         self._on_request: Callable[[], None] | None = None
@@ -320,6 +322,7 @@ class Binder:
         for spec in self.kinds:
             cache.add(spec)
         unsubscribe = [cache.informer(specs.GPU_DEVICES).subscribe(self._device_changed)]
+        self._unverified = {_key(obj) for obj in self._devices_or_empty() if _unverified(obj)}  # a cache already up
         if config.gpu_enabled:
             for spec, handler in self.fast_lane.handlers().items():
                 if spec in self.kinds:
@@ -382,6 +385,10 @@ class Binder:
 
     def _device_changed(self, event: Event) -> None:
         self.fast_lane.device(event)
+        if event.type != "DELETED" and _unverified(event.obj):
+            self._unverified.add(_key(event.obj))
+        else:
+            self._unverified.discard(_key(event.obj))
         if event.type != "DELETED" and _new_order(event.obj):
             self._answerable.add(_key(event.obj))
         request_id = _unanswered(event.obj) if event.type != "DELETED" else ""
@@ -645,9 +652,11 @@ class Binder:
 
     async def _attachments(self, snapshot: Snapshot, objects: Mapping[DeviceKey, Obj], skip: Iterable[DeviceKey],
                            writes: Writes) -> None:
-        for device in snapshot.devices.values():
-            if device.attachment is not None and device.attachment.attached_at is None:
-                self._first_seen.setdefault(device.key, snapshot.now)
+        for keys_ in snapshot.devices_by_vmi.values():  # the attached devices only
+            for key in keys_:
+                attachment = snapshot.devices[key].attachment
+                if attachment is not None and attachment.attached_at is None:
+                    self._first_seen.setdefault(key, snapshot.now)
         for key in [k for k in self._first_seen if (d := snapshot.devices.get(k)) is None or d.attachment is None]:
             del self._first_seen[key]
         plan = attachments.plan_attachments(snapshot, vmis_served=True, grace=self._config.attachment_grace,
@@ -657,7 +666,7 @@ class Binder:
             writes.record(specs.GPU_DEVICES, version)
         self._stale += report.dropped
         done = {*skip, *(d.device for d in plan.detaches), *(a.device for a in plan.adopts)}
-        await self._mark_verified([k for k, o in objects.items() if k not in done and _unverified(o)], objects,
+        await self._mark_verified(sorted(k for k in self._unverified if k not in done and k in objects), objects,
                                   writes, snapshot.now)
         if self._metrics is not None:
             for detach in plan.detaches:

@@ -81,10 +81,8 @@ def class_status(snapshot: Snapshot, gpu_class: GPUClassView) -> dict[str, Any]:
     """The status fields of one class (conditions without transition times)."""
     availability = snapshot.availability.get(gpu_class.name)
     node_free = availability.node_free if availability is not None else {}
-    units = sum(snapshot.capacity[n][gpu_class.resource_name].served for n in node_free
-                if gpu_class.resource_name in snapshot.capacity.get(n, {}))
-    held = sum(d.count for key in snapshot.devices_by_class.get(gpu_class.name, ())
-               if (d := snapshot.devices[key]).holds_units)
+    units = availability.served_in_cluster if availability is not None else 0  # kept by the model: no walks
+    held = snapshot.held_by_class.get(gpu_class.name, 0)
     free = availability.free_in_cluster if availability is not None else 0
     if gpu_class.deleting:
         condition = _condition(AVAILABLE, False, "Deleting", "the class is being deleted: no new orders")

@@ -109,6 +109,7 @@ def _availability(
     best_node: str | None = None
     best = 0
     total = 0
+    served = 0
     for node_name in serving:
         if node_problem(
             nodes.get(node_name),
@@ -117,15 +118,18 @@ def _availability(
             selector=gpu_class.node_selector,
         ):
             continue
-        free = cap.free_for_binds(capacity[node_name].get(gpu_class.resource_name))
+        entry = capacity[node_name].get(gpu_class.resource_name)
+        free = cap.free_for_binds(entry)
         node_free[node_name] = free
         total += free
+        served += entry.served if entry is not None else 0
         if free > best:
             best, best_node = free, node_name
     return ClassAvailability(
         class_name=gpu_class.name,
         node_free=node_free,
         free_in_cluster=total,
+        served_in_cluster=served,
         free_on_best_node=best,
         best_node=best_node,
     )
@@ -417,6 +421,7 @@ class Assembly:
         self._by_namespace: dict[str, tuple[DeviceKey, ...]] = {}
         self._by_vmi: dict[VmiKey, tuple[DeviceKey, ...]] = {}
         self._held: dict[str, _Tally] = {}
+        self._class_held: dict[str, int] = {}
         self._raw_on_node: dict[str, _Tally] = {}
         self._local = _Subtrees()
         self._pending = _Subtrees()
@@ -524,7 +529,7 @@ class Assembly:
                     self._nodes[name] = node_view
                 eligible_changed.append(name)
         if devices:  # copied only when they change: a reader may tell a changed map by its identity
-            for name in ("devices", "by_node", "by_class", "by_namespace", "by_vmi"):
+            for name in ("devices", "by_node", "by_class", "by_namespace", "by_vmi", "class_held"):
                 self._copy(name, copied)
         if pods:
             self._copy("pods", copied)
@@ -587,9 +592,9 @@ class Assembly:
         if eligible_changed:
             self._copy("availability", copied)
             for node in sorted(eligible_changed):
-                for name in sorted(self._capacity.get(node, {})):
+                for name, entry in sorted(self._capacity.get(node, {}).items()):
                     for gpu_class in self._classes_of.get(name, ()):
-                        self._availability[gpu_class.name] = self._available(gpu_class, node)
+                        self._availability[gpu_class.name] = self._available(gpu_class, node, entry.served)
         return self._emit(now)
 
     # -- the parts ----------------------------------------------------------------------
@@ -597,7 +602,7 @@ class Assembly:
     _MAPS: Final = {
         "devices": "_devices", "by_node": "_by_node", "by_class": "_by_class", "by_namespace": "_by_namespace",
         "by_vmi": "_by_vmi", "vmis": "_vmis", "subtree": "_subtree", "pending_usage": "_pending_usage",
-        "inventories": "_inventories", "nodes": "_nodes", "pods": "_pods",
+        "inventories": "_inventories", "nodes": "_nodes", "pods": "_pods", "class_held": "_class_held",
         "capacity": "_capacity", "serving": "_serving", "availability": "_availability",
     }
 
@@ -639,6 +644,11 @@ class Assembly:
             if not held:
                 del self._held[node_name]
             self._touched_nodes.add(node_name)
+            by_class = self._class_held.get(class_name, 0) + sign * count
+            if by_class:
+                self._class_held[class_name] = by_class
+            else:
+                self._class_held.pop(class_name, None)
         if device.phase is not Phase.PENDING:
             table = self._local
         elif not device.deleting:
@@ -727,21 +737,29 @@ class Assembly:
                     self._serving[name] = rest
                 else:
                     del self._serving[name]
+            was = before.get(name)
             for gpu_class in self._classes_of.get(name, ()):
-                self._availability[gpu_class.name] = self._available(gpu_class, node)
+                self._availability[gpu_class.name] = self._available(gpu_class, node,
+                                                                     was.served if was is not None else 0)
 
-    def _available(self, gpu_class: GPUClassView, node: str) -> ClassAvailability:
-        """The class's availability after ``node`` changed, from the one before (as ``_availability`` makes it)."""
+    def _available(self, gpu_class: GPUClassView, node: str, served_before: int) -> ClassAvailability:
+        """The class's availability after ``node`` changed, from the one before (as ``_availability`` makes it).
+
+        ``served_before`` is what the node served of the class's name before the change.
+        """
         before = self._availability[gpu_class.name]
         node_free = dict(before.node_free)
         old = node_free.pop(node, None)
+        entry = self._capacity.get(node, {}).get(gpu_class.resource_name)
         if node in self._serving.get(gpu_class.resource_name, ()) and not node_problem(
             self._nodes.get(node), node_name=node, tolerations=gpu_class.tolerations,
             selector=gpu_class.node_selector,
         ):
-            node_free[node] = cap.free_for_binds(self._capacity[node].get(gpu_class.resource_name))
+            node_free[node] = cap.free_for_binds(entry)
         new = node_free.get(node)
         total = before.free_in_cluster - (old or 0) + (new or 0)
+        served = (before.served_in_cluster - (served_before if old is not None else 0)
+                  + (entry.served if new is not None and entry is not None else 0))
         best, best_node = before.free_on_best_node, before.best_node
         if best_node == node and (new is None or new < best):
             best, best_node = 0, None  # the best went down: look again, in name order as the full build does
@@ -753,7 +771,7 @@ class Assembly:
                                                  and node < best_node)):
             best, best_node = new, node
         return ClassAvailability(class_name=gpu_class.name, node_free=node_free, free_in_cluster=total,
-                                 free_on_best_node=best, best_node=best_node)
+                                 served_in_cluster=served, free_on_best_node=best, best_node=best_node)
 
     def _make_children(self) -> dict[str, tuple[str, ...]]:
         children: defaultdict[str, list[str]] = defaultdict(list)
@@ -789,5 +807,6 @@ class Assembly:
             serving=self._serving,
             window_closes=min(self._window_closes.values(), default=None),
             over_capacity=self._over,
+            held_by_class=self._class_held,
         )
         return self._snapshot

@@ -364,6 +364,8 @@ class ClassAvailability:
     #: Eligible nodes with a fresh report serving the class's resource name, with their free units.
     node_free: Mapping[str, int] = attrs.field(factory=dict)
     free_in_cluster: int = 0
+    #: Units the eligible nodes of ``node_free`` serve in all (the class's size, for its report).
+    served_in_cluster: int = 0
     free_on_best_node: int = 0
     best_node: str | None = None
 
@@ -407,6 +409,8 @@ class Snapshot:
     window_closes: datetime | None = None
     #: Nodes with a fresh report serving less of some name than is held and used there (capacity lost).
     over_capacity: frozenset[str] = frozenset()
+    #: Class -> units its Bound devices hold (a class's report reads it; no walk over its devices).
+    held_by_class: Mapping[str, int] = attrs.field(factory=dict)
 
     def usage_of(self, namespace: str) -> Usage:
         return self.subtree_usage.get(namespace, EMPTY_USAGE)

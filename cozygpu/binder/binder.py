@@ -296,6 +296,8 @@ class Binder:
         self._window_reminder: tuple[datetime, Cancellable] | None = None
         #: When the binder first saw an attachment that carries no time (R-BIND-8's grace starts then).
         self._first_seen: dict[DeviceKey, datetime] = {}
+        #: The stores the always-on reconcilers last ran clean on (``_reconcile_inputs``).
+        self._reconciled: tuple[object, ...] | None = None
         #: Devices whose ``AttachmentVerified`` is False, kept from the device events (no scan of every device).
         self._unverified: set[DeviceKey] = set()
         #: Unanswered bind requests: id -> when this replica first saw it (answer latency).
@@ -672,8 +674,32 @@ class Binder:
             for detach in plan.detaches:
                 self._metrics.detaches.labels(reason=detach.reason, deleted=str(detach.delete).lower()).inc()
 
+    def _reconcile_inputs(self) -> tuple[object, ...]:
+        """What the always-on reconcilers read, as (store, resourceVersion) per kind: unchanged, nothing to do."""
+        found: list[object] = []
+        for spec in (specs.GPU_CLASSES, specs.GPU_DEVICES, specs.VMIS, WORKLOAD_MONITORS, WORKLOADS):
+            try:
+                store = self._cache.store(spec)
+            except KindNotServed:
+                found += [None, None]
+                continue
+            found += [store, store.resource_version]
+        return tuple(found)
+
     async def _reconcile(self, writes: Writes) -> None:
-        """The always-on reconcilers: finalizers and usage records (R-BIND-9)."""
+        """The always-on reconcilers: finalizers and usage records (R-BIND-9).
+
+        They read only classes, devices, VMIs and the usage kinds: when none of those stores moved since a
+        run that left nothing stale, they have nothing to do (a Node label or a report walks no device).
+        """
+        inputs = self._reconcile_inputs()
+        if inputs == self._reconciled:
+            return
+        stale_before = self._stale
+        await self._reconcile_all(writes)
+        self._reconciled = inputs if self._stale == stale_before else None
+
+    async def _reconcile_all(self, writes: Writes) -> None:
         classes = self._cache.store(specs.GPU_CLASSES).list()
         devices = self._cache.store(specs.GPU_DEVICES).list()
         vmis = self._optional(specs.VMIS)

@@ -1,0 +1,48 @@
+"""The always-on reconcilers run in a full pass only when a store they read moved (R-BIND-9, R-BIND-3).
+
+Finalizers and usage records read classes, devices, VMIs and Cozystack's usage
+kinds. A full pass caused by a Node label has nothing for them: they are not
+run, so the pass does not walk every device of the fleet for them. A device
+that changes makes them run again.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from cozygpu.binder.binder import Binder
+from cozygpu.cache import specs
+from cozygpu.kube import Client
+from cozygpu.passes.writes import Writes
+from tests.binder.world import NODES, World, running_binder, seen_by
+
+
+async def test_a_node_label_runs_no_reconciler_and_a_new_order_does(
+        admin: Client, namespace: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    world = await World.make(admin, namespace)
+    node = await world.node("n1", 2)
+    try:
+        async with running_binder(admin) as running:
+            ran: list[int] = []
+            real = Binder._reconcile_all
+
+            async def counted(self: Binder, writes: Writes) -> None:
+                ran.append(1)
+                await real(self, writes)
+
+            monkeypatch.setattr(Binder, "_reconcile_all", counted)
+            await running.full_pass()
+            await running.full_pass()  # its own writes seen: settled
+            ran.clear()
+
+            labelled = await admin.merge_patch(f"{NODES}/{node}", {"metadata": {"labels": {"zone": "b"}}})
+            await seen_by(running, specs.NODES.key, labelled)
+            await running.full_pass()
+            assert ran == [], "a Node label moved nothing the reconcilers read"
+
+            order = await world.order("new", 1)
+            await seen_by(running, specs.GPU_DEVICES.key, order)
+            await running.full_pass()
+            assert ran == [1], "a new device is the finalizer's to look at"
+    finally:
+        await world.cleanup()

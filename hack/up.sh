@@ -3,10 +3,11 @@
 # the full local plane on loopback (etcd, kube-apiserver, kube-controller-manager,
 # kube-scheduler, kwok) with the CRDs, then the demo: simulated GPU nodes
 # (kwok keeps them Ready) read by the real agent, two controller replicas behind
-# a loopback balancer their webhooks are registered at, the KubeVirt stand-in, tenants with budgets, and
-# the story (an order bound, one refused, a VM started, stopped and its GPU
-# kept, a start refused, a raw GPU pod and a raw VMI refused by the chart's
-# policies, a hold moved off a cordoned node), then the catalog.
+# a loopback balancer their webhooks are registered at, the KubeVirt stand-in,
+# tenants with budgets, and the story (an order bound, one refused, a VM
+# started, stopped and its GPU kept, a start refused, a raw GPU pod and a raw
+# VMI refused by the chart's policies, a hold moved off a cordoned node), then
+# the catalog.
 # Run it again to tell the story again; `cozygpu cluster stop` ends it all.
 source "$(dirname "$0")/env.sh"
 DIR=${COZYGPU_CLUSTER_DIR:-.cozygpu/cluster}

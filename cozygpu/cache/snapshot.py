@@ -563,11 +563,7 @@ def build_snapshot(
     """
     with collector_paused():  # tens of thousands of acyclic, long-lived views
         vmi_views: list[VMIView] = _convert("VirtualMachineInstance", vmis, vmi_view, on_invalid, memo)
-        active = {uid for vmi in vmi_views for uid in vmi.active_pods}
-
-        def wanted(pod: Obj) -> bool:
-            return _str(_map(pod.get("metadata")).get("uid")) in active or asks_extended(_map(pod.get("spec")))
-
+        wanted = _pods_wanted(vmi_views)
         class_views = _convert(keys.GPUCLASS_KIND, classes, gpu_class_view, on_invalid, memo)
         device_views = _convert(keys.GPUDEVICE_KIND, devices, device_view, on_invalid, memo)
         node_views = _convert("Node", nodes, node_view, on_invalid, memo)
@@ -767,11 +763,7 @@ class LiveSnapshot:
             "Pod", (k for k in self._pods if pod_source is None or self._wanted_pod(pod_source.get(*k))),
             pod_source, pod_view)
         pods.update((key, None) for key in self._pods if key not in pods)  # no longer one the snapshot holds
-        self._devices.clear()
-        self._vmis.clear()
-        self._reports.clear()
-        self._nodes.clear()
-        self._pods.clear()
+        self._forget_changes()
         inventories = {key[1]: view for key, view in reports.items() if view is not None}
         if len(inventories) < len(reports):  # gone or unreadable since: not a change of one node's report
             return self._build(now, sources)
@@ -802,9 +794,8 @@ class LiveSnapshot:
             found: list[Any] = []
             listed = objects.get(kind, [])
             if kind == "Pod":
-                active = {uid for vmi in views["VirtualMachineInstance"] for uid in vmi.active_pods}
-                listed = [p for p in listed if _str(_map(p.get("metadata")).get("uid")) in active
-                          or asks_extended(_map(p.get("spec")))]
+                wanted = _pods_wanted(views["VirtualMachineInstance"])
+                listed = [p for p in listed if wanted(p)]
             for start in range(0, len(listed), slice_size):
                 found += _convert(kind, listed[start:start + slice_size], convert, None, None)
                 await asyncio.sleep(0)
@@ -819,6 +810,10 @@ class LiveSnapshot:
         if drift is not None:
             self._rebuild = True
         return drift
+
+    def _forget_changes(self) -> None:
+        for noted in (self._devices, self._vmis, self._reports, self._nodes, self._pods):
+            noted.clear()
 
     def _views(self, kind: str, wanted: Iterable[tuple[str, str]], source: Source | None,
                convert: Callable[[Obj], ViewT]) -> dict[tuple[str, str], ViewT | None]:
@@ -842,20 +837,12 @@ class LiveSnapshot:
             return source.objects() if source is not None else ()
 
         self._rebuild = False
-        self._devices.clear()
-        self._vmis.clear()
-        self._reports.clear()
-        self._nodes.clear()
-        self._pods.clear()
+        self._forget_changes()
         memo, on_invalid = self._memo, self._on_invalid
         with collector_paused():
             vmi_views: list[VMIView] = _convert("VirtualMachineInstance", objects("VirtualMachineInstance"), vmi_view,
                                                 on_invalid, memo)
-            active = {uid for vmi in vmi_views for uid in vmi.active_pods}
-
-            def wanted(pod: Obj) -> bool:
-                return _str(_map(pod.get("metadata")).get("uid")) in active or asks_extended(_map(pod.get("spec")))
-
+            wanted = _pods_wanted(vmi_views)
             snapshot = self._assembly.rebuild(
                 now=now,
                 classes=_convert(keys.GPUCLASS_KIND, objects(keys.GPUCLASS_KIND), gpu_class_view, on_invalid, memo),
@@ -872,6 +859,16 @@ class LiveSnapshot:
             memo.forget_unseen()
         self.last_step = "rebuild"
         return snapshot
+
+
+def _pods_wanted(vmis: Iterable[VMIView]) -> Callable[[Obj], bool]:
+    """The pods a snapshot holds: every VMI's active pods (launchers) and any pod asking for extended resources."""
+    active = {uid for vmi in vmis for uid in vmi.active_pods}
+
+    def wanted(pod: Obj) -> bool:
+        return _str(_map(pod.get("metadata")).get("uid")) in active or asks_extended(_map(pod.get("spec")))
+
+    return wanted
 
 
 #: The kinds converted into views one by one, each with its converter (VMIs first: they decide which pods).

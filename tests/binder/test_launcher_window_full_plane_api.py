@@ -13,25 +13,16 @@ once the grace is over.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import uuid
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from prometheus_client import CollectorRegistry
-
 from cozygpu import keys
-from cozygpu.base.clock import LoopClock
-from cozygpu.binder.binder import Binder, BinderConfig
-from cozygpu.binder.loop import binder_driver
-from cozygpu.binder.metrics import BinderMetrics
-from cozygpu.cache.cache import Cache
 from cozygpu.devcluster import nodes
 from cozygpu.devcluster.kubevirt import KubeVirtStandIn
 from cozygpu.kube import Client, Obj, resource_path
 from tests.binder.support import VMI_CRD, VMIS, device_path
-from tests.binder.world import World
+from tests.binder.world import World, driven_binder
 from tests.support.crds import install_fixture_crd
 from tests.support.planes import Fleet
 from tests.support.waiting import eventually
@@ -95,25 +86,6 @@ class Tenants:
         return str(found) if found is not None else None
 
 
-@contextlib.asynccontextmanager
-async def binder_running(admin: Client, grace: timedelta) -> AsyncIterator[Binder]:
-    registry = CollectorRegistry()
-    cache = Cache(admin, registry=registry)
-    binder = Binder(cache, admin, BinderConfig(identity="window", gpu_enabled=True, launcher_grace=grace,
-                                               report_every=timedelta(0)),
-                    clock=LoopClock(), metrics=BinderMetrics.on(registry))
-    driver = binder_driver(binder, cache, registry=registry)
-    try:
-        async with cache.running(), asyncio.TaskGroup() as tasks:
-            runner = tasks.create_task(driver.run())
-            try:
-                yield binder
-            finally:
-                runner.cancel()
-    finally:
-        binder.close()
-
-
 async def phases_of(admin: Client, namespace: str, name: str, since: str, seen: list[str]) -> None:
     """Append every phase the device shows after resourceVersion ``since`` (until cancelled)."""
     params = {"fieldSelector": f"metadata.name={name}", "resourceVersion": since}
@@ -130,7 +102,7 @@ async def start_and_stop(admin: Client, tenants: Tenants, *, grace: timedelta, s
     """Start and stop X's VM ``starts`` times; the phases Y's hold showed meanwhile."""
     d1 = await admin.get(device_path(tenants.y, "d1"))
     seen: list[str] = []
-    async with binder_running(admin, grace), asyncio.TaskGroup() as tasks:
+    async with driven_binder(admin, grace), asyncio.TaskGroup() as tasks:
         standin = tasks.create_task(KubeVirtStandIn(admin, namespace=tenants.x).run())
         watcher = tasks.create_task(phases_of(admin, tenants.y, "d1", d1["metadata"]["resourceVersion"], seen))
         for start in range(starts):
@@ -196,7 +168,7 @@ async def test_a_pod_that_claims_a_vmi_but_is_never_listed_moves_a_hold_only_aft
     admin = full_admin
     tenants = await Tenants.make(admin, fleet)
     grace = timedelta(seconds=6)
-    async with binder_running(admin, grace):
+    async with driven_binder(admin, grace):
         # virt-controller is down: nothing will list the pod in the VMI's activePods.
         vmi = await admin.create(vmis(tenants.x), tenants.vmi("vm-x"))
         await tenants.attach("vm-x", vmi["metadata"]["uid"])

@@ -20,8 +20,7 @@ from cozygpu.commands import common, why
 from cozygpu.devcluster import nodes
 from cozygpu.kube import Client
 from tests.binder.support import device_path
-from tests.binder.test_launcher_window_full_plane_api import binder_running
-from tests.binder.world import World
+from tests.binder.world import World, driven_binder
 from tests.support.planes import Fleet
 from tests.support.waiting import eventually
 
@@ -38,7 +37,7 @@ async def test_nine_racing_orders_for_three_units_leave_six_pending_with_their_r
     await fleet(nodes.SimNode(world.node_name("gpu"), gpus={world.resource: 3}))
     await world.node("gpu", 3, create_node=False)
     names = [f"o{i}" for i in range(9)]
-    async with binder_running(admin, timedelta(seconds=30)):
+    async with driven_binder(admin, timedelta(seconds=30)):
         await asyncio.gather(*(admin.create(device_path(namespace), {
             "apiVersion": keys.API_VERSION, "kind": keys.GPUDEVICE_KIND, "metadata": {"name": name},
             "spec": {"className": world.gpu_class, "count": 1}}) for name in names))

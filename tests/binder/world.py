@@ -22,6 +22,7 @@ from prometheus_client import CollectorRegistry
 from cozygpu import keys
 from cozygpu.base.clock import LoopClock
 from cozygpu.binder.binder import Binder, BinderConfig
+from cozygpu.binder.loop import binder_driver
 from cozygpu.binder.metrics import BinderMetrics
 from cozygpu.cache.cache import Cache
 from cozygpu.cache.kinds import KindSpec
@@ -170,3 +171,23 @@ async def cache_until(running: RunningBinder, spec: KindSpec, predicate: Callabl
                 await trigger.wait()
     finally:
         running.cache.informer(spec).remove_trigger(trigger)
+
+
+@contextlib.asynccontextmanager
+async def driven_binder(admin: Client, grace: timedelta) -> AsyncIterator[Binder]:
+    """A binder over a running cache on its own pass driver, as the leader runs it (passes start by themselves)."""
+    registry = CollectorRegistry()
+    cache = Cache(admin, registry=registry)
+    binder = Binder(cache, admin, BinderConfig(identity="driven", gpu_enabled=True, launcher_grace=grace,
+                                               report_every=timedelta(0)),
+                    clock=LoopClock(), metrics=BinderMetrics.on(registry))
+    driver = binder_driver(binder, cache, registry=registry)
+    try:
+        async with cache.running(), asyncio.TaskGroup() as tasks:
+            runner = tasks.create_task(driver.run())
+            try:
+                yield binder
+            finally:
+                runner.cancel()
+    finally:
+        binder.close()

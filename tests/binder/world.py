@@ -136,7 +136,18 @@ class RunningBinder:
             await self.cache.wait_for_resource_version(key, version, timeout=30)
 
     async def synced(self) -> None:
+        """Every kind the binder reads known: its own and the core ones listed, KubeVirt's and Cozystack's
+        listed or known not to be served (an earlier test may have installed their CRDs in the shared plane)."""
         await self.cache.wait_synced(*[s for s in self.binder.kinds if s.group in ("", keys.GROUP)], timeout=60)
+        for spec in self.binder.kinds:
+            informer = self.cache.informer(spec)
+            trigger = self.cache.trigger(spec, name="known")  # fires on the first list and on served changes
+            try:
+                async with asyncio.timeout(60):
+                    while not (informer.has_synced or informer.served is False):
+                        await trigger.wait()
+            finally:
+                informer.remove_trigger(trigger)
 
 
 @contextlib.asynccontextmanager

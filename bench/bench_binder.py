@@ -161,8 +161,8 @@ async def run_binder(kubeconfig: str, *, profile: bool) -> None:
     from cozygpu.binder.loop import binder_driver
     from cozygpu.binder.metrics import BinderMetrics
     from cozygpu.cache import Cache
-    from cozygpu.cache import specs as known
     from cozygpu.model.placement import Answer, Bind
+    from cozygpu.views import specs as known
 
     def emit(**fields: Any) -> None:
         print(json.dumps(fields), flush=True)
@@ -288,7 +288,7 @@ class Watcher:
         from prometheus_client import CollectorRegistry
 
         from cozygpu.cache import Cache
-        from cozygpu.cache import specs as known
+        from cozygpu.views import specs as known
 
         self.cache = Cache(admin, registry=CollectorRegistry())
         self.cache.add(known.GPU_DEVICES)
@@ -419,7 +419,7 @@ async def measure(admin: Client, child: Child, size: dict[str, int], *, profile:
     watcher = Watcher(admin)
     results: dict[str, Any] = {}
     async with watcher.cache.running():
-        from cozygpu.cache import specs as known
+        from cozygpu.views import specs as known
 
         await watcher.cache.wait_synced(known.GPU_DEVICES, timeout=600)
         await child.quiet()

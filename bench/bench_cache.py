@@ -259,9 +259,9 @@ async def measure(kubeconfig: str, *, plain_decode: bool = False, page_size: int
     from prometheus_client import CollectorRegistry
 
     from cozygpu.cache import Cache
-    from cozygpu.cache import specs as known
     from cozygpu.cache.kinds import CRDS
     from cozygpu.cache.reflector import ReflectorSettings
+    from cozygpu.views import specs as known
 
     settings = ReflectorSettings() if page_size is None else ReflectorSettings(page_size=page_size)
 

@@ -92,15 +92,15 @@ from cozygpu.binder import reports  # noqa: E402
 from cozygpu.binder.binder import Binder, BinderConfig  # noqa: E402
 from cozygpu.binder.loop import NAME  # noqa: E402
 from cozygpu.binder.metrics import BinderMetrics  # noqa: E402
-from cozygpu.cache import specs  # noqa: E402
 from cozygpu.cache.cache import Cache  # noqa: E402
 from cozygpu.cache.errors import KindNotServed  # noqa: E402
 from cozygpu.cache.reflector import ReflectorSettings  # noqa: E402
-from cozygpu.cache.snapshot import LiveSnapshot, Source, build_snapshot  # noqa: E402
 from cozygpu.cache.triggers import Trigger  # noqa: E402
 from cozygpu.kube import errors, resource_path  # noqa: E402
 from cozygpu.passes.driver import Lane  # noqa: E402
 from cozygpu.passes.writes import Writes  # noqa: E402
+from cozygpu.views import specs  # noqa: E402
+from cozygpu.views.live import LiveSnapshot, Source, build_snapshot  # noqa: E402
 
 RESOURCE: Final = "nvidia.com/GH100_H100_SXM5_80GB"
 CLASS: Final = "h100"

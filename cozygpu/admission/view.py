@@ -25,13 +25,13 @@ from datetime import timedelta
 from typing import Final
 
 from cozygpu.base.clock import utc_now
-from cozygpu.cache import specs
 from cozygpu.cache.cache import Cache
 from cozygpu.cache.errors import KindNotServed, NotSynced
 from cozygpu.cache.kinds import KindSpec
-from cozygpu.cache.snapshot import LiveSnapshot, Source
 from cozygpu.model.capacity import DEFAULT_LAUNCHER_GRACE
 from cozygpu.model.snapshot import Snapshot
+from cozygpu.views import specs
+from cozygpu.views.live import LiveSnapshot, Source
 
 #: Seconds a snapshot is reused while nothing changed.
 MAX_AGE: Final = 1.0

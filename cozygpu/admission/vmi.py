@@ -49,10 +49,10 @@ from cozygpu.admission.view import NotReady, SnapshotSource
 from cozygpu.admission.vmi_plan import Member, Refused, StartPlan, gpus_patch, plan_start
 from cozygpu.base.clock import utc_now
 from cozygpu.base.logging import get_logger
-from cozygpu.cache import specs
 from cozygpu.cache.cache import Cache
 from cozygpu.cache.errors import CacheError
 from cozygpu.kube import Client, errors, resource_path
+from cozygpu.views import specs
 
 _log = get_logger("cozygpu.admission.vmi")
 

@@ -39,12 +39,12 @@ import attrs
 
 from cozygpu.admission import bounds
 from cozygpu.admission.refs import DeviceRef, Ref, TemplateRef
-from cozygpu.cache.snapshot import vmi_view
 from cozygpu.model import refusals
 from cozygpu.model.catalog import order_refusal
 from cozygpu.model.naming import template_device_name
 from cozygpu.model.placement import place_set
 from cozygpu.model.snapshot import DeviceView, Snapshot
+from cozygpu.views.decode import vmi_view
 
 #: Names of the ``gpus`` entries the webhook adds: ``cozygpu-gpu0``, ``cozygpu-gpu1``, ...
 ENTRY_PREFIX: Final = "cozygpu-gpu"

@@ -53,11 +53,9 @@ from cozygpu.binder.fastlane import FastLane
 from cozygpu.binder.metrics import BinderMetrics
 from cozygpu.binder.status import plan_writes
 from cozygpu.binder.writes import WriteReport, device_status_path, write_sets
-from cozygpu.cache import specs
 from cozygpu.cache.cache import Cache
 from cozygpu.cache.errors import KindNotServed, NotSynced
 from cozygpu.cache.kinds import KindSpec
-from cozygpu.cache.snapshot import LiveSnapshot, Source
 from cozygpu.cache.store import Event, Store
 from cozygpu.kube import Client, errors
 from cozygpu.kube.client import Obj
@@ -65,6 +63,8 @@ from cozygpu.model.capacity import DEFAULT_LAUNCHER_GRACE, DEFAULT_REPORT_STALE_
 from cozygpu.model.placement import SPLIT_WHILE_VM_RUNS, PassPlan, Stay, plan_pass
 from cozygpu.model.snapshot import DeviceKey, Phase, Snapshot, VmiKey
 from cozygpu.passes.writes import Writes
+from cozygpu.views import specs
+from cozygpu.views.live import LiveSnapshot, Source
 
 log = get_logger("cozygpu.binder")
 

@@ -78,13 +78,13 @@ from typing import Any
 import attrs
 
 from cozygpu.base.logging import get_logger
-from cozygpu.cache import snapshot as convert
-from cozygpu.cache import specs
 from cozygpu.cache.kinds import KindSpec
 from cozygpu.cache.store import Event
 from cozygpu.model import capacity
 from cozygpu.model.placement import Bind, MarkLost, PassPlan
 from cozygpu.model.snapshot import DeviceKey, GPUClassView, Phase, Snapshot, VmiKey
+from cozygpu.views import decode as convert
+from cozygpu.views import specs
 
 log = get_logger("cozygpu.binder.fastlane")
 

@@ -57,9 +57,9 @@ Public API::
 
     Trigger: .fire(reason=""), async .wait() -> frozenset[str], .poll()
 
-``specs.py`` holds the specs of the kinds cozygpu reads (transforms,
-indexes such as devices by node and by attached VMI); ``metrics.py`` the
-Prometheus collectors (pass a ``CollectorRegistry`` or use the default one).
+The specs of the kinds cozygpu reads (transforms, indexes such as devices
+by node and by attached VMI) are the read model's, in ``cozygpu.views.specs``;
+``metrics.py`` holds the Prometheus collectors (pass a ``CollectorRegistry`` or use the default one).
 """
 
 from cozygpu.cache.cache import Cache

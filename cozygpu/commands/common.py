@@ -30,12 +30,12 @@ from typing import Any, Final
 import attrs
 
 from cozygpu import keys
-from cozygpu.cache import specs
 from cozygpu.cache.kinds import KindSpec
-from cozygpu.cache.snapshot import build_snapshot
 from cozygpu.kube import Client, errors, resource_path
 from cozygpu.kube.config import source_for
 from cozygpu.model.snapshot import Snapshot
+from cozygpu.views import specs
+from cozygpu.views.live import build_snapshot
 
 Obj = dict[str, Any]
 

@@ -3,7 +3,7 @@
 Why: every question the model answers (a catalog entry, an order check, a
 placement) reads the same derived tables; computing them per question would
 make the catalog O(all devices). Callers convert their cache into views
-(``cozygpu.cache.snapshot`` does it for the informer cache) and call
+(``cozygpu.views.live`` does it for the informer cache) and call
 :func:`assemble`; tests call it with hand-made views.
 
 Contract: pure; ``now`` is passed in and decides which agent reports are

@@ -2,7 +2,7 @@
 
 Why: the binder, the webhooks, the catalog and the CLI each hold their own
 cache. Each turns it into this one shape (the builder sits beside the cache,
-``cozygpu.cache.snapshot``) and asks the same model functions, so their
+``cozygpu.views.live``) and asks the same model functions, so their
 answers cannot drift apart.
 
 Contract:

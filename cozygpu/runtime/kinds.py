@@ -1,6 +1,6 @@
 """Which informers the controller process runs, and which of them gate readiness (R-RUN-2, R-RUN-3).
 
-The specs themselves are defined once, in ``cozygpu.cache.specs``, with their
+The specs themselves are defined once, in ``cozygpu.views.specs``, with their
 indexes and transforms; every reader (the settings publisher now, the binder
 and the webhooks later) asks the cache for those same objects, and the cache
 refuses a second, different spec under one key.
@@ -18,8 +18,8 @@ refuses a second, different spec under one key.
 
 from __future__ import annotations
 
-from cozygpu.cache import specs
 from cozygpu.cache.kinds import KindSpec
+from cozygpu.views import specs
 
 
 def webhook_kinds(*, enable_gpu: bool, namespace: str) -> tuple[KindSpec, ...]:

@@ -44,10 +44,8 @@ import attrs
 from cozygpu import keys
 from cozygpu.base.clock import Clock
 from cozygpu.base.logging import get_logger
-from cozygpu.cache import specs
 from cozygpu.cache.cache import Cache
 from cozygpu.cache.errors import CacheError, KindNotServed
-from cozygpu.cache.snapshot import InvalidObject, gpu_class_view, node_inventory, permitted_host_devices
 from cozygpu.kube.client import Obj, resource_path
 from cozygpu.model.resource_names import effective_names
 from cozygpu.model.snapshot import GPUClassView, NodeInventory
@@ -55,6 +53,8 @@ from cozygpu.passes.driver import DriverConfig, Lane, PassDriver
 from cozygpu.passes.outcomes import Outcome
 from cozygpu.passes.writes import Writes
 from cozygpu.runtime.metrics import SettingsMetrics
+from cozygpu.views import specs
+from cozygpu.views.decode import InvalidObject, gpu_class_view, node_inventory, permitted_host_devices
 
 _log = get_logger("cozygpu.settings")
 

@@ -30,12 +30,12 @@ from cozygpu.base.clock import LoopClock
 from cozygpu.binder.binder import Binder, BinderConfig
 from cozygpu.binder.loop import binder_driver
 from cozygpu.binder.metrics import BinderMetrics
-from cozygpu.cache import specs
 from cozygpu.cache.cache import Cache
 from cozygpu.devcluster import pki
 from cozygpu.devcluster.plane import ControlPlane
 from cozygpu.kube import Client, errors, resource_path
 from cozygpu.runtime.webhook import webhook_app
+from cozygpu.views import specs
 
 VALIDATING = resource_path("admissionregistration.k8s.io", "v1", "validatingwebhookconfigurations")
 MUTATING = resource_path("admissionregistration.k8s.io", "v1", "mutatingwebhookconfigurations")

@@ -12,11 +12,11 @@ import pytest
 
 from cozygpu import keys
 from cozygpu.admission.pods import pin_patch
-from cozygpu.cache import specs
 from cozygpu.devcluster import nodes
 from cozygpu.devcluster.kubevirt import KubeVirtStandIn
 from cozygpu.devcluster.plane import ControlPlane
 from cozygpu.kube import Client, errors, resource_path
+from cozygpu.views import specs
 from tests.admission.harness import VMIS, admission, vmi_body, with_binder
 from tests.admission.test_vmi_webhook_api import status, until
 from tests.binder.support import VMI_CRD, device_path

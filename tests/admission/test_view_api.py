@@ -14,12 +14,12 @@ from pathlib import Path
 from typing import Any
 
 from cozygpu.base.clock import utc_now
-from cozygpu.cache import specs
 from cozygpu.cache.cache import Cache
-from cozygpu.cache.snapshot import build_snapshot
 from cozygpu.devcluster.plane import ControlPlane
 from cozygpu.kube import Client
 from cozygpu.model.snapshot import Snapshot
+from cozygpu.views import specs
+from cozygpu.views.live import build_snapshot
 from tests.admission.harness import admission
 from tests.binder.world import NODES, World, stamp
 from tests.support.waiting import eventually

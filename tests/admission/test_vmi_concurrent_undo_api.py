@@ -21,11 +21,11 @@ import pytest
 from aiohttp import web
 
 from cozygpu import keys
-from cozygpu.cache import specs
 from cozygpu.cache.store import Event
 from cozygpu.devcluster.plane import ControlPlane
 from cozygpu.kube import Client, errors
 from cozygpu.model.naming import template_device_name
+from cozygpu.views import specs
 from tests.admission.harness import VALIDATING, VMIS, admission, ca_bundle, scope, unregister, vmi_body
 from tests.admission.test_vmi_webhook_api import devices, status, until
 from tests.binder.support import VMI_CRD, device_path

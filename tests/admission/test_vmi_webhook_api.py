@@ -13,12 +13,12 @@ import pytest
 from aiohttp import web
 
 from cozygpu import keys
-from cozygpu.cache import specs
 from cozygpu.cache.cache import Cache
 from cozygpu.cache.store import Event
 from cozygpu.devcluster.plane import ControlPlane
 from cozygpu.kube import Client, errors
 from cozygpu.model.naming import template_device_name
+from cozygpu.views import specs
 from tests.admission.harness import (
     MUTATING,
     VMIS,

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from cozygpu.binder.binder import answer_view
 from cozygpu.model.placement import plan_pass
 from cozygpu.model.snapshot import Phase
-from tests.cache.test_live_snapshot import World, apply, seed, steps
+from tests.views.test_live_snapshot import World, apply, seed, steps
 
 
 @settings(max_examples=300, deadline=None)

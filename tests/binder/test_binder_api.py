@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from cozygpu import keys
-from cozygpu.cache import specs
 from cozygpu.kube import Client, resource_path
+from cozygpu.views import specs
 from tests.binder.world import GPUNODES, NODES, RunningBinder, World, seen_by, stamp
 
 

@@ -11,8 +11,8 @@ import pytest
 
 from cozygpu import keys
 from cozygpu.binder.attachments import AttachmentsUnverified
-from cozygpu.cache import specs
 from cozygpu.kube import Client, errors, resource_path
+from cozygpu.views import specs
 from tests.binder.support import VMI_CRD, VMIS, device_path
 from tests.binder.world import RunningBinder, World, cache_until, running_binder, seen_by, stamp
 from tests.support.crds import install_fixture_crd, uninstall_fixture_crd

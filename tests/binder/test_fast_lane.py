@@ -6,12 +6,12 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from cozygpu.binder.fastlane import FastLane
-from cozygpu.cache import specs
 from cozygpu.cache.frozen import freeze
 from cozygpu.cache.store import Event
 from cozygpu.model.assemble import assemble
 from cozygpu.model.placement import Bind, PassPlan
 from cozygpu.model.snapshot import DeviceView, GPUClassView, Mode, Phase
+from cozygpu.views import specs
 
 NOW = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
 

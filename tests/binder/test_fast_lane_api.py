@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from cozygpu.cache import specs
 from cozygpu.kube import errors
+from cozygpu.views import specs
 from tests.binder.support import device_path
 from tests.binder.world import GPUNODES, NODES, RunningBinder, World, cache_until, seen_by
 

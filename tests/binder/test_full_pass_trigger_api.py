@@ -14,9 +14,9 @@ from __future__ import annotations
 from typing import Any
 
 from cozygpu import keys
-from cozygpu.cache import specs
 from cozygpu.cache.triggers import Trigger
 from cozygpu.kube import Client, resource_path
+from cozygpu.views import specs
 from tests.binder.support import class_path
 from tests.binder.world import GPUNODES, NODES, RunningBinder, World, running_binder, seen_by, stamp
 

@@ -21,7 +21,7 @@ from cozygpu import keys
 from cozygpu.binder.binder import Planned, full_view
 from cozygpu.model.placement import Bind, MarkLost, PassPlan, plan_pass
 from cozygpu.model.snapshot import Phase, Snapshot
-from tests.cache.test_live_snapshot import World, apply, seed, steps
+from tests.views.test_live_snapshot import World, apply, seed, steps
 
 
 def _write_back(world: World, plan: PassPlan) -> None:

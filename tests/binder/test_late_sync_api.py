@@ -22,10 +22,10 @@ from cozygpu.base.clock import LoopClock
 from cozygpu.binder.binder import Binder, BinderConfig
 from cozygpu.binder.loop import binder_driver
 from cozygpu.binder.metrics import BinderMetrics
-from cozygpu.cache import specs
 from cozygpu.cache.cache import Cache
 from cozygpu.kube import Client
 from cozygpu.passes.driver import Lane
+from cozygpu.views import specs
 from tests.binder.world import World
 from tests.support.waiting import eventually
 

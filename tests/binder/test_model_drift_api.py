@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import pytest
 
-from cozygpu.cache import specs
 from cozygpu.kube import Client
 from cozygpu.model.assemble import Assembly
+from cozygpu.views import specs
 from tests.binder.world import World, running_binder, seen_by
 
 

@@ -25,11 +25,11 @@ from cozygpu.base.clock import LoopClock
 from cozygpu.binder.binder import Binder, BinderConfig
 from cozygpu.binder.loop import binder_driver
 from cozygpu.binder.metrics import BinderMetrics
-from cozygpu.cache import specs
 from cozygpu.cache.cache import Cache
 from cozygpu.devcluster.plane import ADMIN_GROUPS, ADMIN_USER, ControlPlane
 from cozygpu.kube import Client, resource_path
 from cozygpu.passes.driver import DriverConfig, Lane
+from cozygpu.views import specs
 from tests.binder.support import class_path, device_path
 from tests.binder.world import NODES, World
 from tests.support.proxy import Proxy

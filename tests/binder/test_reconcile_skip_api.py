@@ -11,9 +11,9 @@ from __future__ import annotations
 import pytest
 
 from cozygpu.binder.binder import Binder
-from cozygpu.cache import specs
 from cozygpu.kube import Client
 from cozygpu.passes.writes import Writes
+from cozygpu.views import specs
 from tests.binder.world import NODES, World, running_binder, seen_by
 
 

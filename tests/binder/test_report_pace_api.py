@@ -12,8 +12,8 @@ from datetime import timedelta
 from typing import Any
 
 from cozygpu import keys
-from cozygpu.cache import specs
 from cozygpu.kube import Client, resource_path
+from cozygpu.views import specs
 from tests.binder.world import World, running_binder, seen_by
 
 EVERY = 5.0

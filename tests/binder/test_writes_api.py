@@ -6,10 +6,10 @@ from typing import Any
 
 from cozygpu.binder.status import plan_writes
 from cozygpu.binder.writes import write_sets
-from cozygpu.cache.snapshot import device_view
 from cozygpu.kube import Client, resource_path
 from cozygpu.model.placement import plan_pass
 from cozygpu.model.snapshot import Phase, Snapshot
+from cozygpu.views.decode import device_view
 from tests.binder.support import device_path, order, read_all
 from tests.model.factories import NOW, gpu_nodes, snapshot
 

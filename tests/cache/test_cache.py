@@ -11,8 +11,8 @@ from prometheus_client import CollectorRegistry
 
 from cozygpu.cache import Cache, KindNotServed, KindSpec, NotSynced, UnknownKind
 from cozygpu.cache.kinds import CRDS, crd_serves
-from cozygpu.cache.specs import GPU_DEVICES
 from cozygpu.kube import errors
+from cozygpu.views.specs import GPU_DEVICES
 from tests.cache.fakes import FakeApi, FakeClock, until
 
 PODS = KindSpec("", "v1", "pods", "Pod", True)

@@ -20,10 +20,10 @@ from prometheus_client import CollectorRegistry
 
 from cozygpu import keys
 from cozygpu.cache import Cache, Event, KindNotServed, KindSpec, ReflectorSettings
-from cozygpu.cache import specs as known
 from cozygpu.cache.transforms import slim_pod
 from cozygpu.devcluster.plane import ADMIN_GROUPS, ADMIN_USER, ControlPlane
 from cozygpu.kube import Client, errors, resource_path
+from cozygpu.views import specs as known
 from tests.cache import shapes
 from tests.support.proxy import Proxy
 

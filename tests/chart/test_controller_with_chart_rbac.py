@@ -21,12 +21,12 @@ import aiohttp
 import pytest
 
 from cozygpu import keys
-from cozygpu.cache import specs
 from cozygpu.devcluster import apply, chart
 from cozygpu.devcluster.plane import ControlPlane
 from cozygpu.kube import resource_path
 from cozygpu.runtime import flags
 from cozygpu.runtime.controller import Controller
+from cozygpu.views import specs
 from tests.support.crds import install_fixture_crd
 from tests.support.planes import start_plane
 

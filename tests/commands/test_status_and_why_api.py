@@ -13,10 +13,10 @@ import attrs
 import pytest
 
 from cozygpu import cli, keys
-from cozygpu.cache import specs
 from cozygpu.commands import common, status, why
 from cozygpu.devcluster.plane import ControlPlane
 from cozygpu.kube import Client, resource_path
+from cozygpu.views import specs
 from tests.binder.support import device_path
 from tests.binder.world import RunningBinder, World, running_binder, seen_by, stamp
 from tests.support.crds import install_fixture_crd

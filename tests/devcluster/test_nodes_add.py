@@ -14,12 +14,12 @@ from pathlib import Path
 from typing import Any
 
 from cozygpu import keys
-from cozygpu.cache import specs
 from cozygpu.commands.catalog import read_snapshot
 from cozygpu.devcluster import nodes, simnodes
 from cozygpu.devcluster.plane import ControlPlane
 from cozygpu.kube import Client, resource_path
 from cozygpu.model.catalog import catalog
+from cozygpu.views import specs
 from tests.binder.support import VMI_CRD, class_path, device_path
 from tests.binder.world import running_binder, seen_by
 from tests.support.crds import install_fixture_crd

@@ -15,10 +15,10 @@ import asyncio
 import uuid
 from typing import Any
 
-from cozygpu.cache.snapshot import node_view, vmi_view
 from cozygpu.devcluster import nodes
 from cozygpu.kube import Client, resource_path
 from cozygpu.model.eligibility import node_problem
+from cozygpu.views.decode import node_view, vmi_view
 from tests.support.planes import Fleet
 
 NAMESPACES = resource_path("", "v1", "namespaces")

@@ -19,12 +19,12 @@ from typing import Any
 import aiohttp
 
 from cozygpu import keys
-from cozygpu.cache import specs
 from cozygpu.devcluster import pki
 from cozygpu.devcluster.plane import ControlPlane
 from cozygpu.kube import Client, resource_path
 from cozygpu.runtime import flags
 from cozygpu.runtime.controller import Controller
+from cozygpu.views import specs
 
 RBAC = "rbac.authorization.k8s.io"
 CLUSTER_ROLES = resource_path(RBAC, "v1", "clusterroles")

@@ -147,10 +147,10 @@ async def test_the_real_process_refuses_bad_flags_before_it_touches_the_cluster(
 
 
 def test_the_controller_caches_the_shared_specs_with_their_indexes() -> None:
-    # The binder and the webhooks will ask the cache for cozygpu.cache.specs objects; the controller
+    # The binder and the webhooks will ask the cache for cozygpu.views.specs objects; the controller
     # must register exactly those (a bare spec under the same key would lack their indexes).
-    from cozygpu.cache import specs
     from cozygpu.runtime import kinds
+    from cozygpu.views import specs
 
     gpu = kinds.webhook_kinds(enable_gpu=True, namespace="cozy-gpu")
     assert specs.GPU_DEVICES in gpu

@@ -1,26 +1,22 @@
-"""Turn the informer cache's raw objects into the model's Snapshot.
+"""The read model: one Snapshot of the cache, built once and kept current by events.
 
-Why: the model is pure and typed; the cache holds Kubernetes JSON. This
-module is the one place that reads our CRDs' field names (SPEC 1) and the
-Kubernetes and KubeVirt fields the model needs, so every caller (binder,
-webhooks, catalog, CLI) builds the same snapshot from the same objects.
+Why: every reader (binder, webhooks, catalog, CLI) must decide on the same
+model, and a decision must cost what changed, not what the fleet holds.
+Objects are decoded into views (``cozygpu.views.decode``) and each view
+*contributes* to the model (``cozygpu.model.assemble.Assembly``); an event
+takes an object's old contribution away and adds its new one.
 
 Contract:
-- A pure function of iterables of JSON mappings (as the cache stores them;
-  never mutated) plus ``now``: no I/O, no clock reads. It imports nothing
-  else from ``cozygpu.cache``.
-- An object that cannot be read (a GPUClass with an unknown mode, a
-  GPUDevice without a class or count) is left out and reported through
-  ``on_invalid`` so the caller can log it; an unreadable *budget* is not
-  left out: it reaches the model, which refuses orders under it.
-- Only ResourceQuotas named ``tenant-quota`` are budgets. Only pods that
-  request an extended resource, or that a VMI lists as active, are kept.
-- :func:`build_snapshot` is the entry point and the reference. A caller
-  that builds often passes a :class:`ViewMemo` so unchanged objects are not
-  converted again; the per-object converters are public too. The binder
-  keeps a :class:`LiveSnapshot` instead, fed the cache's events: a pass
-  after a device change converts and re-derives only what changed, and
-  equals ``build_snapshot`` over the same objects (property-tested).
+- :func:`build_snapshot` is the from-scratch build and the reference: a
+  pure function of iterables of JSON mappings plus ``now``. A caller that
+  builds often passes a :class:`ViewMemo` so unchanged objects are not
+  converted again.
+- :class:`LiveSnapshot` is fed the cache's events; after any sequence of
+  them it equals ``build_snapshot`` over the same objects (property-tested
+  in ``tests/views/test_live_snapshot.py``; checked at run time by the
+  binder's safety net with :func:`first_difference`).
+- An object that cannot be read is left out and reported through
+  ``on_invalid``.
 - A build pauses the cyclic garbage collector while it runs and restores it
   afterwards (see ``cozygpu.cache.collector``): that is its only effect beyond
   its result.
@@ -31,449 +27,44 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
-from typing import Any, TypeGuard, TypeVar
+from typing import Any, TypeVar
 
 import attrs
 
 from cozygpu import keys
 from cozygpu.cache.collector import collector_paused
-from cozygpu.cache.specs import SNAPSHOT_SPECS
 from cozygpu.cache.store import Event
 from cozygpu.model.assemble import Assembly, assemble
-from cozygpu.model.capacity import DEFAULT_LAUNCHER_GRACE, DEFAULT_REPORT_STALE_AFTER, served_units
-from cozygpu.model.pods import InitContainer, PodResources, container_requests, pod_requests, whole_requests
+from cozygpu.model.capacity import DEFAULT_LAUNCHER_GRACE, DEFAULT_REPORT_STALE_AFTER
 from cozygpu.model.snapshot import (
-    Attachment,
-    BindAnswer,
-    BindRequest,
     DeviceView,
-    GPUClassView,
-    LabelSelector,
-    MediatedDevice,
-    Mode,
-    NamespaceView,
     NodeInventory,
-    NodeSelectorTerm,
     NodeView,
-    OnCordon,
-    PciHostDevice,
-    PermittedHostDevices,
-    Phase,
-    PodPhase,
     PodView,
-    SelectorRequirement,
     Snapshot,
-    Taint,
-    Toleration,
     VMIView,
 )
+from cozygpu.views.decode import (
+    EMPTY_OBJECT,
+    InvalidObject,
+    Obj,
+    as_map,
+    as_str,
+    asks_extended,
+    device_view,
+    gpu_class_view,
+    namespace_view,
+    node_inventory,
+    node_view,
+    permitted_host_devices,
+    pod_view,
+    tenant_quotas,
+    vmi_view,
+)
+from cozygpu.views.specs import SNAPSHOT_SPECS
 
-Obj = Mapping[str, Any]
 #: Called with (kind, object, problem) for an object left out of the snapshot.
 InvalidHandler = Callable[[str, Obj, str], None]
-
-_EMPTY: Mapping[str, Any] = {}
-_PHASES = {p.value: p for p in Phase}
-_PENDING = Phase.PENDING
-_POD_PHASES = {p.value: p for p in PodPhase}
-
-
-class InvalidObject(ValueError):
-    """An object the snapshot cannot use."""
-
-
-def _is_map(value: object) -> TypeGuard[Mapping[str, Any]]:
-    # dict first and None next: the cache's objects are dicts, a missing field
-    # is None, and the Mapping ABC check is slow for everything else.
-    if isinstance(value, dict):
-        return True
-    return value is not None and isinstance(value, Mapping)
-
-
-def _map(value: object) -> Mapping[str, Any]:
-    return value if _is_map(value) else _EMPTY
-
-
-def _list(value: object) -> list[Any]:
-    return value if isinstance(value, list) else []
-
-
-def _str(value: object) -> str:
-    return value if type(value) is str else ""
-
-
-def _time(value: object) -> datetime | None:
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        return datetime.fromisoformat(value)
-    except ValueError:
-        return None
-
-
-def _int(value: object) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def _tolerations(items: object) -> tuple[Toleration, ...]:
-    if not items:  # the common case: none set
-        return ()
-    return tuple(
-        Toleration(
-            key=_str(t.get("key")),
-            operator=_str(t.get("operator")) or "Equal",
-            value=_str(t.get("value")),
-            effect=_str(t.get("effect")),
-        )
-        for t in _list(items)
-        if _is_map(t)
-    )
-
-
-def _selector(value: object) -> LabelSelector | None:
-    if not _is_map(value):
-        return None
-    labels = tuple(sorted((str(k), str(v)) for k, v in _map(value.get("matchLabels")).items()))
-    return LabelSelector(match_labels=labels, match_expressions=_requirements(value.get("matchExpressions")))
-
-
-def gpu_class_view(obj: Obj) -> GPUClassView:
-    meta = _map(obj.get("metadata"))
-    spec = _map(obj.get("spec"))
-    name = _str(meta.get("name"))
-    try:
-        mode = Mode(_str(spec.get("mode")))
-    except ValueError:
-        raise InvalidObject(f"spec.mode {spec.get('mode')!r} is not Passthrough or VGPU") from None
-    resource_name = _str(spec.get("resourceName"))
-    if not name or not resource_name:
-        raise InvalidObject("a GPUClass needs metadata.name and spec.resourceName")
-    try:
-        on_cordon = OnCordon(spec.get("onCordon") or OnCordon.MOVE)
-    except ValueError:
-        on_cordon = OnCordon.MOVE
-    return GPUClassView(
-        name=name,
-        mode=mode,
-        resource_name=resource_name,
-        vendor=_str(spec.get("vendor")),
-        model=_str(spec.get("model")),
-        profile=_str(spec.get("profile")),
-        memory=str(spec.get("memory") or ""),
-        max_count=_int(spec.get("maxCount")),
-        node_selector=_selector(spec.get("nodeSelector")),
-        on_cordon=on_cordon,
-        tolerations=_tolerations(spec.get("tolerations")),
-        deleting=bool(meta.get("deletionTimestamp")),
-    )
-
-
-def device_view(obj: Obj) -> DeviceView:
-    # The hottest converter (every GPUDevice, every build): plain lookups, and
-    # the helpers inlined for what the cache holds (dicts and strs); anything
-    # else still goes through them, so every shape reads as before.
-    meta = obj.get("metadata")
-    if not isinstance(meta, dict):
-        meta = _map(meta)
-    spec = obj.get("spec")
-    if not isinstance(spec, dict):
-        spec = _map(spec)
-    status = obj.get("status")
-    if not isinstance(status, dict):
-        status = _map(status)
-    count = spec.get("count")
-    class_name = spec.get("className")
-    if type(count) is not int or type(class_name) is not str or not class_name:
-        raise InvalidObject("a GPUDevice needs spec.className and an integer spec.count")
-    attachment = None
-    raw_attachment = status.get("attachment")
-    if raw_attachment is not None and _is_map(raw_attachment) and raw_attachment.get("vmi"):
-        attachment = Attachment(
-            vmi=_str(raw_attachment.get("vmi")),
-            uid=_str(raw_attachment.get("uid")),
-            attached_at=_time(raw_attachment.get("attachedAt")),
-            request_id=_str(raw_attachment.get("requestId")),
-        )
-    request = None
-    raw_request = status.get("bindRequest")
-    if raw_request is not None and _is_map(raw_request) and raw_request.get("id"):
-        request = BindRequest(
-            id=_str(raw_request.get("id")), vmi=_str(raw_request.get("vmi")), time=_time(raw_request.get("time"))
-        )
-    answer = None
-    raw_answer = status.get("bindAnswer")
-    if raw_answer is not None and _is_map(raw_answer) and raw_answer.get("id"):
-        answer = BindAnswer(
-            id=_str(raw_answer.get("id")),
-            result=_str(raw_answer.get("result")),
-            reason=_str(raw_answer.get("reason")),
-            message=_str(raw_answer.get("message")),
-            node=_str(raw_answer.get("node")),
-            time=_time(raw_answer.get("time")),
-        )
-    namespace = meta.get("namespace")
-    name = meta.get("name")
-    uid = meta.get("uid")
-    node_name = status.get("nodeName")
-    labels = meta.get("labels")
-    return DeviceView(
-        namespace=namespace if type(namespace) is str else "",
-        name=name if type(name) is str else "",
-        uid=uid if type(uid) is str else "",
-        class_name=class_name,
-        count=count,
-        phase=_PHASES.get(status.get("phase"), _PENDING),  # type: ignore[arg-type]
-        node_name=node_name if type(node_name) is str and node_name else None,
-        attachment=attachment,
-        bind_request=request,
-        bind_answer=answer,
-        template=labels is not None and _is_map(labels) and keys.TEMPLATE_DEVICE_LABEL in labels,
-        deleting=bool(meta.get("deletionTimestamp")),
-        created=_time(meta.get("creationTimestamp")),
-    )
-
-
-def node_inventory(obj: Obj) -> NodeInventory:
-    meta = _map(obj.get("metadata"))
-    status = _map(obj.get("status"))
-    entries: list[tuple[str, int]] = []
-    for device in _list(status.get("devices")):
-        if _is_map(device):
-            name, allocatable = device.get("resourceName"), device.get("allocatable")
-            if type(allocatable) is not int:
-                allocatable = _int(allocatable) or 0
-            entries.append((name if type(name) is str else "", allocatable))
-    agent = _map(status.get("agent"))
-    return NodeInventory(
-        name=_str(meta.get("name")),
-        served=served_units(entries),
-        resource_names=frozenset(n for n in _list(status.get("resourceNames")) if isinstance(n, str) and n),
-        last_report=_time(agent.get("lastReport")),
-    )
-
-
-def node_view(obj: Obj) -> NodeView:
-    meta = _map(obj.get("metadata"))
-    spec = _map(obj.get("spec"))
-    ready = False
-    for condition in _list(_map(obj.get("status")).get("conditions")):
-        if _is_map(condition) and condition.get("type") == "Ready":
-            ready = condition.get("status") == "True"
-    taints = tuple(
-        Taint(key=_str(t.get("key")), value=_str(t.get("value")), effect=_str(t.get("effect")))
-        for t in _list(spec.get("taints"))
-        if _is_map(t)
-    )
-    return NodeView(
-        name=_str(meta.get("name")),
-        labels=_map(meta.get("labels")),
-        unschedulable=bool(spec.get("unschedulable")),
-        ready=ready,
-        taints=taints,
-    )
-
-
-def _extended(section: Mapping[str, Any]) -> Mapping[str, Any]:
-    return {k: v for k, v in section.items() if "/" in k}
-
-
-def _requests(container: Mapping[str, Any], *, extended_only: bool) -> dict[str, Any]:
-    resources = _map(container.get("resources"))
-    requests, limits = _map(resources.get("requests")), _map(resources.get("limits"))
-    if extended_only:
-        requests, limits = _extended(requests), _extended(limits)
-    return container_requests(requests, limits)
-
-
-def pod_resources(spec: Mapping[str, Any], *, extended_only: bool = False) -> PodResources:
-    """The parts of a pod spec the scheduler's arithmetic reads. Raises QuantityError on a bad quantity.
-
-    With ``extended_only`` only extended resources (``domain/name``) are
-    read: all a snapshot needs, and far fewer quantities to parse.
-    """
-    containers = tuple(_requests(c, extended_only=extended_only) for c in _list(spec.get("containers")) if _is_map(c))
-    inits = tuple(
-        InitContainer(requests=_requests(c, extended_only=extended_only), sidecar=c.get("restartPolicy") == "Always")
-        for c in _list(spec.get("initContainers"))
-        if _is_map(c)
-    )
-    overhead, pod_level = _map(spec.get("overhead")), _map(_map(spec.get("resources")).get("requests"))
-    if extended_only:
-        overhead, pod_level = _extended(overhead), _EMPTY
-    return PodResources(
-        containers=containers,
-        init_containers=inits,
-        overhead=container_requests(overhead, _EMPTY),
-        pod_level=container_requests(pod_level, _EMPTY),
-    )
-
-
-def asks_extended(spec: Mapping[str, Any]) -> bool:
-    """Whether a pod spec requests or limits an extended resource (``domain/name``) in any container."""
-    for field in ("containers", "initContainers"):
-        for container in _list(spec.get(field)):
-            if not _is_map(container):
-                continue
-            resources = _map(container.get("resources"))
-            for section in ("requests", "limits"):
-                if any("/" in name for name in _map(resources.get(section))):
-                    return True
-    return False
-
-
-def _whole(value: object) -> int | None:
-    """A quantity that is a plain whole number (``2``, ``"2"``), else None (left to ``parse_quantity``)."""
-    if type(value) is int:
-        return value
-    if type(value) is str and value.isdigit() and value.isascii():
-        return int(value)
-    return None
-
-
-def _plain_requests(spec: Mapping[str, Any]) -> dict[str, int] | None:
-    """The extended requests of a plain pod without Fractions, or None when it is not plain.
-
-    Plain: no init containers, no overhead, and every extended quantity a
-    whole number. Most GPU pods are (a launcher is one container with
-    ``limits: {nvidia.com/X: "1"}``), and for them the scheduler's arithmetic
-    is just the sum over containers of each one's request, or its limit when
-    it sets no request. Anything else returns None and takes the general path
-    (``pod_resources`` -> ``pod_requests`` -> ``whole_requests``), which gives
-    the same answer on plain pods and reports bad quantities.
-    """
-    if spec.get("initContainers") or spec.get("overhead"):
-        return None
-    total: dict[str, int] = {}
-    for container in _list(spec.get("containers")):
-        if not _is_map(container):
-            continue
-        resources = _map(container.get("resources"))
-        merged: dict[str, int] = {}
-        for section in (_map(resources.get("limits")), _map(resources.get("requests"))):  # a request wins
-            for name, value in section.items():
-                if "/" in name:
-                    amount = _whole(value)
-                    if amount is None:
-                        return None
-                    merged[name] = amount
-        for name, amount in merged.items():
-            total[name] = total.get(name, 0) + amount
-    return {name: amount for name, amount in total.items() if amount > 0}
-
-
-def pod_view(obj: Obj) -> PodView:
-    meta = _map(obj.get("metadata"))
-    spec = _map(obj.get("spec"))
-    status = _map(obj.get("status"))
-    requests = _plain_requests(spec)
-    if requests is None:
-        requests = whole_requests(pod_requests(pod_resources(spec, extended_only=True))) if asks_extended(spec) else {}
-    return PodView(
-        namespace=_str(meta.get("namespace")),
-        name=_str(meta.get("name")),
-        uid=_str(meta.get("uid")),
-        node_name=_str(spec.get("nodeName")) or None,
-        phase=_POD_PHASES.get(_str(status.get("phase")), PodPhase.PENDING),
-        requests=requests,
-        claims_vmi=_claimed_vmi(meta.get("ownerReferences")),
-        created=_time(meta.get("creationTimestamp")),
-    )
-
-
-def _claimed_vmi(owners: object) -> tuple[str, str] | None:
-    """The (name, UID) of a controller ownerReference to a KubeVirt VMI: what the pod claims to launch."""
-    for owner in _list(owners):
-        if (isinstance(owner, Mapping) and owner.get("controller") is True
-                and owner.get("kind") == "VirtualMachineInstance"
-                and _str(owner.get("apiVersion")).startswith("kubevirt.io/")):
-            return _str(owner.get("name")), _str(owner.get("uid"))
-    return None
-
-
-def vmi_view(obj: Obj) -> VMIView:
-    meta = _map(obj.get("metadata"))
-    spec = _map(obj.get("spec"))
-    status = _map(obj.get("status"))
-    return VMIView(
-        namespace=_str(meta.get("namespace")),
-        name=_str(meta.get("name")),
-        uid=_str(meta.get("uid")),
-        phase=_str(status.get("phase")),
-        node_name=_str(status.get("nodeName")) or None,
-        active_pods=frozenset(map(str, _map(status.get("activePods")))),
-        tolerations=_tolerations(spec.get("tolerations")),
-        node_selector={str(k): str(v) for k, v in _map(spec.get("nodeSelector")).items()},
-        node_affinity=_required_node_affinity(spec.get("affinity")),
-    )
-
-
-def _requirements(items: object) -> tuple[SelectorRequirement, ...]:
-    return tuple(
-        SelectorRequirement(
-            key=_str(e.get("key")),
-            operator=_str(e.get("operator")),
-            values=tuple(str(v) for v in _list(e.get("values"))),
-        )
-        for e in _list(items)
-        if _is_map(e)
-    )
-
-
-def _required_node_affinity(affinity: object) -> tuple[NodeSelectorTerm, ...] | None:
-    """``nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms``; None when not set."""
-    required = _map(_map(_map(affinity).get("nodeAffinity")).get("requiredDuringSchedulingIgnoredDuringExecution"))
-    if not required:
-        return None
-    return tuple(
-        NodeSelectorTerm(
-            match_expressions=_requirements(term.get("matchExpressions")),
-            match_fields=_requirements(term.get("matchFields")),
-        )
-        for term in _list(required.get("nodeSelectorTerms"))
-        if _is_map(term)
-    )
-
-
-def namespace_view(obj: Obj) -> NamespaceView:
-    meta = _map(obj.get("metadata"))
-    return NamespaceView(name=_str(meta.get("name")), labels=_map(meta.get("labels")))
-
-
-def permitted_host_devices(kubevirts: Iterable[Obj]) -> PermittedHostDevices | None:
-    """The union of ``permittedHostDevices`` over KubeVirt CRs; None when none configures the table."""
-    pci: list[PciHostDevice] = []
-    mediated: list[MediatedDevice] = []
-    configured = False
-    for obj in kubevirts:
-        table = _map(_map(obj.get("spec")).get("configuration")).get("permittedHostDevices")
-        if not _is_map(table):
-            continue
-        configured = True
-        for entry in _list(table.get("pciHostDevices")):
-            if _is_map(entry):
-                pci.append(
-                    PciHostDevice(
-                        selector=_str(entry.get("pciVendorSelector")), resource_name=_str(entry.get("resourceName"))
-                    )
-                )
-        for entry in _list(table.get("mediatedDevices")):
-            if _is_map(entry):
-                mediated.append(
-                    MediatedDevice(
-                        selector=_str(entry.get("mdevNameSelector")), resource_name=_str(entry.get("resourceName"))
-                    )
-                )
-    return PermittedHostDevices(pci=tuple(pci), mediated=tuple(mediated)) if configured else None
-
-
-def tenant_quotas(quotas: Iterable[Obj]) -> dict[str, Mapping[str, Any]]:
-    """Namespace -> ``spec.hard`` of its ``tenant-quota`` ResourceQuota."""
-    found: dict[str, Mapping[str, Any]] = {}
-    for obj in quotas:
-        meta = _map(obj.get("metadata"))
-        if meta.get("name") == keys.TENANT_QUOTA_NAME:
-            found[_str(meta.get("namespace"))] = _map(_map(obj.get("spec")).get("hard"))
-    return found
 
 
 class ViewMemo:
@@ -492,11 +83,11 @@ class ViewMemo:
         self._seen: set[tuple[str, str, str]] = set()
 
     def convert(self, kind: str, obj: Obj, convert: Callable[[Obj], Any]) -> Any:
-        meta = _map(obj.get("metadata"))
+        meta = as_map(obj.get("metadata"))
         version = meta.get("resourceVersion")
         if not version:
             return convert(obj)
-        key = (kind, _str(meta.get("namespace")), _str(meta.get("name")))
+        key = (kind, as_str(meta.get("namespace")), as_str(meta.get("name")))
         self._seen.add(key)
         kept = self._views.get(key)
         if kept is not None and kept[0] == version:
@@ -670,7 +261,7 @@ class LiveSnapshot:
         if self._rebuild:
             return
         if kind == keys.GPUDEVICE_KIND:
-            self._devices.add(_key_of(new or old or _EMPTY))
+            self._devices.add(_key_of(new or old or EMPTY_OBJECT))
             return
         if kind == "VirtualMachineInstance":
             self._vmi_changed(old, new)
@@ -678,10 +269,10 @@ class LiveSnapshot:
         if not self.matters(kind, old, new):
             return
         if kind == "Node":
-            self._nodes.add(_key_of(new or old or _EMPTY))
+            self._nodes.add(_key_of(new or old or EMPTY_OBJECT))
             return
         if kind == "Pod":
-            self._pods.add(_key_of(new or old or _EMPTY))
+            self._pods.add(_key_of(new or old or EMPTY_OBJECT))
             return
         if kind == keys.GPUNODE_KIND and old is not None and new is not None:
             try:
@@ -720,7 +311,7 @@ class LiveSnapshot:
         if (before.active_pods if before else frozenset()) != (after.active_pods if after else frozenset()):
             self._rebuild = True  # which pods the snapshot holds follows from them
             return
-        self._vmis.add(_key_of(new or old or _EMPTY))
+        self._vmis.add(_key_of(new or old or EMPTY_OBJECT))
 
     def handler(self, kind: str) -> Callable[[Event], None]:
         """A store handler that notes the events of ``kind`` (subscribe it to that kind's informer)."""
@@ -739,8 +330,8 @@ class LiveSnapshot:
         if pod is None:
             return False
         current = self._assembly.current
-        uid = _str(_map(pod.get("metadata")).get("uid"))
-        return (current is not None and uid in current.launchers) or asks_extended(_map(pod.get("spec")))
+        uid = as_str(as_map(pod.get("metadata")).get("uid"))
+        return (current is not None and uid in current.launchers) or asks_extended(as_map(pod.get("spec")))
 
     def snapshot(self, *, now: datetime, sources: Mapping[str, Source | None]) -> Snapshot:
         """The snapshot of ``now`` over ``sources`` (kind -> its store; None while the kind is not served)."""
@@ -866,7 +457,7 @@ def _pods_wanted(vmis: Iterable[VMIView]) -> Callable[[Obj], bool]:
     active = {uid for vmi in vmis for uid in vmi.active_pods}
 
     def wanted(pod: Obj) -> bool:
-        return _str(_map(pod.get("metadata")).get("uid")) in active or asks_extended(_map(pod.get("spec")))
+        return as_str(as_map(pod.get("metadata")).get("uid")) in active or asks_extended(as_map(pod.get("spec")))
 
     return wanted
 
@@ -899,8 +490,8 @@ def first_difference(live: Snapshot, fresh: Snapshot) -> str | None:
 
 
 def _key_of(obj: Obj) -> tuple[str, str]:
-    meta = _map(obj.get("metadata"))
-    return (_str(meta.get("namespace")), _str(meta.get("name")))
+    meta = as_map(obj.get("metadata"))
+    return (as_str(meta.get("namespace")), as_str(meta.get("name")))
 
 
 def _inventory_key(obj: Obj) -> object:
@@ -915,5 +506,5 @@ _SAME_VIEW: dict[str, Callable[[Obj], object]] = {
     keys.GPUCLASS_KIND: gpu_class_view,
     "Namespace": namespace_view,
     "Pod": pod_view,
-    "ResourceQuota": lambda obj: (_map(obj.get("metadata")).get("name"), _map(obj.get("spec")).get("hard")),
+    "ResourceQuota": lambda obj: (as_map(obj.get("metadata")).get("name"), as_map(obj.get("spec")).get("hard")),
 }

@@ -21,9 +21,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cozygpu import keys
-from cozygpu.cache.snapshot import LIVE_KINDS, LiveSnapshot, Source, build_snapshot
 from cozygpu.model.assemble import Assembly
 from cozygpu.model.snapshot import Snapshot
+from cozygpu.views.live import LIVE_KINDS, LiveSnapshot, Source, build_snapshot
 
 Obj = dict[str, Any]
 T0 = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)

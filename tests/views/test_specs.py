@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from cozygpu import keys
-from cozygpu.cache import specs
 from cozygpu.cache.frozen import freeze
 from cozygpu.cache.store import Store
+from cozygpu.views import specs
 from tests.cache import shapes
 
 

@@ -1,0 +1,460 @@
+"""Decode the informer cache's raw objects into the model's typed views.
+
+Why: the model is pure and typed; the cache holds Kubernetes JSON. This
+module is the one place that reads our CRDs' field names (SPEC 1) and the
+Kubernetes and KubeVirt fields the model needs, so every reader (binder,
+webhooks, catalog, CLI) sees the same views of the same objects.
+
+Contract:
+- Pure functions of JSON mappings (as the cache stores them; never
+  mutated): no I/O, no clock reads.
+- An object that cannot be read (a GPUClass with an unknown mode, a
+  GPUDevice without a class or count) raises :class:`InvalidObject`; the
+  builders in ``cozygpu.views.live`` leave it out and report it. An
+  unreadable *budget* is not left out: it reaches the model, which refuses
+  orders under it.
+- Only ResourceQuotas named ``tenant-quota`` are budgets. Only pods that
+  request an extended resource, or that a VMI lists as active, are kept.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from typing import Any, TypeGuard
+
+from cozygpu import keys
+from cozygpu.model.capacity import served_units
+from cozygpu.model.pods import InitContainer, PodResources, container_requests, pod_requests, whole_requests
+from cozygpu.model.snapshot import (
+    Attachment,
+    BindAnswer,
+    BindRequest,
+    DeviceView,
+    GPUClassView,
+    LabelSelector,
+    MediatedDevice,
+    Mode,
+    NamespaceView,
+    NodeInventory,
+    NodeSelectorTerm,
+    NodeView,
+    OnCordon,
+    PciHostDevice,
+    PermittedHostDevices,
+    Phase,
+    PodPhase,
+    PodView,
+    SelectorRequirement,
+    Taint,
+    Toleration,
+    VMIView,
+)
+
+Obj = Mapping[str, Any]
+
+EMPTY_OBJECT: Mapping[str, Any] = {}
+_PHASES = {p.value: p for p in Phase}
+_PENDING = Phase.PENDING
+_POD_PHASES = {p.value: p for p in PodPhase}
+
+
+class InvalidObject(ValueError):
+    """An object the snapshot cannot use."""
+
+
+def _is_map(value: object) -> TypeGuard[Mapping[str, Any]]:
+    # dict first and None next: the cache's objects are dicts, a missing field
+    # is None, and the Mapping ABC check is slow for everything else.
+    if isinstance(value, dict):
+        return True
+    return value is not None and isinstance(value, Mapping)
+
+
+def as_map(value: object) -> Mapping[str, Any]:
+    return value if _is_map(value) else EMPTY_OBJECT
+
+
+def _list(value: object) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def as_str(value: object) -> str:
+    return value if type(value) is str else ""
+
+
+def _time(value: object) -> datetime | None:
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        return datetime.fromisoformat(value)
+    except ValueError:
+        return None
+
+
+def _int(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _tolerations(items: object) -> tuple[Toleration, ...]:
+    if not items:  # the common case: none set
+        return ()
+    return tuple(
+        Toleration(
+            key=as_str(t.get("key")),
+            operator=as_str(t.get("operator")) or "Equal",
+            value=as_str(t.get("value")),
+            effect=as_str(t.get("effect")),
+        )
+        for t in _list(items)
+        if _is_map(t)
+    )
+
+
+def _selector(value: object) -> LabelSelector | None:
+    if not _is_map(value):
+        return None
+    labels = tuple(sorted((str(k), str(v)) for k, v in as_map(value.get("matchLabels")).items()))
+    return LabelSelector(match_labels=labels, match_expressions=_requirements(value.get("matchExpressions")))
+
+
+def gpu_class_view(obj: Obj) -> GPUClassView:
+    meta = as_map(obj.get("metadata"))
+    spec = as_map(obj.get("spec"))
+    name = as_str(meta.get("name"))
+    try:
+        mode = Mode(as_str(spec.get("mode")))
+    except ValueError:
+        raise InvalidObject(f"spec.mode {spec.get('mode')!r} is not Passthrough or VGPU") from None
+    resource_name = as_str(spec.get("resourceName"))
+    if not name or not resource_name:
+        raise InvalidObject("a GPUClass needs metadata.name and spec.resourceName")
+    try:
+        on_cordon = OnCordon(spec.get("onCordon") or OnCordon.MOVE)
+    except ValueError:
+        on_cordon = OnCordon.MOVE
+    return GPUClassView(
+        name=name,
+        mode=mode,
+        resource_name=resource_name,
+        vendor=as_str(spec.get("vendor")),
+        model=as_str(spec.get("model")),
+        profile=as_str(spec.get("profile")),
+        memory=str(spec.get("memory") or ""),
+        max_count=_int(spec.get("maxCount")),
+        node_selector=_selector(spec.get("nodeSelector")),
+        on_cordon=on_cordon,
+        tolerations=_tolerations(spec.get("tolerations")),
+        deleting=bool(meta.get("deletionTimestamp")),
+    )
+
+
+def device_view(obj: Obj) -> DeviceView:
+    # The hottest converter (every GPUDevice, every build): plain lookups, and
+    # the helpers inlined for what the cache holds (dicts and strs); anything
+    # else still goes through them, so every shape reads as before.
+    meta = obj.get("metadata")
+    if not isinstance(meta, dict):
+        meta = as_map(meta)
+    spec = obj.get("spec")
+    if not isinstance(spec, dict):
+        spec = as_map(spec)
+    status = obj.get("status")
+    if not isinstance(status, dict):
+        status = as_map(status)
+    count = spec.get("count")
+    class_name = spec.get("className")
+    if type(count) is not int or type(class_name) is not str or not class_name:
+        raise InvalidObject("a GPUDevice needs spec.className and an integer spec.count")
+    attachment = None
+    raw_attachment = status.get("attachment")
+    if raw_attachment is not None and _is_map(raw_attachment) and raw_attachment.get("vmi"):
+        attachment = Attachment(
+            vmi=as_str(raw_attachment.get("vmi")),
+            uid=as_str(raw_attachment.get("uid")),
+            attached_at=_time(raw_attachment.get("attachedAt")),
+            request_id=as_str(raw_attachment.get("requestId")),
+        )
+    request = None
+    raw_request = status.get("bindRequest")
+    if raw_request is not None and _is_map(raw_request) and raw_request.get("id"):
+        request = BindRequest(
+            id=as_str(raw_request.get("id")), vmi=as_str(raw_request.get("vmi")), time=_time(raw_request.get("time"))
+        )
+    answer = None
+    raw_answer = status.get("bindAnswer")
+    if raw_answer is not None and _is_map(raw_answer) and raw_answer.get("id"):
+        answer = BindAnswer(
+            id=as_str(raw_answer.get("id")),
+            result=as_str(raw_answer.get("result")),
+            reason=as_str(raw_answer.get("reason")),
+            message=as_str(raw_answer.get("message")),
+            node=as_str(raw_answer.get("node")),
+            time=_time(raw_answer.get("time")),
+        )
+    namespace = meta.get("namespace")
+    name = meta.get("name")
+    uid = meta.get("uid")
+    node_name = status.get("nodeName")
+    labels = meta.get("labels")
+    return DeviceView(
+        namespace=namespace if type(namespace) is str else "",
+        name=name if type(name) is str else "",
+        uid=uid if type(uid) is str else "",
+        class_name=class_name,
+        count=count,
+        phase=_PHASES.get(status.get("phase"), _PENDING),  # type: ignore[arg-type]
+        node_name=node_name if type(node_name) is str and node_name else None,
+        attachment=attachment,
+        bind_request=request,
+        bind_answer=answer,
+        template=labels is not None and _is_map(labels) and keys.TEMPLATE_DEVICE_LABEL in labels,
+        deleting=bool(meta.get("deletionTimestamp")),
+        created=_time(meta.get("creationTimestamp")),
+    )
+
+
+def node_inventory(obj: Obj) -> NodeInventory:
+    meta = as_map(obj.get("metadata"))
+    status = as_map(obj.get("status"))
+    entries: list[tuple[str, int]] = []
+    for device in _list(status.get("devices")):
+        if _is_map(device):
+            name, allocatable = device.get("resourceName"), device.get("allocatable")
+            if type(allocatable) is not int:
+                allocatable = _int(allocatable) or 0
+            entries.append((name if type(name) is str else "", allocatable))
+    agent = as_map(status.get("agent"))
+    return NodeInventory(
+        name=as_str(meta.get("name")),
+        served=served_units(entries),
+        resource_names=frozenset(n for n in _list(status.get("resourceNames")) if isinstance(n, str) and n),
+        last_report=_time(agent.get("lastReport")),
+    )
+
+
+def node_view(obj: Obj) -> NodeView:
+    meta = as_map(obj.get("metadata"))
+    spec = as_map(obj.get("spec"))
+    ready = False
+    for condition in _list(as_map(obj.get("status")).get("conditions")):
+        if _is_map(condition) and condition.get("type") == "Ready":
+            ready = condition.get("status") == "True"
+    taints = tuple(
+        Taint(key=as_str(t.get("key")), value=as_str(t.get("value")), effect=as_str(t.get("effect")))
+        for t in _list(spec.get("taints"))
+        if _is_map(t)
+    )
+    return NodeView(
+        name=as_str(meta.get("name")),
+        labels=as_map(meta.get("labels")),
+        unschedulable=bool(spec.get("unschedulable")),
+        ready=ready,
+        taints=taints,
+    )
+
+
+def _extended(section: Mapping[str, Any]) -> Mapping[str, Any]:
+    return {k: v for k, v in section.items() if "/" in k}
+
+
+def _requests(container: Mapping[str, Any], *, extended_only: bool) -> dict[str, Any]:
+    resources = as_map(container.get("resources"))
+    requests, limits = as_map(resources.get("requests")), as_map(resources.get("limits"))
+    if extended_only:
+        requests, limits = _extended(requests), _extended(limits)
+    return container_requests(requests, limits)
+
+
+def pod_resources(spec: Mapping[str, Any], *, extended_only: bool = False) -> PodResources:
+    """The parts of a pod spec the scheduler's arithmetic reads. Raises QuantityError on a bad quantity.
+
+    With ``extended_only`` only extended resources (``domain/name``) are
+    read: all a snapshot needs, and far fewer quantities to parse.
+    """
+    containers = tuple(_requests(c, extended_only=extended_only) for c in _list(spec.get("containers")) if _is_map(c))
+    inits = tuple(
+        InitContainer(requests=_requests(c, extended_only=extended_only), sidecar=c.get("restartPolicy") == "Always")
+        for c in _list(spec.get("initContainers"))
+        if _is_map(c)
+    )
+    overhead, pod_level = as_map(spec.get("overhead")), as_map(as_map(spec.get("resources")).get("requests"))
+    if extended_only:
+        overhead, pod_level = _extended(overhead), EMPTY_OBJECT
+    return PodResources(
+        containers=containers,
+        init_containers=inits,
+        overhead=container_requests(overhead, EMPTY_OBJECT),
+        pod_level=container_requests(pod_level, EMPTY_OBJECT),
+    )
+
+
+def asks_extended(spec: Mapping[str, Any]) -> bool:
+    """Whether a pod spec requests or limits an extended resource (``domain/name``) in any container."""
+    for field in ("containers", "initContainers"):
+        for container in _list(spec.get(field)):
+            if not _is_map(container):
+                continue
+            resources = as_map(container.get("resources"))
+            for section in ("requests", "limits"):
+                if any("/" in name for name in as_map(resources.get(section))):
+                    return True
+    return False
+
+
+def _whole(value: object) -> int | None:
+    """A quantity that is a plain whole number (``2``, ``"2"``), else None (left to ``parse_quantity``)."""
+    if type(value) is int:
+        return value
+    if type(value) is str and value.isdigit() and value.isascii():
+        return int(value)
+    return None
+
+
+def _plain_requests(spec: Mapping[str, Any]) -> dict[str, int] | None:
+    """The extended requests of a plain pod without Fractions, or None when it is not plain.
+
+    Plain: no init containers, no overhead, and every extended quantity a
+    whole number. Most GPU pods are (a launcher is one container with
+    ``limits: {nvidia.com/X: "1"}``), and for them the scheduler's arithmetic
+    is just the sum over containers of each one's request, or its limit when
+    it sets no request. Anything else returns None and takes the general path
+    (``pod_resources`` -> ``pod_requests`` -> ``whole_requests``), which gives
+    the same answer on plain pods and reports bad quantities.
+    """
+    if spec.get("initContainers") or spec.get("overhead"):
+        return None
+    total: dict[str, int] = {}
+    for container in _list(spec.get("containers")):
+        if not _is_map(container):
+            continue
+        resources = as_map(container.get("resources"))
+        merged: dict[str, int] = {}
+        for section in (as_map(resources.get("limits")), as_map(resources.get("requests"))):  # a request wins
+            for name, value in section.items():
+                if "/" in name:
+                    amount = _whole(value)
+                    if amount is None:
+                        return None
+                    merged[name] = amount
+        for name, amount in merged.items():
+            total[name] = total.get(name, 0) + amount
+    return {name: amount for name, amount in total.items() if amount > 0}
+
+
+def pod_view(obj: Obj) -> PodView:
+    meta = as_map(obj.get("metadata"))
+    spec = as_map(obj.get("spec"))
+    status = as_map(obj.get("status"))
+    requests = _plain_requests(spec)
+    if requests is None:
+        requests = whole_requests(pod_requests(pod_resources(spec, extended_only=True))) if asks_extended(spec) else {}
+    return PodView(
+        namespace=as_str(meta.get("namespace")),
+        name=as_str(meta.get("name")),
+        uid=as_str(meta.get("uid")),
+        node_name=as_str(spec.get("nodeName")) or None,
+        phase=_POD_PHASES.get(as_str(status.get("phase")), PodPhase.PENDING),
+        requests=requests,
+        claims_vmi=_claimed_vmi(meta.get("ownerReferences")),
+        created=_time(meta.get("creationTimestamp")),
+    )
+
+
+def _claimed_vmi(owners: object) -> tuple[str, str] | None:
+    """The (name, UID) of a controller ownerReference to a KubeVirt VMI: what the pod claims to launch."""
+    for owner in _list(owners):
+        if (isinstance(owner, Mapping) and owner.get("controller") is True
+                and owner.get("kind") == "VirtualMachineInstance"
+                and as_str(owner.get("apiVersion")).startswith("kubevirt.io/")):
+            return as_str(owner.get("name")), as_str(owner.get("uid"))
+    return None
+
+
+def vmi_view(obj: Obj) -> VMIView:
+    meta = as_map(obj.get("metadata"))
+    spec = as_map(obj.get("spec"))
+    status = as_map(obj.get("status"))
+    return VMIView(
+        namespace=as_str(meta.get("namespace")),
+        name=as_str(meta.get("name")),
+        uid=as_str(meta.get("uid")),
+        phase=as_str(status.get("phase")),
+        node_name=as_str(status.get("nodeName")) or None,
+        active_pods=frozenset(map(str, as_map(status.get("activePods")))),
+        tolerations=_tolerations(spec.get("tolerations")),
+        node_selector={str(k): str(v) for k, v in as_map(spec.get("nodeSelector")).items()},
+        node_affinity=_required_node_affinity(spec.get("affinity")),
+    )
+
+
+def _requirements(items: object) -> tuple[SelectorRequirement, ...]:
+    return tuple(
+        SelectorRequirement(
+            key=as_str(e.get("key")),
+            operator=as_str(e.get("operator")),
+            values=tuple(str(v) for v in _list(e.get("values"))),
+        )
+        for e in _list(items)
+        if _is_map(e)
+    )
+
+
+def _required_node_affinity(affinity: object) -> tuple[NodeSelectorTerm, ...] | None:
+    """``nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms``; None when not set."""
+    node_affinity = as_map(as_map(affinity).get("nodeAffinity"))
+    required = as_map(node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution"))
+    if not required:
+        return None
+    return tuple(
+        NodeSelectorTerm(
+            match_expressions=_requirements(term.get("matchExpressions")),
+            match_fields=_requirements(term.get("matchFields")),
+        )
+        for term in _list(required.get("nodeSelectorTerms"))
+        if _is_map(term)
+    )
+
+
+def namespace_view(obj: Obj) -> NamespaceView:
+    meta = as_map(obj.get("metadata"))
+    return NamespaceView(name=as_str(meta.get("name")), labels=as_map(meta.get("labels")))
+
+
+def permitted_host_devices(kubevirts: Iterable[Obj]) -> PermittedHostDevices | None:
+    """The union of ``permittedHostDevices`` over KubeVirt CRs; None when none configures the table."""
+    pci: list[PciHostDevice] = []
+    mediated: list[MediatedDevice] = []
+    configured = False
+    for obj in kubevirts:
+        table = as_map(as_map(obj.get("spec")).get("configuration")).get("permittedHostDevices")
+        if not _is_map(table):
+            continue
+        configured = True
+        for entry in _list(table.get("pciHostDevices")):
+            if _is_map(entry):
+                pci.append(
+                    PciHostDevice(
+                        selector=as_str(entry.get("pciVendorSelector")), resource_name=as_str(entry.get("resourceName"))
+                    )
+                )
+        for entry in _list(table.get("mediatedDevices")):
+            if _is_map(entry):
+                mediated.append(
+                    MediatedDevice(
+                        selector=as_str(entry.get("mdevNameSelector")), resource_name=as_str(entry.get("resourceName"))
+                    )
+                )
+    return PermittedHostDevices(pci=tuple(pci), mediated=tuple(mediated)) if configured else None
+
+
+def tenant_quotas(quotas: Iterable[Obj]) -> dict[str, Mapping[str, Any]]:
+    """Namespace -> ``spec.hard`` of its ``tenant-quota`` ResourceQuota."""
+    found: dict[str, Mapping[str, Any]] = {}
+    for obj in quotas:
+        meta = as_map(obj.get("metadata"))
+        if meta.get("name") == keys.TENANT_QUOTA_NAME:
+            found[as_str(meta.get("namespace"))] = as_map(as_map(obj.get("spec")).get("hard"))
+    return found
+
+

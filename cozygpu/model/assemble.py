@@ -94,6 +94,11 @@ def assemble(
                             pods=pods, vmis=vmis, namespaces=namespaces, quotas=quotas, permitted=permitted)
 
 
+def _room(entry: NodeCapacity | None) -> int:
+    """The room bucket an entry sits in: its room for new bookings on a fresh report, else 0 (in none)."""
+    return entry.room if entry is not None and entry.fresh and entry.room > 0 else 0
+
+
 def _lost(entries: Mapping[str, NodeCapacity]) -> bool:
     """A fresh report serving less of some name than is held and used (R-BIND-5's capacity lost)."""
     return any(entry.fresh and entry.free < 0 for entry in entries.values())
@@ -464,6 +469,13 @@ class Assembly:
                 if entry.fresh and entry.served > 0:
                     serving[name].append(node)
         self._serving = {name: tuple(sorted(found)) for name, found in serving.items()}
+        rooms: defaultdict[str, defaultdict[int, list[str]]] = defaultdict(lambda: defaultdict(list))
+        for node, entries in self._capacity.items():
+            for name, entry in entries.items():
+                if entry.fresh and entry.room > 0:
+                    rooms[name][entry.room].append(node)
+        self._rooms = {name: {room: tuple(sorted(nodes)) for room, nodes in buckets.items()}
+                       for name, buckets in rooms.items()}
         self._availability = {
             c.name: _availability(c, self._serving.get(c.resource_name, ()), self._nodes, self._capacity)
             for c in self._classes.values()
@@ -584,7 +596,7 @@ class Assembly:
         if set(self._by_namespace) != namespaces_before:
             self._children = self._make_children()
         if self._touched_nodes:
-            for name in ("capacity", "serving", "availability"):
+            for name in ("capacity", "serving", "availability", "rooms"):
                 self._copy(name, copied)
             for node in sorted(self._touched_nodes):
                 self._refresh_node(node)
@@ -603,7 +615,7 @@ class Assembly:
         "devices": "_devices", "by_node": "_by_node", "by_class": "_by_class", "by_namespace": "_by_namespace",
         "by_vmi": "_by_vmi", "vmis": "_vmis", "subtree": "_subtree", "pending_usage": "_pending_usage",
         "inventories": "_inventories", "nodes": "_nodes", "pods": "_pods", "class_held": "_class_held",
-        "capacity": "_capacity", "serving": "_serving", "availability": "_availability",
+        "capacity": "_capacity", "serving": "_serving", "availability": "_availability", "rooms": "_rooms",
     }
 
     def _copy(self, name: str, copied: set[str]) -> None:
@@ -738,9 +750,30 @@ class Assembly:
                 else:
                     del self._serving[name]
             was = before.get(name)
+            self._move_room(node, name, _room(was), _room(entry))
             for gpu_class in self._classes_of.get(name, ()):
                 self._availability[gpu_class.name] = self._available(gpu_class, node,
                                                                      was.served if was is not None else 0)
+
+    def _move_room(self, node: str, name: str, before: int, after: int) -> None:
+        """Move ``node`` from the ``before`` room bucket of ``name`` to the ``after`` one (0: in none)."""
+        if before == after:
+            return
+        buckets = dict(self._rooms.get(name, {}))
+        if before > 0:
+            rest = tuple(n for n in buckets.get(before, ()) if n != node)
+            if rest:
+                buckets[before] = rest
+            else:
+                buckets.pop(before, None)
+        if after > 0:
+            joined = list(buckets.get(after, ()))
+            bisect.insort(joined, node)
+            buckets[after] = tuple(joined)
+        if buckets:
+            self._rooms[name] = buckets
+        else:
+            self._rooms.pop(name, None)
 
     def _available(self, gpu_class: GPUClassView, node: str, served_before: int) -> ClassAvailability:
         """The class's availability after ``node`` changed, from the one before (as ``_availability`` makes it).
@@ -808,5 +841,6 @@ class Assembly:
             window_closes=min(self._window_closes.values(), default=None),
             over_capacity=self._over,
             held_by_class=self._class_held,
+            rooms=self._rooms,
         )
         return self._snapshot

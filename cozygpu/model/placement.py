@@ -47,7 +47,7 @@ The plan is a list of actions; the binder writes them. Nothing here writes.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import TypeVar
 
 import attrs
@@ -63,6 +63,7 @@ from cozygpu.model.snapshot import (
     DeviceKey,
     DeviceView,
     GPUClassView,
+    NodeCapacity,
     OnCordon,
     Phase,
     Snapshot,
@@ -73,6 +74,8 @@ from cozygpu.model.snapshot import (
 )
 from cozygpu.model.tenants import ancestry
 
+_NO_CAPACITY: Mapping[str, NodeCapacity] = {}
+_NO_ROOMS: Mapping[int, tuple[str, ...]] = {}
 SUCCEEDED = "Succeeded"
 FAILED = "Failed"
 
@@ -237,55 +240,76 @@ class _Planner:
     def __init__(self, snapshot: Snapshot, works: Sequence[_Work] | None = None) -> None:
         self.s = snapshot
         self.state: dict[DeviceKey, tuple[Phase, str | None]] = {}
-        # Resource name -> node -> free units now (fresh reports only), kept
-        # up to date by every booking; built on first use of a name.
-        self._free: dict[str, dict[str, int]] = {}
-        self._max_free: dict[str, int] = {}
+        # (node, resource name) -> units this pass booked there (negative: freed), on top of the snapshot's
+        # room; per name, the nodes booked on (``choose`` weighs them apart from the snapshot's room buckets).
+        self._booked: dict[tuple[str, str], int] = {}
+        self._booked_nodes: dict[str, set[str]] = {}
         self.budget = BudgetLedger(snapshot)
         self.actions: list[Action] = []
         self.lost_now: set[DeviceKey] = set()
         #: Stays written in this pass, by their devices: a set is decided once a pass.
         self._stays: dict[tuple[DeviceKey, ...], Stay] = {}
         self._works = works
-        self._eligible_cache: dict[tuple[object, ...], tuple[str, ...]] = {}
+        self._eligible_cache: dict[tuple[object, ...], frozenset[str]] = {}
 
     # -- state ---------------------------------------------------------------
 
     def where(self, device: DeviceView) -> tuple[Phase, str | None]:
         return self.state.get(device.key, (device.phase, device.node_name))
 
-    def _table(self, name: str) -> dict[str, int]:
-        table = self._free.get(name)
-        if table is None:
-            table = {}
-            for node, per_name in self.s.capacity.items():
-                entry = per_name.get(name)
-                if entry is not None and entry.fresh:
-                    table[node] = entry.room
-            self._free[name] = table
-        return table
+    def _entry(self, node: str, name: str) -> NodeCapacity | None:
+        """The node's capacity for the name on a fresh report; None on a stale or missing one."""
+        entry = self.s.capacity.get(node, _NO_CAPACITY).get(name)
+        return entry if entry is not None and entry.fresh else None
 
     def free(self, node: str, name: str) -> int:
         """Units a booking may take now; zero on a stale or missing report, negative when full or lost."""
-        return self._table(name).get(node, 0)
+        entry = self._entry(node, name)
+        return entry.room + self._booked.get((node, name), 0) if entry is not None else 0
 
     def kept(self, node: str, name: str) -> int:
         """Free units now with a launcher window's given back: below zero only when capacity was lost (R-MOD-7)."""
-        entry = self.s.capacity.get(node, {}).get(name)
-        return self.free(node, name) + (entry.window if entry is not None and entry.fresh else 0)
+        entry = self._entry(node, name)
+        return self.free(node, name) + (entry.window if entry is not None else 0)
 
     def max_free(self, name: str) -> int:
-        best = self._max_free.get(name)
-        if best is None:
-            best = max(self._table(name).values(), default=0)
-            self._max_free[name] = best
+        """The most free units of ``name`` on one node now (at least 0): from the room buckets, not the nodes."""
+        booked = self._booked_nodes.get(name, ())
+        best = max([0, *(self.free(node, name) for node in booked)])
+        buckets = self.s.rooms.get(name, _NO_ROOMS)
+        for room in sorted(buckets, reverse=True):
+            if room <= best:
+                break
+            if any(node not in booked for node in buckets[room]):
+                return room
         return best
 
+    def fullest(self, name: str, units: int, candidates: Collection[str], skip: Collection[str]) -> str | None:
+        """The fullest candidate node with room for ``units`` of ``name`` (R-BIND-5; ties by node name).
+
+        The snapshot's room buckets are walked from ``units`` up, in name order within a bucket, so the
+        first candidate met is the best of the nodes this pass has not booked on; those are weighed apart.
+        """
+        booked = self._booked_nodes.get(name, ())
+        best: tuple[int, str] | None = None
+        buckets = self.s.rooms.get(name, _NO_ROOMS)
+        for room in sorted(r for r in buckets if r >= units):
+            found = next((node for node in buckets[room]
+                          if node in candidates and node not in booked and node not in skip), None)
+            if found is not None:
+                best = (room - units, found)
+                break
+        for node in booked:
+            left = self.free(node, name) - units
+            if left >= 0 and node in candidates and node not in skip and (best is None or (left, node) < best):
+                best = (left, node)
+        return best[1] if best is not None else None
+
     def _book(self, node: str, name: str, units: int) -> None:
-        table = self._table(name)
-        if node in table:
-            table[node] -= units
-            self._max_free.pop(name, None)
+        if self._entry(node, name) is not None:
+            key = (node, name)
+            self._booked[key] = self._booked.get(key, 0) - units
+            self._booked_nodes.setdefault(name, set()).add(node)
 
     def resource(self, device: DeviceView) -> str | None:
         gpu_class = self.s.classes.get(device.class_name)
@@ -329,13 +353,13 @@ class _Planner:
             problem = problem or found
         return problem
 
-    def eligible(self, work: _Work, classes: Sequence[GPUClassView], names: Sequence[str]) -> tuple[str, ...]:
+    def eligible(self, work: _Work, classes: Sequence[GPUClassView], names: Sequence[str]) -> Collection[str]:
         """Nodes that may take the set: eligible for every class and serving every needed name."""
         vmi = work.vmi
         plain = vmi is None or (not vmi.tolerations and not vmi.node_selector and vmi.node_affinity is None)
         if plain and len(classes) == 1:
             available = self.s.availability.get(classes[0].name)
-            return tuple(available.node_free) if available is not None else ()
+            return available.node_free.keys() if available is not None else ()
         cache_key: tuple[object, ...] = (
             tuple(c.name for c in classes),
             tuple(vmi.tolerations) if vmi is not None else (),
@@ -348,7 +372,7 @@ class _Planner:
         candidates = set(self.s.serving.get(names[0], ())) if names else set()
         for name in names[1:]:
             candidates &= set(self.s.serving.get(name, ()))
-        result = tuple(sorted(n for n in candidates if self.node_problem(work, n, classes) is None))
+        result = frozenset(n for n in candidates if self.node_problem(work, n, classes) is None)
         self._eligible_cache[cache_key] = result
         return result
 
@@ -387,20 +411,23 @@ class _Planner:
                     problem = refusals.no_node_for_set(work.label, needs=missing or ", ".join(names), candidates=0)
                 return None, problem
             candidates = (only,)
-        best: tuple[int, int, str] | None = None
         # Nothing held yet and a name no node has room for: no need to look.
         hopeless = not held_on and any(need[name] > self.max_free(name) for name in names)
-        tables = [(name, need[name], self._table(name)) for name in names]
-        # The hot loop of a pass (every candidate node of every set): kept inline.
-        for node in () if hopeless else candidates:
+        if not held_on and len(names) == 1 and not hopeless:  # a new set of one name: the room buckets
+            node = self.fullest(names[0], need[names[0]], candidates, skip)
+            best: tuple[int, int, str] | None = (0, 0, node) if node is not None else None
+        else:
+            best = None
+        # The hot loop of a set that holds units already, or of several names: kept inline.
+        for node in () if hopeless or (not held_on and len(names) == 1) else candidates:
             if node in skip:
                 continue
             here = held_on.get(node)
             leftover = 0
             held_units = 0
-            for name, total, table in tables:
+            for name in names:
                 already = here.get(name, 0) if here else 0
-                room = table.get(node, 0) - total + already
+                room = self.free(node, name) - need[name] + already
                 if room < 0:
                     break
                 leftover += room

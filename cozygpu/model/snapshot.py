@@ -411,6 +411,10 @@ class Snapshot:
     over_capacity: frozenset[str] = frozenset()
     #: Class -> units its Bound devices hold (a class's report reads it; no walk over its devices).
     held_by_class: Mapping[str, int] = attrs.field(factory=dict)
+    #: Resource name -> room -> the nodes (sorted by name) with a fresh report and that much room (> 0) for
+    #: new bookings. The fullest node with room for n units (R-BIND-5) is the first node of the first bucket
+    #: at or above n that may take the set: no walk over every node serving the name.
+    rooms: Mapping[str, Mapping[int, tuple[str, ...]]] = attrs.field(factory=dict)
 
     def usage_of(self, namespace: str) -> Usage:
         return self.subtree_usage.get(namespace, EMPTY_USAGE)

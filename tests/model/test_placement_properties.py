@@ -8,7 +8,7 @@ from datetime import timedelta
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cozygpu.model.placement import Bind, MarkLost, Stay, plan_pass, resulting_states
+from cozygpu.model.placement import Bind, MarkLost, Stay, _Planner, plan_pass, resulting_states
 from cozygpu.model.snapshot import OnCordon, Phase, Snapshot
 from tests.model.factories import NOW, device, gpu_class, inventory, node, pod, snapshot
 
@@ -113,3 +113,34 @@ def test_a_set_said_to_stay_is_not_moved_by_the_same_plan(snap: Snapshot, answer
     for action in plan.actions:
         if isinstance(action, Bind | MarkLost):
             assert action.device not in stayed, (action, stayed[action.device])
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    clusters(),
+    st.lists(st.tuples(st.sampled_from(NODES), st.sampled_from([H100, A10]), st.integers(-3, 3)), max_size=12),
+    st.sampled_from([H100, A10]),
+    st.integers(min_value=1, max_value=6),
+    st.sets(st.sampled_from(NODES)),
+    st.sets(st.sampled_from(NODES)),
+)
+def test_the_room_buckets_find_the_node_a_walk_over_every_node_finds(
+    cluster: Snapshot, bookings: list[tuple[str, str, int]], name: str, units: int,
+    candidates: set[str], skip: set[str],
+) -> None:
+    """R-BIND-5's fullest node with room (ties by name), from the buckets, after this pass's bookings."""
+    planner = _Planner(cluster)
+    booked: defaultdict[str, int] = defaultdict(int)
+    for node_name, resource, n in bookings:
+        planner._book(node_name, resource, n)
+        entry = cluster.capacity.get(node_name, {}).get(resource)
+        if resource == name and entry is not None and entry.fresh:
+            booked[node_name] -= n
+
+    def free(node_name: str) -> int:
+        entry = cluster.capacity.get(node_name, {}).get(name)
+        return entry.room + booked[node_name] if entry is not None and entry.fresh else 0
+
+    fits = sorted((free(n) - units, n) for n in NODES if n in candidates and n not in skip and free(n) >= units)
+    assert planner.fullest(name, units, candidates, skip) == (fits[0][1] if fits else None)
+    assert planner.max_free(name) == max([0, *(free(n) for n in NODES)])

@@ -202,11 +202,6 @@ class Planned:
         return cls(snapshot, frozenset(acted))
 
 
-def _differs(now: Mapping[Any, Any], before: Mapping[Any, Any], key: Any) -> bool:
-    a, b = now.get(key), before.get(key)
-    return a is not b and a != b
-
-
 def full_view(snapshot: Snapshot, last: Planned | None, wanted: Iterable[DeviceKey]) -> Snapshot:
     """``snapshot`` with only the sets a full pass could decide anything for, given the last full pass.
 
@@ -221,35 +216,26 @@ def full_view(snapshot: Snapshot, last: Planned | None, wanted: Iterable[DeviceK
     (free units, budgets, availability) stays the whole snapshot's, and
     ``answer_view`` adds every set on a node over its capacity, where the
     capacity-lost rule weighs them all. Everything Lost, Pending or asking is
-    planned every pass. A change of a class, of what KubeVirt permits or of
-    the resource names in effect, or no last pass, plans everything.
+    planned every pass. What changed is the model's change log
+    (``Snapshot.changes_since``): it costs what changed, not the fleet. A
+    rebuild of the model (a class, what KubeVirt permits or the resource
+    names in effect changed, a report went stale), or no last pass, plans
+    everything.
     """
     if last is None:
         return snapshot
-    before = last.snapshot
-    if (snapshot.classes != before.classes or snapshot.permitted != before.permitted
-            or snapshot.effective_names != before.effective_names):
+    changes = snapshot.changes_since(last.snapshot)
+    if changes is None:
         return snapshot
+    devices = snapshot.devices
     keep: set[DeviceKey] = set(wanted)
-    keep.update(k for k in last.acted if k in snapshot.devices)
-    nodes: set[str] = set()
-    for index in ("nodes", "inventories", "capacity"):
-        now_map, then_map = getattr(snapshot, index), getattr(before, index)
-        if now_map is then_map:
-            continue
-        nodes.update(n for n in now_map if _differs(now_map, then_map, n))
-        nodes.update(n for n in then_map if n not in now_map)
-    devices, then_devices = snapshot.devices, before.devices
-    for key, device in devices.items():
-        if device.phase is not Phase.BOUND or (device.node_name in nodes) or _differs(devices, then_devices, key):
-            keep.add(key)
-    vmis, then_vmis = snapshot.vmis, before.vmis
-    pods, then_pods = snapshot.pods, before.pods
-    for vmi, members in snapshot.devices_by_vmi.items():
-        view = vmis.get(vmi)
-        if _differs(vmis, then_vmis, vmi) or (view is not None and any(
-                _differs(pods, then_pods, uid) for uid in view.active_pods)):
-            keep.update(members)
+    keep.update(k for k in last.acted if k in devices)
+    keep.update(snapshot.unsettled)
+    keep.update(k for k in changes.devices if k in devices)
+    for node in changes.nodes:
+        keep.update(snapshot.devices_by_node.get(node, ()))
+    for vmi in changes.vmis:
+        keep.update(snapshot.devices_by_vmi.get(vmi, ()))
     return answer_view(snapshot, keep)
 
 
@@ -492,8 +478,7 @@ class Binder:
         if self._config.gpu_enabled:
             mark = self.fast_lane.mark()  # with the snapshot, in one step of the event loop
             snapshot, objects, served = self.snapshot()
-            self._answerable = {k for k, d in snapshot.devices.items()  # in the same step as the snapshot
-                                if d.unanswered_request or d.phase is Phase.PENDING}
+            self._answerable = set(snapshot.waiting)  # in the same step as the snapshot
             await self._verify_attachments(snapshot, objects, served, writes)
             last = self._planned
             if last is not None and snapshot.now - self._whole_at >= self._config.whole_plan_every:

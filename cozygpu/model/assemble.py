@@ -45,6 +45,7 @@ from cozygpu.model.eligibility import node_problem
 from cozygpu.model.launchers import launcher_index, launcher_vmi
 from cozygpu.model.resource_names import effective_names as derive_effective_names
 from cozygpu.model.snapshot import (
+    ChangeLog,
     ClassAvailability,
     DeviceKey,
     DeviceView,
@@ -61,6 +62,7 @@ from cozygpu.model.snapshot import (
     Usage,
     VmiKey,
     VMIView,
+    touch,
 )
 from cozygpu.model.tenants import is_tenant_namespace, parent_namespace
 
@@ -369,6 +371,8 @@ class Assembly:
         self._grace = launcher_grace
         self._snapshot: Snapshot | None = None
         self._fresh_until: datetime | None = None
+        self._generation = 0
+        self._log = ChangeLog()
         #: Pod UID -> when its launcher window closes (R-MOD-7): the snapshot is true until the first.
         self._window_closes: dict[str, datetime] = {}
 
@@ -420,7 +424,11 @@ class Assembly:
             self._classes_of[gpu_class.resource_name].append(gpu_class)
         self._launchers = launcher_index(self._vmis.values())
 
+        self._generation += 1
+        self._log.rebuilt(self._generation)
         self._devices: dict[DeviceKey, DeviceView] = {}
+        self._unsettled: set[DeviceKey] = set()
+        self._waiting: set[DeviceKey] = set()
         self._by_node: dict[str, tuple[DeviceKey, ...]] = {}
         self._by_class: dict[str, tuple[DeviceKey, ...]] = {}
         self._by_namespace: dict[str, tuple[DeviceKey, ...]] = {}
@@ -522,6 +530,8 @@ class Assembly:
         if self._snapshot is None:
             raise RuntimeError("update before the first rebuild")
         self._now = now
+        self._generation += 1
+        generation, log = self._generation, self._log
         copied: set[str] = set()
         if inventories:
             self._copy("inventories", copied)
@@ -540,6 +550,7 @@ class Assembly:
                 else:
                     self._nodes[name] = node_view
                 eligible_changed.append(name)
+                touch(log.nodes, name, generation)
         if devices:  # copied only when they change: a reader may tell a changed map by its identity
             for name in ("devices", "by_node", "by_class", "by_namespace", "by_vmi", "class_held"):
                 self._copy(name, copied)
@@ -551,6 +562,10 @@ class Assembly:
                     self._drop_pod(self._pods[uid])
                 if pod_view is not None:
                     self._add_pod(pod_view)
+                for pod_uid in (uid, pod_view.uid if pod_view is not None else None):
+                    vmi_of = self._launchers.get(pod_uid) if pod_uid is not None else None
+                    if vmi_of is not None:  # a launcher's pod is part of what its VMI's sets are judged on
+                        touch(log.vmis, vmi_of, generation)
         if vmis:
             self._copy("vmis", copied)
             for vmi_key, view in vmis.items():
@@ -565,11 +580,13 @@ class Assembly:
                     self._vmis.pop(vmi_key, None)
                 else:
                     self._vmis[vmi_key] = view
+                touch(log.vmis, vmi_key, generation)
                 for launcher in launchers:
                     self._pod(launcher, +1)
         attached_vmis: set[VmiKey] = set()
         namespaces_before = set(self._by_namespace)
         for key, device in devices.items():
+            touch(log.devices, key, generation)
             old = self._devices.get(key)
             if old is not None:
                 if old.attachment is not None:
@@ -600,6 +617,7 @@ class Assembly:
                 self._copy(name, copied)
             for node in sorted(self._touched_nodes):
                 self._refresh_node(node)
+                touch(log.nodes, node, generation)
             self._touched_nodes.clear()
         if eligible_changed:
             self._copy("availability", copied)
@@ -632,8 +650,14 @@ class Assembly:
         key = (namespace, device.name)
         if sign > 0:
             self._devices[key] = device
+            if device.phase is not Phase.BOUND:
+                self._unsettled.add(key)
+            if device.phase is Phase.PENDING or device.unanswered_request:
+                self._waiting.add(key)
         else:
             self._devices.pop(key, None)
+            self._unsettled.discard(key)
+            self._waiting.discard(key)
         if bulk is not None:
             bulk["_by_class"][class_name].append(key)
             bulk["_by_namespace"][namespace].append(key)
@@ -842,5 +866,9 @@ class Assembly:
             over_capacity=self._over,
             held_by_class=self._class_held,
             rooms=self._rooms,
+            unsettled=frozenset(self._unsettled),
+            waiting=frozenset(self._waiting),
+            generation=self._generation,
+            log=self._log,
         )
         return self._snapshot

@@ -23,6 +23,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from datetime import datetime
+from typing import TypeVar
 
 import attrs
 
@@ -370,6 +371,64 @@ class ClassAvailability:
     best_node: str | None = None
 
 
+@attrs.frozen
+class Changes:
+    """What the updates after some generation touched: the nodes, devices and VMIs to judge again."""
+
+    nodes: frozenset[str]
+    devices: frozenset[DeviceKey]
+    vmis: frozenset[VmiKey]
+
+
+class ChangeLog:
+    """Which nodes, devices and VMIs a model's updates touched, newest last (kube-scheduler's generations).
+
+    Why: a reader that decided on an earlier snapshot of the same model asks
+    what changed since, at the cost of what changed, instead of comparing
+    every node and device. Each key is in the log once, with the generation
+    of its last touch; the log is shared by every snapshot of one model (a
+    rebuild clears it and says so), so asking the newest snapshot about an
+    old generation also names keys touched after the snapshot one holds: a
+    superset, never less.
+    """
+
+    def __init__(self) -> None:
+        self.nodes: dict[str, int] = {}
+        self.devices: dict[DeviceKey, int] = {}
+        self.vmis: dict[VmiKey, int] = {}
+        self._rebuilt = 0
+
+    def rebuilt(self, generation: int) -> None:
+        for log in (self.nodes, self.devices, self.vmis):
+            log.clear()
+        self._rebuilt = generation
+
+    def since(self, generation: int) -> Changes | None:
+        """The keys touched after ``generation``; None when the model was rebuilt since (everything changed)."""
+        if generation < self._rebuilt:
+            return None
+        return Changes(nodes=_since(self.nodes, generation), devices=_since(self.devices, generation),
+                       vmis=_since(self.vmis, generation))
+
+
+_K = TypeVar("_K")
+
+
+def touch(log: dict[_K, int], key: _K, generation: int) -> None:
+    """Note that ``key`` changed in ``generation``: it moves to the newest end of its log."""
+    log.pop(key, None)
+    log[key] = generation
+
+
+def _since(log: dict[_K, int], generation: int) -> frozenset[_K]:
+    found: list[_K] = []
+    for key in reversed(log):
+        if log[key] <= generation:
+            break
+        found.append(key)
+    return frozenset(found)
+
+
 @attrs.frozen(kw_only=True)
 class Snapshot:
     """Everything a GPU decision reads, with indexes. Build it with ``assemble``."""
@@ -415,6 +474,20 @@ class Snapshot:
     #: new bookings. The fullest node with room for n units (R-BIND-5) is the first node of the first bucket
     #: at or above n that may take the set: no walk over every node serving the name.
     rooms: Mapping[str, Mapping[int, tuple[str, ...]]] = attrs.field(factory=dict)
+    #: Devices not Bound (Pending or Lost): a full pass judges their sets every time.
+    unsettled: frozenset[DeviceKey] = frozenset()
+    #: Devices an answer pass acts on: Pending, or with a bind request not answered yet.
+    waiting: frozenset[DeviceKey] = frozenset()
+    #: Which update of its model this is, and the model's log of what each update touched (not compared:
+    #: two builds of the same objects are equal whatever their history).
+    generation: int = attrs.field(default=0, eq=False)
+    log: ChangeLog | None = attrs.field(default=None, eq=False, repr=False)
+
+    def changes_since(self, earlier: Snapshot) -> Changes | None:
+        """What changed after ``earlier``, an older snapshot of the same model; None: anything may have."""
+        if self.log is None or earlier.log is not self.log or earlier.generation > self.generation:
+            return None
+        return self.log.since(earlier.generation)
 
     def usage_of(self, namespace: str) -> Usage:
         return self.subtree_usage.get(namespace, EMPTY_USAGE)

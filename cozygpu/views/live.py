@@ -472,9 +472,10 @@ _VIEWS: dict[str, Callable[[Obj], Any]] = {
 def first_difference(live: Snapshot, fresh: Snapshot) -> str | None:
     """The first field (and key in it) where two snapshots differ, or None when they are the same.
 
-    Device index tuples are compared as sets: the order of a bucket means nothing.
+    Device index tuples are compared as sets: the order of a bucket means nothing. A model's history (its
+    generation and change log) is not compared.
     """
-    for field in attrs.fields(Snapshot):
+    for field in (f for f in attrs.fields(Snapshot) if f.eq):
         a, b = getattr(live, field.name), getattr(fresh, field.name)
         if isinstance(a, Mapping) and isinstance(b, Mapping):
             unordered = field.name.startswith("devices_by_")

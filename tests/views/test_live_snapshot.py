@@ -128,6 +128,8 @@ class World:
         self.identities: dict[str, object] = {kind: object() for kind in LIVE_KINDS}
         self.live = LiveSnapshot(report_stale_after=STALE)
         self.now = T0
+        #: The live snapshot the last check saw: the next one's change log must name what changed since.
+        self.previous: Snapshot | None = None
 
     def put(self, kind: str, obj: Obj | None, key: tuple[str, str] | None = None) -> None:
         key = key or key_of(obj or {})
@@ -161,18 +163,43 @@ class World:
 
 
 def normal(snapshot: Snapshot) -> dict[str, Any]:
-    """The snapshot's fields, the device index tuples as sets (their order means nothing)."""
-    fields = {f.name: getattr(snapshot, f.name) for f in attrs.fields(Snapshot)}
+    """The snapshot's compared fields, the device index tuples as sets (their order means nothing)."""
+    fields = {f.name: getattr(snapshot, f.name) for f in attrs.fields(Snapshot) if f.eq}
     for name in ("devices_by_node", "devices_by_class", "devices_by_namespace", "devices_by_vmi"):
         fields[name] = {k: frozenset(v) for k, v in fields[name].items()}
     return {name: (dict(value) if isinstance(value, Mapping) else value) for name, value in fields.items()}
 
 
 def assert_same(world: World) -> None:
-    live = normal(world.live.snapshot(now=world.now, sources=world.sources()))
+    snapshot = world.live.snapshot(now=world.now, sources=world.sources())
+    live = normal(snapshot)
     reference = normal(world.reference())
     for name in reference:
         assert live[name] == reference[name], f"{name} differs after {world.live.last_step}"
+    if world.previous is not None:
+        assert_changes_named(world.previous, snapshot, world.live.last_step)
+    world.previous = snapshot
+
+
+def assert_changes_named(before: Snapshot, after: Snapshot, step: str) -> None:
+    """The change log names every node, device and VMI whose inputs to a decision changed (more is allowed)."""
+    changes = after.changes_since(before)
+    if changes is None:
+        return  # rebuilt since: a reader judges everything again
+    for key in set(before.devices) | set(after.devices):
+        if before.devices.get(key) != after.devices.get(key):
+            assert key in changes.devices, f"device {key} changed unnamed after {step}"
+    for index in ("nodes", "inventories", "capacity"):
+        then, now = getattr(before, index), getattr(after, index)
+        for name in set(then) | set(now):
+            if then.get(name) != now.get(name):
+                assert name in changes.nodes, f"{index}[{name}] changed unnamed after {step}"
+    for vmi in set(before.vmis) | set(after.vmis):
+        views = [v for v in (before.vmis.get(vmi), after.vmis.get(vmi)) if v is not None]
+        pods = {uid for view in views for uid in view.active_pods}
+        if before.vmis.get(vmi) != after.vmis.get(vmi) or any(
+                before.pods.get(uid) != after.pods.get(uid) for uid in pods):
+            assert vmi in changes.vmis, f"VMI {vmi} or its launchers changed unnamed after {step}"
 
 
 def seed(world: World) -> None:

@@ -292,7 +292,7 @@ class Binder:
         #: Reports: when each object's was last sent (its status path -> clock), the reminder for those
         #: held back, and what asks the driver for the full pass that writes them.
         self._reported: dict[str, float] = {}
-        self._quiet_reports: reports.Quiet = {}
+        self._report_memo = reports.ReportMemo()
         self._report_reminder: Cancellable | None = None
         self._on_full_pass_due: Callable[[str], None] | None = None
         #: Devices an answer pass may act on (a request, a Pending order): from the last full pass's
@@ -317,6 +317,8 @@ class Binder:
                     unsubscribe.append(cache.informer(spec).subscribe(handler))
             for kind, spec in specs.SNAPSHOT_SPECS.items():
                 unsubscribe.append(cache.informer(spec).subscribe(self._live.handler(kind)))
+            unsubscribe.append(cache.informer(specs.GPU_NODES).subscribe(
+                lambda event: self._report_memo.changed(_key(event.obj)[1])))
         self._unsubscribe = unsubscribe
 
     # -- what it reads --------------------------------------------------------------------
@@ -486,6 +488,7 @@ class Binder:
             view = full_view(snapshot, last, self._answerable)
             if last is None:
                 self._whole_at = snapshot.now
+                self._report_memo.forget()
             self._planned = None  # until this pass's writes are all done
             plan = plan_pass(view)
             report = await self._write_plan(plan, view, objects, writes, lane="full")
@@ -498,9 +501,10 @@ class Binder:
             await self._attachments(snapshot, objects, written, writes)
             # A report refused on its resourceVersion is not a reason to requeue: the agent reports often,
             # and the change that beat it is itself an event of a watched kind, which queues a pass.
+            gpunodes = self._cache.store(specs.GPU_NODES)
             reported = await reports.apply_reports(self._client, self._due_reports(reports.report_writes(
-                snapshot, self._cache.store(specs.GPU_CLASSES).list(), self._cache.store(specs.GPU_NODES).list(),
-                now=snapshot.now, quiet=self._quiet_reports)))
+                snapshot, self._cache.store(specs.GPU_CLASSES).list(), gpunodes.list(), now=snapshot.now,
+                memo=self._report_memo, lookup=lambda name: gpunodes.get(None, name))))
             by_kind = {keys.GPUCLASS_KIND: specs.GPU_CLASSES, keys.GPUNODE_KIND: specs.GPU_NODES}
             for kind, version in reported.versions:
                 writes.record(by_kind[kind], version)

@@ -23,7 +23,7 @@ Contract:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Final
 
@@ -157,18 +157,41 @@ def _write_if_changed(obj: Obj, kind: str, path: str, fields: Mapping[str, Any],
     return StatusWrite(kind=kind, path=path, resource_version=version, status=patch, what=what)
 
 
-#: GPUNode name -> what its report was last found up to date from (the object and its three views).
-Quiet = dict[str, tuple[object, ...]]
+class ReportMemo:
+    """What the GPUNode reports were last judged on, so a pass judges only the nodes something happened to.
+
+    ``snapshot`` is the model the last judgement read; the model's change log
+    names the nodes whose views changed since. ``dirty`` holds the GPUNodes
+    whose object changed since (fed by their events, ``changed``) and those
+    whose write was due but not found done. No snapshot, or a model rebuilt
+    since, judges every GPUNode.
+    """
+
+    def __init__(self) -> None:
+        self.snapshot: Snapshot | None = None
+        self.dirty: set[str] = set()
+
+    def changed(self, name: str) -> None:
+        self.dirty.add(name)
+
+    def forget(self) -> None:
+        """Judge every GPUNode next time (a backstop, now and then)."""
+        self.snapshot = None
+
+
+def _gpunode_name(obj: Obj) -> str:
+    return str((obj.get("metadata") or {}).get("name") or "")
 
 
 def report_writes(snapshot: Snapshot, classes: Iterable[Obj], gpunodes: Iterable[Obj], *,
-                  now: datetime, quiet: Quiet | None = None) -> tuple[StatusWrite, ...]:
+                  now: datetime, memo: ReportMemo | None = None,
+                  lookup: Callable[[str], Obj | None] | None = None) -> tuple[StatusWrite, ...]:
     """The status writes that bring every GPUClass and GPUNode report up to date.
 
-    ``quiet`` (kept by the caller between passes) skips a GPUNode whose
-    object and views are the very objects its report was last found up to
-    date from: the snapshot keeps the views of what did not change, so on
-    a large fleet a pass computes only the nodes something happened to.
+    With a ``memo`` and a ``lookup`` of GPUNodes by name, only the GPUNodes
+    the memo names (the model's changed nodes since its snapshot, and its
+    dirty ones) are judged, fetched by name: on a large fleet a pass costs
+    the nodes something happened to, and ``gpunodes`` is not walked.
     """
     writes: list[StatusWrite] = []
     for obj in classes:
@@ -181,24 +204,24 @@ def report_writes(snapshot: Snapshot, classes: Iterable[Obj], gpunodes: Iterable
                                   f"GPUClass {name}")
         if write is not None:
             writes.append(write)
-    seen: Quiet = {}
-    for obj in gpunodes:
-        name = str((obj.get("metadata") or {}).get("name") or "")
-        inputs = (obj, snapshot.nodes.get(name), snapshot.inventories.get(name), snapshot.capacity.get(name))
-        last = quiet.get(name) if quiet is not None else None
-        if last is not None and all(a is b for a, b in zip(last, inputs, strict=True)):
-            seen[name] = last
-            continue
+    changes = (snapshot.changes_since(memo.snapshot)
+               if memo is not None and memo.snapshot is not None and lookup is not None else None)
+    if changes is not None and memo is not None and lookup is not None:
+        found = (lookup(name) for name in sorted(changes.nodes | memo.dirty))
+        objects: Iterable[Obj] = [obj for obj in found if obj is not None]
+    else:
+        objects = gpunodes
+    due: set[str] = set()
+    for obj in objects:
+        name = _gpunode_name(obj)
         path = resource_path(keys.GROUP, keys.VERSION, keys.GPUNODE_PLURAL, name=name, subresource="status")
         write = _write_if_changed(obj, keys.GPUNODE_KIND, path, {"conditions": node_conditions(snapshot, name)}, now,
                                   f"GPUNode {name}")
         if write is not None:
             writes.append(write)
-        else:
-            seen[name] = inputs
-    if quiet is not None:
-        quiet.clear()
-        quiet.update(seen)
+            due.add(name)
+    if memo is not None:
+        memo.snapshot, memo.dirty = snapshot, due
     return tuple(writes)
 
 

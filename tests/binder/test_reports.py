@@ -8,8 +8,9 @@ from typing import Any
 import pytest
 
 from cozygpu.binder.reports import class_status, merge_conditions, node_conditions, report_writes
+from cozygpu.model.assemble import Assembly
 from cozygpu.model.snapshot import Phase, Taint
-from tests.model.factories import H100, NOW, device, gpu_class, inventory, node, pod, snapshot
+from tests.model.factories import H100, NOW, device, gpu_class, gpu_nodes, inventory, node, pod, snapshot
 
 
 def conditions_by_type(conditions: list[dict[str, str]]) -> dict[str, tuple[str, str, str]]:
@@ -104,7 +105,7 @@ def test_report_writes_carry_the_resource_version_and_nothing_is_written_twice()
     assert report_writes(snap, [written_class], [written_node], now=NOW + timedelta(minutes=5)) == ()
 
 
-def test_a_gpunode_whose_object_and_views_are_the_same_objects_as_when_it_was_up_to_date_is_not_computed_again(
+def test_with_a_memo_only_the_gpunodes_the_change_log_or_their_events_name_are_judged_again(
         monkeypatch: pytest.MonkeyPatch) -> None:
     import cozygpu.binder.reports as reports
 
@@ -116,14 +117,30 @@ def test_a_gpunode_whose_object_and_views_are_the_same_objects_as_when_it_was_up
         return real(snapshot, name)
 
     monkeypatch.setattr(reports, "node_conditions", counting)
-    snap = snapshot()
-    first = report_writes(snap, [], [{"metadata": {"name": "n1", "resourceVersion": "9"}, "status": {}}], now=NOW)
-    written = {"metadata": {"name": "n1", "resourceVersion": "10"}, "status": dict(first[0].status)}
-    quiet: reports.Quiet = {}
-    assert report_writes(snap, [], [written], now=NOW, quiet=quiet) == ()
-    assert report_writes(snap, [], [written], now=NOW, quiet=quiet) == ()
-    assert computed == ["n1", "n1"], "the third call, on the same objects, computed the report again"
+    model = Assembly()
+    node_views, inventories = gpu_nodes(("n1", 8), ("n2", 8))
+    snap = model.rebuild(now=NOW, classes=[gpu_class()], devices=[], nodes=node_views, inventories=inventories,
+                         pods=[], vmis=[], namespaces=[])
+    objects = {name: {"metadata": {"name": name, "resourceVersion": "9"}, "status": {}} for name in ("n1", "n2")}
+    for write in report_writes(snap, [], objects.values(), now=NOW):
+        name = write.what.removeprefix("GPUNode ")
+        objects[name] = {"metadata": {"name": name, "resourceVersion": "10"}, "status": dict(write.status)}
+    memo = reports.ReportMemo()
+    computed.clear()
+    assert report_writes(snap, [], objects.values(), now=NOW, memo=memo, lookup=objects.get) == ()
+    assert computed == ["n1", "n2"], "the first judgement with a memo judges every GPUNode"
+    computed.clear()
+    assert report_writes(snap, [], objects.values(), now=NOW, memo=memo, lookup=objects.get) == ()
+    assert computed == [], "nothing changed: nothing judged"
 
-    held = snapshot(devices=[device("d1", phase=Phase.BOUND, node="n1")])  # new views: computed, and a write
-    assert [w.what for w in report_writes(held, [], [written], now=NOW, quiet=quiet)] == ["GPUNode n1"]
-    assert quiet == {}, "a node with a write to make is not quiet"
+    held = model.update(now=NOW, devices={("tenant-a", "d1"): device("d1", phase=Phase.BOUND, node="n1")})
+    memo.changed("n2")  # its object changed (its event)
+    writes = report_writes(held, [], objects.values(), now=NOW, memo=memo, lookup=objects.get)
+    assert sorted(computed) == ["n1", "n2"], "the node the log names and the one whose event came"
+    assert [w.what for w in writes] == ["GPUNode n1"]
+    assert memo.dirty == {"n1"}, "a node with a write to make is judged again until it is done"
+
+    computed.clear()
+    memo.forget()
+    report_writes(held, [], objects.values(), now=NOW, memo=memo, lookup=objects.get)
+    assert sorted(computed) == ["n1", "n2"], "forgotten: every GPUNode again"

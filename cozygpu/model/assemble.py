@@ -23,6 +23,7 @@ eligible nodes (R-MOD-8, R-MOD-12).
 from __future__ import annotations
 
 import bisect
+import heapq
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
@@ -348,12 +349,15 @@ class Assembly:
     """The Snapshot of a set of views, kept up to date change by change (the binder's, every pass).
 
     ``rebuild`` takes every view and derives everything; ``update`` takes the
-    devices that changed since and re-derives only what they touch: their
-    indexes, the units they hold on their nodes, the usage of their
-    namespace's ancestry, the launcher pods of the VMIs they are attached to,
-    those nodes' capacity, and the availability of the classes served there.
-    Anything else (a class, node, report, pod, VMI, budget, namespace or
-    KubeVirt change, or a report turning stale with ``now``) is a
+    devices, VMIs (keeping their active pods), reports (keeping their names),
+    Nodes and pods that changed since, and the reports whose time ran out
+    (a deadline queue), and re-derives only what they touch: their indexes,
+    the units held on their nodes, the usage of their namespace's ancestry,
+    the launcher pods of the VMIs they are attached to, those nodes'
+    capacity and room buckets, and the availability of the classes served
+    there; each touched node, device and VMI goes into the change log.
+    Anything else (a class, a VMI's active pods, a budget, a namespace,
+    KubeVirt, a report's names, a launcher window closing) is a
     ``rebuild`` — views are not converted again either way (that is the
     caller's memo). Both give what :func:`assemble` gives, except that the
     device index tuples are sorted by key (``assemble`` keeps its input's
@@ -370,7 +374,9 @@ class Assembly:
         self._stale_after = report_stale_after
         self._grace = launcher_grace
         self._snapshot: Snapshot | None = None
-        self._fresh_until: datetime | None = None
+        #: (when a fresh report turns stale, its node), a heap: a report going stale touches its one node.
+        #: Entries a newer report superseded stay until they come up, and are skipped then.
+        self._deadlines: list[tuple[datetime, str]] = []
         self._generation = 0
         self._log = ChangeLog()
         #: Pod UID -> when its launcher window closes (R-MOD-7): the snapshot is true until the first.
@@ -381,8 +387,8 @@ class Assembly:
         return self._snapshot
 
     def needs_rebuild(self, now: datetime) -> bool:
-        """No snapshot yet, a fresh report has turned stale by ``now``, or a launcher window has closed."""
-        if self._snapshot is None or (self._fresh_until is not None and now > self._fresh_until):
+        """No snapshot yet, or a launcher window has closed (a report turning stale is an ``update``)."""
+        if self._snapshot is None:
             return True
         closes = self._snapshot.window_closes
         return closes is not None and now >= closes
@@ -408,7 +414,9 @@ class Assembly:
         self._inventories: dict[str, NodeInventory] = {}
         for inventory in inventories:
             self._inventories[inventory.name] = self._freshened(inventory, now)
-        self._fresh_until = self._first_stale()
+        self._deadlines = [(i.last_report + self._stale_after, name) for name, i in self._inventories.items()
+                           if i.fresh and i.last_report is not None]
+        heapq.heapify(self._deadlines)
         self._vmis = {v.key: v for v in vmis}
         self._namespaces = {n.name: n for n in namespaces}
         self._names = derive_effective_names(hoster=self._hoster, classes=self._classes.values(),
@@ -423,6 +431,11 @@ class Assembly:
         for gpu_class in self._classes.values():
             self._classes_of[gpu_class.resource_name].append(gpu_class)
         self._launchers = launcher_index(self._vmis.values())
+        #: Pod UID -> every VMI listing it active (fixed until a rebuild: an update keeps active pods).
+        self._listing: defaultdict[str, set[VmiKey]] = defaultdict(set)
+        for vmi_view in self._vmis.values():
+            for uid in vmi_view.active_pods:
+                self._listing[uid].add(vmi_view.key)
 
         self._generation += 1
         self._log.rebuilt(self._generation)
@@ -495,10 +508,26 @@ class Assembly:
         fresh = cap.report_fresh(inventory.last_report, now=now, stale_after=self._stale_after)
         return inventory if inventory.fresh == fresh else attrs.evolve(inventory, fresh=fresh)
 
-    def _first_stale(self) -> datetime | None:
-        """When the first fresh report turns stale (the snapshot is rebuilt then)."""
-        return min((i.last_report + self._stale_after for i in self._inventories.values()
-                    if i.fresh and i.last_report is not None), default=None)
+    def _expire(self, now: datetime, copied: set[str]) -> None:
+        """The reports whose time ran out by ``now`` turn stale, each touching its one node (R-MOD-7)."""
+        deadlines = self._deadlines
+        while deadlines and deadlines[0][0] < now:
+            deadline, name = heapq.heappop(deadlines)
+            inventory = self._inventories.get(name)
+            if (inventory is None or not inventory.fresh or inventory.last_report is None
+                    or inventory.last_report + self._stale_after != deadline):
+                continue  # superseded by a newer report, or gone
+            self._copy("inventories", copied)
+            self._inventories[name] = attrs.evolve(inventory, fresh=False)
+            self._touched_nodes.add(name)
+
+    def _report_deadline(self, name: str, inventory: NodeInventory) -> None:
+        if inventory.fresh and inventory.last_report is not None:
+            heapq.heappush(self._deadlines, (inventory.last_report + self._stale_after, name))
+            if len(self._deadlines) > 4 * len(self._inventories) + 64:  # superseded entries: drop them
+                self._deadlines = [(i.last_report + self._stale_after, n) for n, i in self._inventories.items()
+                                   if i.fresh and i.last_report is not None]
+                heapq.heapify(self._deadlines)
 
     @staticmethod
     def same_names(before: NodeInventory | None, after: NodeInventory | None) -> bool:
@@ -539,8 +568,9 @@ class Assembly:
                 if not self.same_names(self._inventories.get(name), inventory):
                     raise ValueError(f"GPUNode {name}: its resource names changed; rebuild")
                 self._inventories[name] = self._freshened(inventory, now)
+                self._report_deadline(name, self._inventories[name])
                 self._touched_nodes.add(name)
-            self._fresh_until = self._first_stale()
+        self._expire(now, copied)
         eligible_changed: list[str] = []
         if nodes:
             self._copy("nodes", copied)
@@ -563,8 +593,8 @@ class Assembly:
                 if pod_view is not None:
                     self._add_pod(pod_view)
                 for pod_uid in (uid, pod_view.uid if pod_view is not None else None):
-                    vmi_of = self._launchers.get(pod_uid) if pod_uid is not None else None
-                    if vmi_of is not None:  # a launcher's pod is part of what its VMI's sets are judged on
+                    # A launcher's pod is part of what its VMI's sets are judged on.
+                    for vmi_of in self._listing.get(pod_uid, ()) if pod_uid is not None else ():
                         touch(log.vmis, vmi_of, generation)
         if vmis:
             self._copy("vmis", copied)

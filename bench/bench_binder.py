@@ -20,8 +20,8 @@ taken through its own watch of GPUDevices:
   starts, so the answer waits for the rest of it: passes never overlap);
 - full-pass duration (the binder process's own clock);
 - a storm: 200 requests written at once;
-- new orders: a Pending GPUDevice created → Bound seen in the watch, through
-  the fast lane (the binder process says which lane bound it);
+- new orders: a Pending GPUDevice created → Bound seen in the watch, by the
+  very next placement cycle (the binder process says which lane bound it);
 - controller RSS after all this;
 - where an answer's time goes: write → the binder's cache sees it → the
   answer pass starts → snapshot → plan → writes → the answer seen here.
@@ -192,7 +192,6 @@ async def run_binder(kubeconfig: str, *, profile: bool) -> None:
         current["plan"] = time.monotonic() - started
         current["answers"] = [a.request_id for a in plan.actions if isinstance(a, Answer)]
         current["binds"] = sum(1 for a in plan.actions if isinstance(a, Bind))
-        current["fast"] = bool(kw.get("new_orders"))
         return plan
 
     # The binder's module globals, timed where the binder calls them (the bench's probes, nothing else).
@@ -241,7 +240,7 @@ async def run_binder(kubeconfig: str, *, profile: bool) -> None:
                     full_profiler.disable()
                 current["ended"] = time.monotonic()
                 emit(lane="full", phase="end", duration=current["ended"] - current["started"], nodes_rv=nodes_rv,
-                     wrote=len(writes.as_dict()), settled=binder.fast_lane.settled, **{
+                     wrote=len(writes.as_dict()), **{
                          k: v for k, v in current.items() if k in ("snapshot", "plan", "writes", "binds")})
 
         binder.answer_pass, binder.full_pass = answer, full  # type: ignore[method-assign]
@@ -362,7 +361,7 @@ class Child:
         await self.process.stdin.drain()
 
     async def quiet(self, timeout: float = 600) -> None:
-        """Poke a full pass (a Node label), then wait until one ends that wrote nothing and settled."""
+        """Poke a full pass (a Node label), then wait until one ends that wrote nothing."""
         async with asyncio.timeout(timeout):
             self.full_ended.clear()
             poked = int(await self.poke())
@@ -370,8 +369,8 @@ class Child:
                 await self.full_ended.wait()
                 self.full_ended.clear()
                 last = self.full_passes[-1]
-                # A pass whose snapshot held the poke, that wrote nothing and settled the fast lane.
-                if int(last["nodes_rv"] or 0) >= poked and not last["wrote"] and last["settled"]:
+                # A pass whose snapshot held the poke and that wrote nothing.
+                if int(last["nodes_rv"] or 0) >= poked and not last["wrote"]:
                     await asyncio.sleep(0.05)
                     if not self.running_full:
                         return

@@ -31,12 +31,12 @@ Per event kind, ``--reps`` times each (median), after the system is quiet:
   created unbound before the measurement);
 - one bind request (``status.bindRequest`` on a Bound device, as the VMI
   webhook writes it): the answer pass;
-- one new order (a GPUDevice created): the answer pass that binds it when the
-  fast lane is open.
+- one new order (a GPUDevice created): the answer pass (a placement cycle)
+  that binds it.
 
 For each it prints the time to fold the event (the reflector's whole
 handling: transform, freeze, store, indexes, every handler —
-``LiveSnapshot.changed``, the fast lane, the binder's — and the triggers'
+``LiveSnapshot.changed``, the binder's — and the triggers'
 predicates), whether it fired the full lane and the answer lane, the pass it
 causes (the first pass run after it: the answer pass for a request or a new
 order, else the full pass) and what followed until nothing was asked for

@@ -1,20 +1,19 @@
 """The binder's passes: snapshot → plan → writes, in the leader term only (R-BIND-1…10).
 
-Two passes, both run by the pass driver (``cozygpu.passes``), never at once:
+Two passes, both run by the pass driver (``cozygpu.passes``), never at once,
+and both decide placement the same way — one **placement cycle**: R-BIND-5 in
+order (restore sets, move, rebind Lost, answer, bind new orders) over only
+the sets whose inputs changed since the last cycle (``cycle_view``, from the
+read model's change log), which decides what a pass over every set would
+(R-BIND-1):
 
-- the **answer pass** answers bind requests: the model's
-  ``plan_pass(answers_only=True)``, then the set writes of those answers. A
-  webhook waiting for its answer waits for this pass only. New orders ride
-  along (``new_orders=True``) only when nothing ranks ahead of them
-  (``fastlane.FastLane``: the last full pass settled and no event since could
-  make a set move, and no Lost set waits for room of their resource), so
-  R-BIND-5's order still holds; a new order then requests the answer lane
-  the moment it is seen.
-- the **full pass** does all of R-BIND-5 (restore sets, move, rebind Lost,
-  answer, bind new orders), then what follows the world: attachments whose
-  VMI is gone or never came (R-BIND-8), GPUClass status and GPUNode
-  conditions (R-BIND-10), and the always-on reconcilers (finalizers, usage
-  records: R-BIND-9).
+- the **answer pass** is a placement cycle alone. A bind request or a new
+  order asks for it the moment it is seen, so it is decided in the very next
+  cycle (R-BIND-3); a webhook waiting for its answer waits for this pass only.
+- the **full pass** is a placement cycle, then what follows the world:
+  attachments whose VMI is gone or never came (R-BIND-8), GPUClass status and
+  GPUNode conditions (R-BIND-10), and the always-on reconcilers (finalizers,
+  usage records: R-BIND-9).
 
 No decision from a stale view (R-BIND-2): every device status write is
 recorded in the pass's ``Writes`` with the resourceVersion the server gave
@@ -49,7 +48,6 @@ from cozygpu import keys
 from cozygpu.base.clock import Cancellable, Clock
 from cozygpu.base.logging import get_logger
 from cozygpu.binder import attachments, finalizers, reports, usage
-from cozygpu.binder.fastlane import FastLane
 from cozygpu.binder.metrics import BinderMetrics
 from cozygpu.binder.status import plan_writes
 from cozygpu.binder.writes import WriteReport, device_status_path, write_sets
@@ -60,8 +58,8 @@ from cozygpu.cache.store import Event, Store
 from cozygpu.kube import Client, errors
 from cozygpu.kube.client import Obj
 from cozygpu.model.capacity import DEFAULT_LAUNCHER_GRACE, DEFAULT_REPORT_STALE_AFTER
-from cozygpu.model.placement import SPLIT_WHILE_VM_RUNS, PassPlan, Stay, plan_pass
-from cozygpu.model.snapshot import DeviceKey, Phase, Snapshot, VmiKey
+from cozygpu.model.placement import PassPlan, Stay, plan_pass
+from cozygpu.model.snapshot import DeviceKey, Snapshot, VmiKey
 from cozygpu.passes.writes import Writes
 from cozygpu.views import specs
 from cozygpu.views.live import LiveSnapshot, Source
@@ -132,45 +130,17 @@ def _unverified(obj: Mapping[str, Any]) -> bool:
                for c in conditions)
 
 
-def _split_names(plan: PassPlan, snapshot: Snapshot) -> set[str]:
-    """The resource names of the sets ``plan`` leaves split while their VMs run."""
-    names: set[str] = set()
-    for stay in plan.of(Stay):
-        if stay.why != SPLIT_WHILE_VM_RUNS:
-            continue
-        for key in stay.devices:
-            device = snapshot.devices.get(key)
-            gpu_class = snapshot.classes.get(device.class_name) if device is not None else None
-            if gpu_class is not None:
-                names.add(gpu_class.resource_name)
-    return names
-
-
 def _key(obj: Mapping[str, Any]) -> DeviceKey:
     meta = obj.get("metadata") or {}
     return (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
 
 
 
-def answer_view(snapshot: Snapshot, wanted: Iterable[DeviceKey]) -> Snapshot:
-    """``snapshot`` with only the sets an answer pass can act on, so planning costs what they are.
-
-    An answer pass (``plan_pass(answers_only=True)``, with or without
-    ``new_orders``) acts only on sets with an unanswered request or a Pending
-    member, in the order of ``device_sets``; any other set is skipped — except
-    that the capacity-lost rule, asked about a set on a node holding more
-    than it serves, weighs every set held there. So the view keeps the whole
-    set of every device in ``wanted`` (its VMI's members, or itself) and every
-    set held on a node with a fresh report serving less than is held and
-    used; units, budgets and availability stay the whole snapshot's. The
-    plan is the same action for action (``tests/binder/test_answer_view.py``).
-    """
+def _with_whole_sets(snapshot: Snapshot, keep: set[DeviceKey]) -> Snapshot:
+    """``snapshot`` with only the devices of ``keep``, each with its whole set (its VMI's members), and every
+    set held on a node over its capacity, where the capacity-lost rule weighs them all; units, budgets and
+    availability stay the whole snapshot's."""
     devices = snapshot.devices
-    keep: set[DeviceKey] = set()
-    for key in wanted:
-        device = devices.get(key)
-        if device is not None:
-            keep.add(key)
     for node in snapshot.over_capacity:  # kept by the model as capacities change: no walk over the fleet
         keep.update(snapshot.devices_by_node.get(node, ()))
     by_vmi: dict[VmiKey, tuple[DeviceKey, ...]] = {}
@@ -186,7 +156,7 @@ def answer_view(snapshot: Snapshot, wanted: Iterable[DeviceKey]) -> Snapshot:
 
 @attrs.frozen
 class Planned:
-    """What a full pass planned on: its snapshot (or view) and the devices its plan acted on."""
+    """What a placement cycle planned on: its whole snapshot and the devices its plan acted on."""
 
     snapshot: Snapshot
     acted: frozenset[DeviceKey]
@@ -202,25 +172,24 @@ class Planned:
         return cls(snapshot, frozenset(acted))
 
 
-def full_view(snapshot: Snapshot, last: Planned | None, wanted: Iterable[DeviceKey]) -> Snapshot:
-    """``snapshot`` with only the sets a full pass could decide anything for, given the last full pass.
+def cycle_view(snapshot: Snapshot, last: Planned | None) -> Snapshot:
+    """``snapshot`` with only the sets a placement cycle could decide anything for, given the last cycle.
 
-    A set is left out only when the last full pass's plan did nothing for it
-    (it kept its node: no Bind, MarkLost, Stay, answer or Pending order among
-    its members) and nothing it is judged on changed since: its members'
-    views, its VMI's view and its launchers' pods, and its node's view,
-    report and capacity. A set so left out keeps its node again — the keep
-    rule reads only those — and plans nothing, so the plan on the view is the
-    plan on the whole snapshot, action for action
-    (``tests/binder/test_full_view.py``): what other sets are decided against
-    (free units, budgets, availability) stays the whole snapshot's, and
-    ``answer_view`` adds every set on a node over its capacity, where the
-    capacity-lost rule weighs them all. Everything Lost, Pending or asking is
-    planned every pass. What changed is the model's change log
-    (``Snapshot.changes_since``): it costs what changed, not the fleet. A
-    rebuild of the model (a class, what KubeVirt permits or the resource
-    names in effect changed, a report went stale), or no last pass, plans
-    everything.
+    A set is left out only when the last cycle's plan did nothing for it (it
+    kept its node: no Bind, MarkLost, Stay, answer or Pending order among its
+    members) and nothing it is judged on changed since: its members' views,
+    its VMI's view and its launchers' pods, and its node's view, report and
+    capacity. A set so left out keeps its node again — the keep rule reads
+    only those — and plans nothing, so the plan on the view is the plan on
+    the whole snapshot, action for action (``tests/binder/test_cycle_view.py``):
+    what other sets are decided against (free units, budgets, availability)
+    stays the whole snapshot's, and every set on a node over its capacity is
+    in, where the capacity-lost rule weighs them all. Every set with a
+    device not Bound (Pending, Lost) or asking is planned every cycle. What
+    changed is the model's change log (``Snapshot.changes_since``): it costs
+    what changed, not the fleet. A rebuild of the model since (a class, what
+    KubeVirt permits or the resource names in effect changed, a report went
+    stale, a store was replaced), or no last cycle, plans everything.
     """
     if last is None:
         return snapshot
@@ -228,15 +197,15 @@ def full_view(snapshot: Snapshot, last: Planned | None, wanted: Iterable[DeviceK
     if changes is None:
         return snapshot
     devices = snapshot.devices
-    keep: set[DeviceKey] = set(wanted)
-    keep.update(k for k in last.acted if k in devices)
+    keep: set[DeviceKey] = set(snapshot.waiting)
     keep.update(snapshot.unsettled)
+    keep.update(k for k in last.acted if k in devices)
     keep.update(k for k in changes.devices if k in devices)
     for node in changes.nodes:
         keep.update(snapshot.devices_by_node.get(node, ()))
     for vmi in changes.vmis:
         keep.update(snapshot.devices_by_vmi.get(vmi, ()))
-    return answer_view(snapshot, keep)
+    return _with_whole_sets(snapshot, keep)
 
 
 class _Objects(Mapping[DeviceKey, Obj]):
@@ -295,26 +264,18 @@ class Binder:
         self._report_memo = reports.ReportMemo()
         self._report_reminder: Cancellable | None = None
         self._on_full_pass_due: Callable[[str], None] | None = None
-        #: Devices an answer pass may act on (a request, a Pending order): from the last full pass's
-        #: snapshot and every device event since; an answer pass plans only their sets (``answer_view``).
-        self._answerable: set[DeviceKey] = set()
         #: Writes of this pass refused on their resourceVersion (or whose object vanished).
         self._stale = 0
-        #: The last full pass whose writes were all done: what the next one's view is taken against.
+        #: The last placement cycle whose writes were all done: what the next one's view is taken against.
         self._planned: Planned | None = None
         self._whole_at = datetime.min.replace(tzinfo=UTC)
         #: When the live model was last checked against a build from the stores (``verify_model``).
         self._verified_at = datetime.min.replace(tzinfo=UTC)
-        #: Whether new orders may take the answer lane (nothing ranks ahead of them).
-        self.fast_lane = FastLane(wall=clock.wall, report_stale_after=config.report_stale_after)
         for spec in self.kinds:
             cache.add(spec)
         unsubscribe = [cache.informer(specs.GPU_DEVICES).subscribe(self._device_changed)]
         self._unverified = {_key(obj) for obj in self._devices_or_empty() if _unverified(obj)}  # a cache already up
         if config.gpu_enabled:
-            for spec, handler in self.fast_lane.handlers().items():
-                if spec in self.kinds:
-                    unsubscribe.append(cache.informer(spec).subscribe(handler))
             for kind, spec in specs.SNAPSHOT_SPECS.items():
                 unsubscribe.append(cache.informer(spec).subscribe(self._live.handler(kind)))
             unsubscribe.append(cache.informer(specs.GPU_NODES).subscribe(
@@ -374,19 +335,15 @@ class Binder:
             self._window_reminder = None
 
     def _device_changed(self, event: Event) -> None:
-        self.fast_lane.device(event)
         if event.type != "DELETED" and _unverified(event.obj):
             self._unverified.add(_key(event.obj))
         else:
             self._unverified.discard(_key(event.obj))
-        if event.type != "DELETED" and _new_order(event.obj):
-            self._answerable.add(_key(event.obj))
         request_id = _unanswered(event.obj) if event.type != "DELETED" else ""
         if request_id and request_id != _unanswered(event.old):
             self._requests.setdefault((_key(event.obj), request_id), self._clock.now())
-            self._answerable.add(_key(event.obj))
-        elif not (event.old is None and _new_order(event.obj) and self.fast_lane.settled):
-            return  # neither a new request nor a new order the fast lane may bind
+        elif not (event.old is None and _new_order(event.obj)):
+            return  # neither a new request nor a new order: nothing for the very next cycle
         if self._on_request is not None and self._config.gpu_enabled:
             self._on_request()
 
@@ -414,7 +371,6 @@ class Binder:
         """
         sources = self._sources()
         snapshot = self._live.snapshot(now=self._clock.wall(), sources=sources)
-        self.fast_lane.saw(snapshot)
         self._remind_window(snapshot.window_closes, snapshot.now)
         devices = self._cache.store(specs.GPU_DEVICES)
         return snapshot, _Objects(devices), sources["VirtualMachineInstance"] is not None
@@ -454,49 +410,38 @@ class Binder:
     # -- the passes ---------------------------------------------------------------------------
 
     async def answer_pass(self, writes: Writes) -> None:
-        """Answer every unanswered bind request (and bind new orders nothing ranks ahead of)."""
+        """A placement cycle: bind requests answered and new orders bound, in R-BIND-5's order."""
         if not self._config.gpu_enabled:
             return
         self._stale = 0
         snapshot, objects, served = self.snapshot()
-        # In the same step as the snapshot: a device event after it keeps its key for the next pass.
-        self._answerable = {k for k in self._answerable | self.fast_lane.pending
-                            if (d := snapshot.devices.get(k)) is not None
-                            and (d.unanswered_request or d.phase is Phase.PENDING)}
-        view = answer_view(snapshot, self._answerable)
-        fast, why = self.fast_lane.open(snapshot)
         await self._verify_attachments(snapshot, objects, served, writes)
-        if not fast:
-            log.debug("new orders wait for the full pass", why=why)
-        plan = plan_pass(view, answers_only=True, new_orders=fast)
-        report = await self._write_plan(plan, view, objects, writes, lane="answer")
-        if report.requeue:
-            self.fast_lane.unsettle("an answer pass's writes were not all done")
+        await self._place(snapshot, objects, writes, lane="answer", whole=False)
         self._requeue_if_stale()
 
+    async def _place(self, snapshot: Snapshot, objects: Mapping[DeviceKey, Obj], writes: Writes, *,
+                     lane: str, whole: bool) -> WriteReport:
+        """R-BIND-5 in order over the sets whose inputs changed since the last cycle (``whole``: every set)."""
+        view = cycle_view(snapshot, None if whole else self._planned)
+        self._planned = None  # until this cycle's writes are all done
+        plan = plan_pass(view)
+        report = await self._write_plan(plan, view, objects, writes, lane=lane)
+        if not report.requeue and report.error is None:
+            self._planned = Planned.of(snapshot, plan)
+        return report
+
     async def full_pass(self, writes: Writes) -> None:
-        """R-BIND-5 in order, then attachments, reports and the always-on reconcilers."""
+        """A placement cycle, then attachments, reports and the always-on reconcilers."""
         self._stale = 0
         if self._config.gpu_enabled:
-            mark = self.fast_lane.mark()  # with the snapshot, in one step of the event loop
             snapshot, objects, served = self.snapshot()
-            self._answerable = set(snapshot.waiting)  # in the same step as the snapshot
             await self._verify_attachments(snapshot, objects, served, writes)
-            last = self._planned
-            if last is not None and snapshot.now - self._whole_at >= self._config.whole_plan_every:
-                last = None  # now and then a plan over everything, whatever the view would keep
-            view = full_view(snapshot, last, self._answerable)
-            if last is None:
+            # Now and then a plan over everything, whatever the view would keep.
+            whole = self._planned is None or snapshot.now - self._whole_at >= self._config.whole_plan_every
+            if whole:
                 self._whole_at = snapshot.now
                 self._report_memo.forget()
-            self._planned = None  # until this pass's writes are all done
-            plan = plan_pass(view)
-            report = await self._write_plan(plan, view, objects, writes, lane="full")
-            if not report.requeue and report.error is None:
-                self._planned = Planned.of(snapshot, plan)
-            if not report.requeue:
-                # The first room on a split set's launcher node is its own, before any new order of its names.
-                self.fast_lane.settle(mark, waiting=_split_names(plan, snapshot))
+            report = await self._place(snapshot, objects, writes, lane="full", whole=whole)
             written = {w.key for w in report.written} | {d.key for d in report.dropped}
             await self._attachments(snapshot, objects, written, writes)
             # A report refused on its resourceVersion is not a reason to requeue: the agent reports often,
@@ -548,8 +493,6 @@ class Binder:
 
     def _window_closed(self) -> None:
         self._window_reminder = None
-        # Time, not an event, changed what a full pass may decide (a move): new orders wait for it.
-        self.fast_lane.unsettle("a launcher window closed")
         if self._on_full_pass_due is not None:
             self._on_full_pass_due("launcher window closed")
 
@@ -566,16 +509,7 @@ class Binder:
     async def _write_plan(self, plan: PassPlan, snapshot: Snapshot, objects: Mapping[DeviceKey, Obj],
                           writes: Writes, *, lane: str) -> WriteReport:
         sets = plan_writes(plan, snapshot, objects, now=snapshot.now)
-        # Before the writes: their events may come before the answers.
-        placed = self.fast_lane.expect(plan, snapshot, answers=lane == "answer")
-        try:
-            report = await write_sets(self._client, sets, now=snapshot.now, instance=self._config.identity)
-        except BaseException:
-            self.fast_lane.dropped(placed)
-            self.fast_lane.unsettle("a pass's writes were cut short")
-            raise
-        done = {w.key for w in report.written}
-        self.fast_lane.dropped(k for k in placed if k not in done)
+        report = await write_sets(self._client, sets, now=snapshot.now, instance=self._config.identity)
         for item in report.written:
             writes.record(specs.GPU_DEVICES, item.resource_version)
         self._count(plan, report, lane)

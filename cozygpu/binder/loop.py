@@ -6,11 +6,10 @@
   pod that uses no GPU or the binder's own GPUNode report starts none
   (``Binder.worth_a_pass``, the live snapshot's ``matters``).
 - The answer lane is requested by the device informer's handler the moment a
-  device carries a new unanswered bind request, so the answer pass runs
-  before the next full pass; a request caught before the term is covered by
-  the answer pass that ``on_request`` requests at once. A new order requests
-  it too while the fast lane is settled (``fastlane.FastLane``): the answer
-  pass then binds it unless something ranks ahead of it by then.
+  device carries a new unanswered bind request or a new order appears, so
+  the very next placement cycle decides it (R-BIND-3), before the next full
+  pass; a request caught before the term is covered by the answer pass that
+  ``on_request`` requests at once.
 - Reports held back by ``report_every`` ask for the full pass that writes them
   when they are due.
 - Read-your-writes (R-BIND-2) is the driver's: it waits until the cache has

@@ -761,14 +761,12 @@ def _launcher_node(snapshot: Snapshot, work: _Work) -> str | None:
     return None
 
 
-def plan_pass(snapshot: Snapshot, *, answers_only: bool = False, new_orders: bool = False) -> PassPlan:
+def plan_pass(snapshot: Snapshot, *, answers_only: bool = False) -> PassPlan:
     """Everything one binder pass decides, in the order of R-BIND-5 (or only the answers, R-BIND-3).
 
-    ``new_orders`` (with ``answers_only``) also binds new orders after the
-    answers: the fast lane for an order when nothing ranks ahead of it (no
-    Lost set waiting for room, no held set that must move). The caller
-    knows that; the plan is then what a full pass would decide, since the
-    steps it skips would decide nothing.
+    The binder always plans the whole order, on the sets whose inputs changed
+    (``cycle_view``); ``answers_only`` plans the answers alone, which the
+    model's tests use to hold R-BIND-3's answer rules apart.
     """
     works = [_work(snapshot, s) for s in device_sets(snapshot)]
     planner = _Planner(snapshot, works)
@@ -777,7 +775,7 @@ def plan_pass(snapshot: Snapshot, *, answers_only: bool = False, new_orders: boo
         _move_off(planner, works)
         _rebind_lost(planner, works)
     answered = _answer_requests(planner, works)
-    if not answers_only or new_orders:
+    if not answers_only:
         _bind_new_orders(planner, [w for w in works if id(w) not in answered])
     return PassPlan(actions=tuple(planner.actions))
 

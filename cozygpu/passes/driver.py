@@ -19,7 +19,9 @@ everything around it, once for every loop (docs/passes.md has the story):
   bounded by ``sync_timeout`` on the clock: a timeout is counted and logged,
   the writes stay unseen and the wait starts over — no pass decides from a
   view older than its own last write. A kind that stopped being served has no
-  view to be stale, so its writes are dropped.
+  view to be stale, so its writes are dropped. An answer pass does not wait
+  for writes recorded as assumed (its work reads them back itself,
+  ``Writes``); a full pass does.
 - Syncs. A lane does not start before every kind it ``needs`` is known to
   the cache (listed, or known not to be served), and a pass that raised
   ``NotSynced`` for a kind waits for that kind the same way: the lane runs
@@ -306,8 +308,10 @@ class PassDriver(Generic[ViewT, PlanT]):
             if lane is None:
                 await self._sleep_until(self._next_time())
                 continue
-            if self._unseen and self._cache is not None:
-                await self._see_writes(self._cache)
+            # An answer pass reads its loop's assumed writes back itself (``Writes``); every other waits.
+            assumed = lane is not Lane.ANSWER
+            if self._unseen.pending(assumed=assumed) and self._cache is not None:
+                await self._see_writes(self._cache, assumed=assumed)
                 continue  # look again: requests may have come while waiting
             if lane is Lane.ANSWER and full.due(now):
                 self._full_waited += 1
@@ -370,20 +374,25 @@ class PassDriver(Generic[ViewT, PlanT]):
 
     # -- read-your-writes -----------------------------------------------------------------
 
-    async def _see_writes(self, cache: SeesWrites) -> None:
-        """Wait (bounded) until the cache has seen every unseen write; what it has seen is forgotten."""
+    async def _see_writes(self, cache: SeesWrites, *, assumed: bool) -> None:
+        """Wait (bounded) until the cache has seen every unseen write (``assumed``: those too); what it has
+        seen is forgotten."""
         started = self._clock.now()
         try:
             async with deadline(self._clock, self._config.sync_timeout):
-                for key, version in self._unseen.items():
+                for key, version in self._unseen.items(assumed=assumed):
                     try:
                         await cache.wait_for_resource_version(key, version)
                     except KindNotServed:
-                        pass  # no store to be stale: when served again, its first list comes after the write
+                        # No store to be stale: when served again, its first list comes after the write.
+                        self._unseen.discard(key)
+                        continue
                     except UnknownKind:
                         self._log.error("a pass recorded a write to a kind the cache does not hold", kind=key,
                                         exc_info=True)
-                    self._unseen.discard(key)
+                        self._unseen.discard(key)
+                        continue
+                    self._unseen.seen(key, version)
         except TimeoutError:
             self._metrics.sync_timeouts.labels(self.name).inc()
             self._log.warning("the cache has not seen this loop's own writes yet; the next pass waits for them",

@@ -25,19 +25,26 @@ def _key(kind: SpecOrKey) -> str:
 
 
 class Writes:
-    """The latest resourceVersion written per kind key (see the module docstring)."""
+    """The latest resourceVersion written per kind key (see the module docstring).
+
+    A write may be recorded as *assumed*: its writer reads it back through its own overlay until the
+    cache shows it (the binder's placement writes), so the next placement cycle need not wait for it;
+    every other pass still does. ``items(assumed=False)`` leaves such writes out.
+    """
 
     def __init__(self) -> None:
         self._versions: dict[str, str] = {}
+        #: The latest write per kind that is not assumed: what every pass waits for.
+        self._firm: dict[str, str] = {}
 
-    def record(self, kind: SpecOrKey, resource_version: str) -> None:
+    def record(self, kind: SpecOrKey, resource_version: str, *, assumed: bool = False) -> None:
         """A write to ``kind`` the server answered with ``resource_version`` ("" is ignored)."""
         if not resource_version:
             return
         key = _key(kind)
-        have = self._versions.get(key)
-        if have is None or not resource_version_at_least(have, resource_version):
-            self._versions[key] = resource_version
+        _keep_latest(self._versions, key, resource_version)
+        if not assumed:
+            _keep_latest(self._firm, key, resource_version)
 
     def record_object(self, kind: SpecOrKey, answer: Mapping[str, Any]) -> None:
         """A write whose answer is the object the server stored."""
@@ -46,14 +53,29 @@ class Writes:
             self.record(kind, version)
 
     def merge(self, other: Writes) -> None:
-        for key, version in other.items():
-            self.record(key, version)
+        for key, version in other._versions.items():
+            _keep_latest(self._versions, key, version)
+        for key, version in other._firm.items():
+            _keep_latest(self._firm, key, version)
 
     def discard(self, kind: SpecOrKey) -> None:
         self._versions.pop(_key(kind), None)
+        self._firm.pop(_key(kind), None)
 
-    def items(self) -> Iterator[tuple[str, str]]:
-        return iter(list(self._versions.items()))
+    def seen(self, kind: SpecOrKey, resource_version: str) -> None:
+        """The cache has seen ``kind`` up to ``resource_version``: the writes up to it are forgotten."""
+        key = _key(kind)
+        for versions in (self._versions, self._firm):
+            have = versions.get(key)
+            if have is not None and resource_version_at_least(resource_version, have):
+                del versions[key]
+
+    def items(self, *, assumed: bool = True) -> Iterator[tuple[str, str]]:
+        """Each kind's latest write (``assumed=False``: its latest write that is not assumed)."""
+        return iter(list((self._versions if assumed else self._firm).items()))
+
+    def pending(self, *, assumed: bool = True) -> bool:
+        return bool(self._versions if assumed else self._firm)
 
     def __bool__(self) -> bool:
         return bool(self._versions)
@@ -66,3 +88,9 @@ class Writes:
 
     def as_dict(self) -> dict[str, str]:
         return dict(self._versions)
+
+
+def _keep_latest(versions: dict[str, str], key: str, resource_version: str) -> None:
+    have = versions.get(key)
+    if have is None or not resource_version_at_least(have, resource_version):
+        versions[key] = resource_version

@@ -49,6 +49,8 @@ class Script:
         self.errors: dict[Lane, list[Exception]] = {}
         #: Recorded as written by the next pass.
         self.writes: dict[str, str] = {}
+        #: Recorded as written and assumed (read back by the writer) by the next pass.
+        self.assumed: dict[str, str] = {}
         #: Called at the start of each pass (the test's hook into the loop).
         self.on_snapshot: Callable[[Lane], None] | None = None
 
@@ -68,7 +70,9 @@ class Script:
         try:
             for kind, version in self.writes.items():
                 writes.record(kind, version)
-            self.writes = {}
+            for kind, version in self.assumed.items():
+                writes.record(kind, version, assumed=True)
+            self.writes, self.assumed = {}, {}
             if self.gate is not None:
                 await self.gate.wait()
             if self.errors.get(plan):
@@ -377,6 +381,38 @@ async def test_the_next_pass_waits_until_the_cache_has_seen_the_last_pass_writes
     assert registry.get_sample_value("cozygpu_pass_write_sync_seconds_sum", {"loop": "test"}) == 2.0
 
 
+async def test_an_answer_pass_does_not_wait_for_assumed_writes_and_a_full_pass_does() -> None:
+    clock = FakeClock()
+    informer, feed = devices_synced_at("5")
+    script, driver = make(clock, cache=Informers(informer))
+    script.assumed = {DEVICES.key: "12"}
+    async with running(driver):
+        assert driver.unseen_writes == {DEVICES.key: "12"}
+        driver.request(Lane.ANSWER, "webhook")
+        await settle()
+        assert script.passes == [Lane.FULL, Lane.ANSWER], "its writer reads an assumed write back itself"
+        script.writes = {DEVICES.key: "14"}  # firm: the next answer pass waits for it
+        driver.request(Lane.ANSWER, "webhook")
+        await settle()
+        assert script.passes == [Lane.FULL, Lane.ANSWER, Lane.ANSWER]
+        driver.request(Lane.ANSWER, "webhook")
+        await clock.run_for(1.0)
+        assert script.passes == [Lane.FULL, Lane.ANSWER, Lane.ANSWER], "not before the cache has seen 14"
+        feed.advance("14")
+        await settle()
+        assert script.passes[-1] is Lane.ANSWER
+        script.assumed = {DEVICES.key: "20"}
+        driver.request(Lane.ANSWER, "webhook")
+        await settle()
+        driver.request(Lane.FULL, "event")
+        await clock.run_for(1.0)
+        assert script.passes.count(Lane.FULL) == 1, "a full pass waits for assumed writes too"
+        feed.advance("20")
+        await settle()
+        assert script.passes.count(Lane.FULL) == 2
+        assert driver.unseen_writes == {}
+
+
 async def test_a_write_sync_that_times_out_is_counted_and_still_no_pass_runs_before_it() -> None:
     clock = FakeClock()
     registry = CollectorRegistry()
@@ -484,6 +520,19 @@ async def test_running_one_driver_twice_at_once_is_refused() -> None:
     async with running(driver):
         with pytest.raises(RuntimeError, match="already running"):
             await driver.run()
+
+
+def test_assumed_writes_are_left_out_of_what_every_pass_waits_for_and_seen_forgets_up_to_a_version() -> None:
+    writes = Writes()
+    writes.record(DEVICES, "12", assumed=True)
+    writes.record(DEVICES, "10")
+    assert dict(writes.items()) == {DEVICES.key: "12"}
+    assert dict(writes.items(assumed=False)) == {DEVICES.key: "10"}
+    writes.seen(DEVICES, "11")
+    assert not writes.pending(assumed=False)
+    assert writes.pending()
+    writes.seen(DEVICES, "12")
+    assert not writes.pending()
 
 
 def test_writes_keep_the_latest_resource_version_per_kind() -> None:

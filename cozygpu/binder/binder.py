@@ -15,10 +15,12 @@ read model's change log), which decides what a pass over every set would
   GPUNode conditions (R-BIND-10), and the always-on reconcilers (finalizers,
   usage records: R-BIND-9).
 
-No decision from a stale view (R-BIND-2): every device status write is
-recorded in the pass's ``Writes`` with the resourceVersion the server gave
-it, and the driver waits until the GPUDevice informer has seen the latest of
-them before the next pass builds its snapshot; each write also carries the
+No decision from a stale view (R-BIND-2): every placement write the server
+takes is assumed (``Assumed``) — read back by the read model and the next
+cycle until the cache shows it — so the next placement cycle never waits
+for the watch; every other write is recorded in the pass's ``Writes`` and
+the driver waits until the cache has seen it before the next pass (a full
+pass waits for the assumed ones too). Each write also carries the
 resourceVersion the decision was made on, so a write decided on a view that
 missed someone else's change (another replica that still thinks it leads,
 say) is refused with a Conflict, and the pass requeues. With two replicas
@@ -53,6 +55,7 @@ from cozygpu.binder.status import plan_writes
 from cozygpu.binder.writes import WriteReport, device_status_path, write_sets
 from cozygpu.cache.cache import Cache
 from cozygpu.cache.errors import KindNotServed, NotSynced
+from cozygpu.cache.informer import resource_version_at_least
 from cozygpu.cache.kinds import KindSpec
 from cozygpu.cache.store import Event, Store
 from cozygpu.kube import Client, errors
@@ -208,14 +211,62 @@ def cycle_view(snapshot: Snapshot, last: Planned | None) -> Snapshot:
     return _with_whole_sets(snapshot, keep)
 
 
-class _Objects(Mapping[DeviceKey, Obj]):
-    """The GPUDevice store as a mapping by key: what a pass reads of the raw devices, without copying them."""
+class Assumed:
+    """The binder's own placement writes, read back until the cache shows them (R-BIND-2; kube-scheduler's
+    assume, then bind without waiting for the watch).
 
-    def __init__(self, store: Store) -> None:
+    A written device's answer (the object the server stored) is *assumed*: the read model and the next
+    cycle's preconditions read it instead of the store's older copy, so the next placement cycle need
+    not wait for the watch to echo the write. The store's copy ends the assumption once it is as new
+    (the write confirmed) or newer (someone wrote after it), or gone. Only a write the server took is
+    assumed: a refused one (409, gone) never was, so there is nothing to forget.
+    """
+
+    def __init__(self, store: Callable[[], Store]) -> None:
         self._store = store
+        self._written: dict[DeviceKey, Obj] = {}
+
+    def __len__(self) -> int:
+        return len(self._written)
+
+    def add(self, key: DeviceKey, answer: Obj) -> None:
+        self._written[key] = answer
+
+    def clear(self) -> None:
+        self._written.clear()
+
+    def get(self, namespace: str, name: str) -> Obj | None:
+        """The device as the binder last knows it: its own write until the store shows that or newer."""
+        found = self._store().get(namespace, name)
+        written = self._written.get((namespace, name))
+        if written is None:
+            return found
+        if found is None or resource_version_at_least(_version(found), _version(written)):
+            del self._written[(namespace, name)]  # confirmed, superseded, or gone
+            return found
+        return written
+
+    def objects(self) -> Sequence[Obj]:
+        listed = self._store().list()
+        if not self._written:
+            return listed
+        return [found for obj in listed if (found := self.get(*_key(obj))) is not None]
+
+
+def _version(obj: Obj) -> str:
+    return str((obj.get("metadata") or {}).get("resourceVersion") or "")
+
+
+class _Objects(Mapping[DeviceKey, Obj]):
+    """The GPUDevice store as a mapping by key, the binder's own writes assumed: what a pass reads of the
+    raw devices (and the resourceVersions its writes are preconditioned on), without copying them."""
+
+    def __init__(self, store: Store, assumed: Assumed) -> None:
+        self._store = store
+        self._assumed = assumed
 
     def __getitem__(self, key: DeviceKey) -> Obj:
-        found = self._store.get(*key)
+        found = self._assumed.get(*key)
         if found is None:
             raise KeyError(key)
         return found
@@ -266,6 +317,8 @@ class Binder:
         self._on_full_pass_due: Callable[[str], None] | None = None
         #: Writes of this pass refused on their resourceVersion (or whose object vanished).
         self._stale = 0
+        #: The binder's own placement writes the cache has not shown yet (read back until it does).
+        self._assumed = Assumed(lambda: self._cache.store(specs.GPU_DEVICES))
         #: The last placement cycle whose writes were all done: what the next one's view is taken against.
         self._planned: Planned | None = None
         self._whole_at = datetime.min.replace(tzinfo=UTC)
@@ -373,7 +426,7 @@ class Binder:
         snapshot = self._live.snapshot(now=self._clock.wall(), sources=sources)
         self._remind_window(snapshot.window_closes, snapshot.now)
         devices = self._cache.store(specs.GPU_DEVICES)
-        return snapshot, _Objects(devices), sources["VirtualMachineInstance"] is not None
+        return snapshot, _Objects(devices, self._assumed), sources["VirtualMachineInstance"] is not None
 
     def _sources(self) -> dict[str, Source | None]:
         """Each snapshot kind's store (None while the VMI or KubeVirt kind is not served)."""
@@ -386,7 +439,10 @@ class Binder:
                     raise
                 sources[kind] = None
                 continue
-            sources[kind] = Source(store, store.list, store.get)
+            if spec == specs.GPU_DEVICES:  # the binder's own writes assumed
+                sources[kind] = Source(store, self._assumed.objects, self._assumed.get)
+            else:
+                sources[kind] = Source(store, store.list, store.get)
         return sources
 
     async def verify_model(self) -> str | None:
@@ -511,7 +567,10 @@ class Binder:
         sets = plan_writes(plan, snapshot, objects, now=snapshot.now)
         report = await write_sets(self._client, sets, now=snapshot.now, instance=self._config.identity)
         for item in report.written:
-            writes.record(specs.GPU_DEVICES, item.resource_version)
+            # Assumed: read back by the next cycle, which need not wait for the watch to show it.
+            self._assumed.add(item.key, item.answer)
+            self._live.changed(keys.GPUDEVICE_KIND, None, item.answer)
+            writes.record(specs.GPU_DEVICES, item.resource_version, assumed=True)
         self._count(plan, report, lane)
         if report.dropped and self._metrics is not None:
             self._metrics.conflicts.inc(len(report.dropped))

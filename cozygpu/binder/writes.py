@@ -54,6 +54,8 @@ class Written:
     key: DeviceKey
     #: The resourceVersion the server gave the write: what the cache must see before the next pass.
     resource_version: str
+    #: The device as the server stored it (the binder reads it back until its cache shows it).
+    answer: Obj = attrs.field(factory=dict, eq=False, repr=False)
 
 
 @attrs.frozen(kw_only=True)
@@ -143,7 +145,7 @@ async def write_sets(client: Client, sets: Sequence[SetWrite], *, now: datetime,
                 return WriteReport(written=tuple(written), dropped=tuple(dropped), error=error,
                                    skipped=_labels(sets[index:]))
             version = str((answer.get("metadata") or {}).get("resourceVersion") or "")
-            written.append(Written(key=write.key, resource_version=version))
+            written.append(Written(key=write.key, resource_version=version, answer=answer))
             log.info("device written", set=device_set.label, device="/".join(write.key),
                      phase=write.status.get("phase"), node=write.status.get("nodeName"),
                      answer=(write.status.get("bindAnswer") or {}).get("result"), resource_version=version)

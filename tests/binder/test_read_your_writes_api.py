@@ -28,7 +28,7 @@ from cozygpu.binder.metrics import BinderMetrics
 from cozygpu.cache.cache import Cache
 from cozygpu.devcluster.plane import ADMIN_GROUPS, ADMIN_USER, ControlPlane
 from cozygpu.kube import Client, resource_path
-from cozygpu.passes.driver import DriverConfig, Lane
+from cozygpu.passes.driver import DriverConfig, Lane, PassDriver
 from cozygpu.views import specs
 from tests.binder.support import class_path, device_path
 from tests.binder.world import NODES, World
@@ -49,6 +49,21 @@ async def select_zones(world: World, *zones: str) -> None:
 
 def full_passes(registry: CollectorRegistry) -> float:
     return counted(registry, "cozygpu_passes_total", loop="binder", lane="full", outcome="ok")
+
+
+async def quiet(world: World, driver: PassDriver[Lane, Lane], registry: CollectorRegistry) -> None:
+    """Full passes until one writes no device, so nothing is unseen when the watch is held."""
+    while True:
+        before = [(await world.device(n))["metadata"]["resourceVersion"] for n in ("a", "b")]
+        done = full_passes(registry)
+        driver.request(Lane.FULL, "test")
+
+        async def ran(done: float = done) -> bool:
+            return full_passes(registry) > done
+
+        await eventually(ran, interval=0.05, what="the requested full pass did not run")
+        if [(await world.device(n))["metadata"]["resourceVersion"] for n in ("a", "b")] == before:
+            return
 
 
 def counted(registry: CollectorRegistry, name: str, **labels: str) -> float:
@@ -94,18 +109,7 @@ async def test_a_pass_waits_for_its_own_writes_behind_a_late_watch_and_books_no_
 
             await eventually(settled, interval=0.05,
                              what="order b never got its not-accepted condition, or a finalizer is missing")
-            # Quiet: a full pass that writes no device, so nothing is unseen when the watch is held.
-            while True:
-                before = [(await world.device(n))["metadata"]["resourceVersion"] for n in ("a", "b")]
-                done = full_passes(registry)
-                driver.request(Lane.FULL, "test")
-
-                async def ran(done: float = done) -> bool:
-                    return full_passes(registry) > done
-
-                await eventually(ran, interval=0.05, what="the requested full pass did not run")
-                if [(await world.device(n))["metadata"]["resourceVersion"] for n in ("a", "b")] == before:
-                    break
+            await quiet(world, driver, registry)
 
             # Hold the device watch; one write narrows the class to zone b: a moves to n2, b still has no room.
             proxy.hold_watch_events(DEVICES_WATCH)
@@ -145,3 +149,66 @@ async def test_a_pass_waits_for_its_own_writes_behind_a_late_watch_and_books_no_
     units = await bound_units(world)
     assert units == {world.node_name("n1"): 2, world.node_name("n2"): 2}, units
     assert (await world.device("b"))["status"]["nodeName"] == world.node_name("n1")
+
+
+async def test_an_answer_pass_reads_its_own_placement_writes_back_behind_a_late_watch(
+        plane: ControlPlane, world: World) -> None:
+    """Assume (R-BIND-2): the next placement cycle decides behind a held watch, from the binder's own writes.
+
+    The same world: a moves from n1 to n2 while the device watch is held, then the class widens to both
+    zones and the answer lane is asked for. The answer pass does not wait for the watch to echo the move:
+    it reads its own write back (``binder.Assumed``) and, from the true view, binds b on n1. Without the
+    assumption it would wait for the watch (no decision until it is released), and deciding from the
+    cache alone it would book n2 twice.
+    """
+    await world.node("n1", 2)
+    await world.node("n2", 2)
+    await zone(world, "n1", "a")
+    await zone(world, "n2", "b")
+    await select_zones(world, "a")
+    await world.order("a", 2, status=world.held("n1"))
+    await world.order("b", 2)
+
+    registry = CollectorRegistry()
+    identity = plane.ssl_context(plane.identity(ADMIN_USER, ADMIN_GROUPS))
+    async with Proxy(plane.host, identity) as proxy, Client(proxy.url, ssl_context=None) as through:
+        cache = Cache(through, registry=registry)
+        binder = Binder(cache, through, BinderConfig(identity="assume", gpu_enabled=True), clock=LoopClock(),
+                        metrics=BinderMetrics.on(registry))
+        driver = binder_driver(binder, cache, registry=registry, config=DriverConfig(sync_timeout=0.5))
+        async with cache.running(), asyncio.TaskGroup() as tasks:
+            await cache.wait_synced(*[k for k in binder.kinds if k.group in ("", keys.GROUP)], timeout=60)
+            runner = tasks.create_task(driver.run())
+
+            async def waiting() -> bool:
+                conditions = ((await world.device("b")).get("status") or {}).get("conditions") or []
+                return any(c["type"] == "Bound" and c["status"] == "False" for c in conditions)
+
+            await eventually(waiting, interval=0.05, what="order b never got its not-accepted condition")
+            await quiet(world, driver, registry)
+            proxy.hold_watch_events(DEVICES_WATCH)
+            await select_zones(world, "b")
+
+            async def moved() -> bool:
+                return ((await world.device("a")).get("status") or {}).get("nodeName") == world.node_name("n2")
+
+            await eventually(moved, interval=0.05, what="a was not moved off n1, which its class no longer selects")
+            seen: Mapping[str, Any] = cache.store(specs.GPU_DEVICES).get(world.namespace, "a") or {}
+            assert (seen.get("status") or {}).get("nodeName") == world.node_name("n1"), "the watch is held"
+
+            widened = await world.admin.merge_patch(class_path(world.gpu_class), {"spec": {"nodeSelector": {
+                "matchExpressions": [{"key": "zone", "operator": "In", "values": ["a", "b"]}]}}})
+            await cache.wait_for_resource_version(specs.GPU_CLASSES.key, widened["metadata"]["resourceVersion"])
+            driver.request(Lane.ANSWER, "test")
+
+            async def decided() -> bool:
+                return ((await world.device("b")).get("status") or {}).get("phase") == "Bound"
+
+            await eventually(decided, interval=0.05, what="the answer pass did not decide behind the held watch")
+            units = await bound_units(world)
+            assert all(held <= 2 for held in units.values()), f"units booked twice from a stale view: {units}"
+            assert (await world.device("b"))["status"]["nodeName"] == world.node_name("n1")
+            stale: Mapping[str, Any] = cache.store(specs.GPU_DEVICES).get(world.namespace, "a") or {}
+            assert (stale.get("status") or {}).get("nodeName") == world.node_name("n1"), "decided behind the watch"
+            proxy.release_watch_events(DEVICES_WATCH)
+            runner.cancel()

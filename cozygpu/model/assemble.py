@@ -97,6 +97,14 @@ def assemble(
                             pods=pods, vmis=vmis, namespaces=namespaces, quotas=quotas, permitted=permitted)
 
 
+def _alike(old: DeviceView, new: DeviceView) -> bool:
+    """Two views of one device that contribute the same (units, usage, index buckets, the VMI attached)."""
+    return (old.class_name == new.class_name and old.node_name == new.node_name and old.count == new.count
+            and old.phase is new.phase and old.deleting == new.deleting
+            and (old.attachment.vmi if old.attachment is not None else None)
+            == (new.attachment.vmi if new.attachment is not None else None))
+
+
 def _room(entry: NodeCapacity | None) -> int:
     """The room bucket an entry sits in: its room for new bookings on a fresh report, else 0 (in none)."""
     return entry.room if entry is not None and entry.fresh and entry.room > 0 else 0
@@ -379,6 +387,8 @@ class Assembly:
         self._deadlines: list[tuple[datetime, str]] = []
         self._generation = 0
         self._log = ChangeLog()
+        #: The top-level maps an update has copied so far (each is copied before its first patch).
+        self._copied: set[str] = set()
         #: Pod UID -> when its launcher window closes (R-MOD-7): the snapshot is true until the first.
         self._window_closes: dict[str, datetime] = {}
 
@@ -581,9 +591,9 @@ class Assembly:
                     self._nodes[name] = node_view
                 eligible_changed.append(name)
                 touch(log.nodes, name, generation)
+        self._copied = copied
         if devices:  # copied only when they change: a reader may tell a changed map by its identity
-            for name in ("devices", "by_node", "by_class", "by_namespace", "by_vmi", "class_held"):
-                self._copy(name, copied)
+            self._copy("devices", copied)
         if pods:
             self._copy("pods", copied)
             for key, pod_view in pods.items():
@@ -618,6 +628,15 @@ class Assembly:
         for key, device in devices.items():
             touch(log.devices, key, generation)
             old = self._devices.get(key)
+            if old is not None and device is not None and _alike(old, device):
+                # A request, an answer, an attachment's details: the same units, usage and index buckets.
+                self._devices[key] = device
+                self._wait(key, device)
+                if device.attachment is not None:
+                    attached_vmis.add((device.namespace, device.attachment.vmi))
+                continue
+            for name in ("by_node", "by_class", "by_namespace", "by_vmi", "class_held"):
+                self._copy(name, copied)
             if old is not None:
                 if old.attachment is not None:
                     attached_vmis.add((old.namespace, old.attachment.vmi))
@@ -643,8 +662,6 @@ class Assembly:
         if set(self._by_namespace) != namespaces_before:
             self._children = self._make_children()
         if self._touched_nodes:
-            for name in ("capacity", "serving", "availability", "rooms"):
-                self._copy(name, copied)
             for node in sorted(self._touched_nodes):
                 self._refresh_node(node)
                 touch(log.nodes, node, generation)
@@ -682,8 +699,7 @@ class Assembly:
             self._devices[key] = device
             if device.phase is not Phase.BOUND:
                 self._unsettled.add(key)
-            if device.phase is Phase.PENDING or device.unanswered_request:
-                self._waiting.add(key)
+            self._wait(key, device)
         else:
             self._devices.pop(key, None)
             self._unsettled.discard(key)
@@ -728,6 +744,13 @@ class Assembly:
             table.add("raw", namespace, resource, sign * count, sign)
         if sign < 0:
             table.member(namespace, -1)
+
+    def _wait(self, key: DeviceKey, device: DeviceView) -> None:
+        """The device is one an answer pass acts on (Pending, or asking) or not."""
+        if device.phase is Phase.PENDING or device.unanswered_request:
+            self._waiting.add(key)
+        else:
+            self._waiting.discard(key)
 
     def _add_pod(self, pod: PodView) -> None:
         self._pods[pod.uid] = pod
@@ -780,13 +803,19 @@ class Assembly:
 
     def _refresh_node(self, node: str) -> None:
         """A node's capacity changed: its entries, the names it serves, and the availability there."""
-        before = self._capacity.get(node, {})
-        if node in self._inventories or node in self._held or node in self._raw_on_node or node in self._window_on_node:
-            after = self._node_capacity(node)
+        before = self._capacity.get(node)
+        present = (node in self._inventories or node in self._held or node in self._raw_on_node
+                   or node in self._window_on_node)
+        after = self._node_capacity(node) if present else None
+        if after == before:
+            return  # the same entries: nothing that follows from them moves either
+        for name in ("capacity", "serving", "availability", "rooms"):
+            self._copy(name, self._copied)
+        if after is not None:
             self._capacity[node] = after
         else:
-            after = {}
             self._capacity.pop(node, None)
+        before, after = before or {}, after or {}
         if _lost(after) != (node in self._over):
             self._over = self._over ^ {node}
         for name in sorted(set(before) | set(after)):

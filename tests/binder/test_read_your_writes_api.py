@@ -7,17 +7,21 @@ conflicting: the class's nodeSelector narrows to zone b, so device A moves from
 n1 to n2 (order B still has no room, so B is not written); the selector then
 widens to both zones, so a stale view keeps A on n1, sees n2 free and binds B
 there. B's resourceVersion is current, its write would succeed, and n2 would
-hold four units of its two. (From the true view B goes to n1.) The driver's
-wait for its own writes stops that pass until the watch catches up; the wait
-times out (counted) and starts over, never deciding.
+hold four units of its two. (From the true view B goes to n1.) A full pass
+waits for the binder's own writes until the watch catches up; the wait times
+out (counted) and starts over, never deciding. An answer pass (a placement
+cycle) does not wait: it reads its own placement writes back (assume) and
+decides from the true view at once.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+import contextlib
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
+import attrs
 from prometheus_client import CollectorRegistry
 
 from cozygpu import keys
@@ -79,8 +83,19 @@ async def bound_units(world: World) -> dict[str, int]:
     return units
 
 
-async def test_a_pass_waits_for_its_own_writes_behind_a_late_watch_and_books_no_unit_twice(
-        plane: ControlPlane, world: World) -> None:
+@attrs.frozen
+class Rig:
+    proxy: Proxy
+    cache: Cache
+    driver: PassDriver[Lane, Lane]
+    registry: CollectorRegistry
+
+
+@contextlib.asynccontextmanager
+async def moved_behind_a_held_watch(plane: ControlPlane, world: World) -> AsyncIterator[Rig]:
+    """The world of both tests, up to the move: a binder through the proxy has settled it (a held on n1 of
+    zone a, b waiting for room), then holds the device watch and narrows the class to zone b, so a moves
+    to n2 and b still has no room. The watch stays held when this yields."""
     await world.node("n1", 2)
     await world.node("n2", 2)
     await zone(world, "n1", "a")
@@ -111,7 +126,6 @@ async def test_a_pass_waits_for_its_own_writes_behind_a_late_watch_and_books_no_
                              what="order b never got its not-accepted condition, or a finalizer is missing")
             await quiet(world, driver, registry)
 
-            # Hold the device watch; one write narrows the class to zone b: a moves to n2, b still has no room.
             proxy.hold_watch_events(DEVICES_WATCH)
             await select_zones(world, "b")
 
@@ -119,31 +133,39 @@ async def test_a_pass_waits_for_its_own_writes_behind_a_late_watch_and_books_no_
                 return ((await world.device("a")).get("status") or {}).get("nodeName") == world.node_name("n2")
 
             await eventually(moved, interval=0.05, what="a was not moved off n1, which its class no longer selects")
-            timeouts = counted(registry, "cozygpu_pass_write_sync_timeouts_total", loop="binder")
-
-            # A reason for a pass that the stale view would answer wrongly; the driver must wait instead.
-            await select_zones(world, "a", "b")
-
-            async def decided_or_waited() -> bool:
-                if ((await world.device("b")).get("status") or {}).get("phase") == "Bound":
-                    return True  # a pass decided (from the stale view, as the watch is still held)
-                return counted(registry, "cozygpu_pass_write_sync_timeouts_total", loop="binder") >= timeouts + 2
-
-            await eventually(decided_or_waited, interval=0.05, what="the driver neither decided nor waited")
-            units = await bound_units(world)
-            assert all(held <= 2 for held in units.values()), f"units booked twice from a stale view: {units}"
-            assert ((await world.device("b")).get("status") or {}).get("phase") != "Bound"
-
-            proxy.release_watch_events(DEVICES_WATCH)
-            passes = full_passes(registry)
-
-            async def caught_up() -> bool:
-                seen: Mapping[str, Any] = cache.store(specs.GPU_DEVICES).get(world.namespace, "a") or {}
-                ran = full_passes(registry) > passes
-                return ran and (seen.get("status") or {}).get("nodeName") == world.node_name("n2")
-
-            await eventually(caught_up, interval=0.05, what="no pass ran once the watch caught up")
+            seen: Mapping[str, Any] = cache.store(specs.GPU_DEVICES).get(world.namespace, "a") or {}
+            assert (seen.get("status") or {}).get("nodeName") == world.node_name("n1"), "the watch is held"
+            yield Rig(proxy=proxy, cache=cache, driver=driver, registry=registry)
             runner.cancel()
+
+
+async def test_a_pass_waits_for_its_own_writes_behind_a_late_watch_and_books_no_unit_twice(
+        plane: ControlPlane, world: World) -> None:
+    async with moved_behind_a_held_watch(plane, world) as rig:
+        timeouts = counted(rig.registry, "cozygpu_pass_write_sync_timeouts_total", loop="binder")
+
+        # A reason for a pass that the stale view would answer wrongly; the driver must wait instead.
+        await select_zones(world, "a", "b")
+
+        async def decided_or_waited() -> bool:
+            if ((await world.device("b")).get("status") or {}).get("phase") == "Bound":
+                return True  # a pass decided (from the stale view, as the watch is still held)
+            return counted(rig.registry, "cozygpu_pass_write_sync_timeouts_total", loop="binder") >= timeouts + 2
+
+        await eventually(decided_or_waited, interval=0.05, what="the driver neither decided nor waited")
+        units = await bound_units(world)
+        assert all(held <= 2 for held in units.values()), f"units booked twice from a stale view: {units}"
+        assert ((await world.device("b")).get("status") or {}).get("phase") != "Bound"
+
+        rig.proxy.release_watch_events(DEVICES_WATCH)
+        passes = full_passes(rig.registry)
+
+        async def caught_up() -> bool:
+            seen: Mapping[str, Any] = rig.cache.store(specs.GPU_DEVICES).get(world.namespace, "a") or {}
+            ran = full_passes(rig.registry) > passes
+            return ran and (seen.get("status") or {}).get("nodeName") == world.node_name("n2")
+
+        await eventually(caught_up, interval=0.05, what="no pass ran once the watch caught up")
 
     # From the true view: a stays on n2, b takes n1; no node holds more than its two units.
     units = await bound_units(world)
@@ -155,60 +177,24 @@ async def test_an_answer_pass_reads_its_own_placement_writes_back_behind_a_late_
         plane: ControlPlane, world: World) -> None:
     """Assume (R-BIND-2): the next placement cycle decides behind a held watch, from the binder's own writes.
 
-    The same world: a moves from n1 to n2 while the device watch is held, then the class widens to both
-    zones and the answer lane is asked for. The answer pass does not wait for the watch to echo the move:
-    it reads its own write back (``binder.Assumed``) and, from the true view, binds b on n1. Without the
-    assumption it would wait for the watch (no decision until it is released), and deciding from the
-    cache alone it would book n2 twice.
+    The same world, up to the move; then the class widens to both zones and the answer lane is asked
+    for. The answer pass does not wait for the watch to echo the move: it reads its own write back
+    (``binder.Assumed``) and, from the true view, binds b on n1. Without the assumption it would wait for
+    the watch (no decision until it is released), and deciding from the cache alone it books n2 twice.
     """
-    await world.node("n1", 2)
-    await world.node("n2", 2)
-    await zone(world, "n1", "a")
-    await zone(world, "n2", "b")
-    await select_zones(world, "a")
-    await world.order("a", 2, status=world.held("n1"))
-    await world.order("b", 2)
+    async with moved_behind_a_held_watch(plane, world) as rig:
+        widened = await world.admin.merge_patch(class_path(world.gpu_class), {"spec": {"nodeSelector": {
+            "matchExpressions": [{"key": "zone", "operator": "In", "values": ["a", "b"]}]}}})
+        await rig.cache.wait_for_resource_version(specs.GPU_CLASSES.key, widened["metadata"]["resourceVersion"])
+        rig.driver.request(Lane.ANSWER, "test")
 
-    registry = CollectorRegistry()
-    identity = plane.ssl_context(plane.identity(ADMIN_USER, ADMIN_GROUPS))
-    async with Proxy(plane.host, identity) as proxy, Client(proxy.url, ssl_context=None) as through:
-        cache = Cache(through, registry=registry)
-        binder = Binder(cache, through, BinderConfig(identity="assume", gpu_enabled=True), clock=LoopClock(),
-                        metrics=BinderMetrics.on(registry))
-        driver = binder_driver(binder, cache, registry=registry, config=DriverConfig(sync_timeout=0.5))
-        async with cache.running(), asyncio.TaskGroup() as tasks:
-            await cache.wait_synced(*[k for k in binder.kinds if k.group in ("", keys.GROUP)], timeout=60)
-            runner = tasks.create_task(driver.run())
+        async def decided() -> bool:
+            return ((await world.device("b")).get("status") or {}).get("phase") == "Bound"
 
-            async def waiting() -> bool:
-                conditions = ((await world.device("b")).get("status") or {}).get("conditions") or []
-                return any(c["type"] == "Bound" and c["status"] == "False" for c in conditions)
-
-            await eventually(waiting, interval=0.05, what="order b never got its not-accepted condition")
-            await quiet(world, driver, registry)
-            proxy.hold_watch_events(DEVICES_WATCH)
-            await select_zones(world, "b")
-
-            async def moved() -> bool:
-                return ((await world.device("a")).get("status") or {}).get("nodeName") == world.node_name("n2")
-
-            await eventually(moved, interval=0.05, what="a was not moved off n1, which its class no longer selects")
-            seen: Mapping[str, Any] = cache.store(specs.GPU_DEVICES).get(world.namespace, "a") or {}
-            assert (seen.get("status") or {}).get("nodeName") == world.node_name("n1"), "the watch is held"
-
-            widened = await world.admin.merge_patch(class_path(world.gpu_class), {"spec": {"nodeSelector": {
-                "matchExpressions": [{"key": "zone", "operator": "In", "values": ["a", "b"]}]}}})
-            await cache.wait_for_resource_version(specs.GPU_CLASSES.key, widened["metadata"]["resourceVersion"])
-            driver.request(Lane.ANSWER, "test")
-
-            async def decided() -> bool:
-                return ((await world.device("b")).get("status") or {}).get("phase") == "Bound"
-
-            await eventually(decided, interval=0.05, what="the answer pass did not decide behind the held watch")
-            units = await bound_units(world)
-            assert all(held <= 2 for held in units.values()), f"units booked twice from a stale view: {units}"
-            assert (await world.device("b"))["status"]["nodeName"] == world.node_name("n1")
-            stale: Mapping[str, Any] = cache.store(specs.GPU_DEVICES).get(world.namespace, "a") or {}
-            assert (stale.get("status") or {}).get("nodeName") == world.node_name("n1"), "decided behind the watch"
-            proxy.release_watch_events(DEVICES_WATCH)
-            runner.cancel()
+        await eventually(decided, interval=0.05, what="the answer pass did not decide behind the held watch")
+        units = await bound_units(world)
+        assert all(held <= 2 for held in units.values()), f"units booked twice from a stale view: {units}"
+        assert (await world.device("b"))["status"]["nodeName"] == world.node_name("n1")
+        stale: Mapping[str, Any] = rig.cache.store(specs.GPU_DEVICES).get(world.namespace, "a") or {}
+        assert (stale.get("status") or {}).get("nodeName") == world.node_name("n1"), "decided behind the watch"
+        rig.proxy.release_watch_events(DEVICES_WATCH)

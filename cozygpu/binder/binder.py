@@ -61,7 +61,7 @@ from cozygpu.cache.store import Event, Store
 from cozygpu.kube import Client, errors
 from cozygpu.kube.client import Obj
 from cozygpu.model.capacity import DEFAULT_LAUNCHER_GRACE, DEFAULT_REPORT_STALE_AFTER
-from cozygpu.model.placement import PassPlan, Stay, plan_pass
+from cozygpu.model.placement import Bind, KeepPending, PassPlan, Stay, plan_pass
 from cozygpu.model.snapshot import DeviceKey, Snapshot, VmiKey
 from cozygpu.passes.writes import Writes
 from cozygpu.views import specs
@@ -159,40 +159,59 @@ def _with_whole_sets(snapshot: Snapshot, keep: set[DeviceKey]) -> Snapshot:
 
 @attrs.frozen
 class Planned:
-    """What a placement cycle planned on: its whole snapshot and the devices its plan acted on."""
+    """What a placement cycle planned on: its whole snapshot, the devices its plan acted on, and the reason
+    each order still Pending or Lost was last kept so (that cycle's, or carried from an earlier one)."""
 
     snapshot: Snapshot
     acted: frozenset[DeviceKey]
+    kept: Mapping[DeviceKey, KeepPending] = attrs.field(factory=dict)
 
     @classmethod
-    def of(cls, snapshot: Snapshot, plan: PassPlan) -> Planned:
+    def of(cls, snapshot: Snapshot, view: Snapshot, plan: PassPlan, last: Planned | None = None) -> Planned:
+        """``acted``: every device the plan decided something for, except an order kept Pending for the
+        very reason the last cycle gave (a repeat changes nothing, so it is no reason to judge it again).
+        ``view``: what the plan was made on (a set in it that the plan keeps for no reason has none)."""
+        before = last.kept if last is not None else {}
+        if view is snapshot:
+            kept: dict[DeviceKey, KeepPending] = {}
+        else:
+            kept = {k: v for k, v in before.items() if k in snapshot.unsettled and k not in view.devices}
         acted: set[DeviceKey] = set()
         for action in plan.actions:
             if isinstance(action, Stay):
                 acted.update(action.devices)
-            else:
-                acted.add(action.device)
-        return cls(snapshot, frozenset(acted))
+                continue
+            if isinstance(action, KeepPending):
+                kept[action.device] = action
+                if before.get(action.device) == action:
+                    continue
+            acted.add(action.device)
+        return cls(snapshot, frozenset(acted), kept)
 
 
-def cycle_view(snapshot: Snapshot, last: Planned | None) -> Snapshot:
-    """``snapshot`` with only the sets a placement cycle could decide anything for, given the last cycle.
+def cycle_view(snapshot: Snapshot, last: Planned | None, *, unsettled: bool = False) -> Snapshot:
+    """``snapshot`` with only the sets a placement cycle could decide anything new for, given the last cycle.
 
-    A set is left out only when the last cycle's plan did nothing for it (it
-    kept its node: no Bind, MarkLost, Stay, answer or Pending order among its
-    members) and nothing it is judged on changed since: its members' views,
-    its VMI's view and its launchers' pods, and its node's view, report and
-    capacity. A set so left out keeps its node again — the keep rule reads
-    only those — and plans nothing, so the plan on the view is the plan on
-    the whole snapshot, action for action (``tests/binder/test_cycle_view.py``):
-    what other sets are decided against (free units, budgets, availability)
-    stays the whole snapshot's, and every set on a node over its capacity is
-    in, where the capacity-lost rule weighs them all. Every set with a
-    device not Bound (Pending, Lost) or asking is planned every cycle. What
-    changed is the model's change log (``Snapshot.changes_since``): it costs
-    what changed, not the fleet. A rebuild of the model since (a class, what
-    KubeVirt permits or the resource names in effect changed, a report went
-    stale, a store was replaced), or no last cycle, plans everything.
+    A set is left out only when the last cycle's plan did nothing new for it
+    and nothing it is judged on changed since. A Bound set that kept its
+    node (no Bind, MarkLost, Stay or answer among its members) is judged on
+    its members' views, its VMI's view and its launchers' pods, and its
+    node's view, report and capacity; left out, it keeps its node again —
+    the keep rule reads only those — and plans nothing. A Pending or Lost
+    set that was kept so for a reason is judged, besides its own views, on
+    the room for its resource name and on the tenants' usage: while neither
+    moved (``Changes.names``, ``Changes.usage``) it would be kept for the
+    very same reason, so it is left out (``unsettled``: never). A set with
+    a bind request not answered yet is always in. What other sets are
+    decided against (free units, budgets, availability) stays the whole
+    snapshot's, and every set on a node over its capacity is in, where the
+    capacity-lost rule weighs them all. So the plan on the view is the plan
+    on the whole snapshot, action for action, but for the repeated reasons
+    of orders left out (``plan_cycle``; ``tests/binder/test_cycle_view.py``).
+    What changed is the model's change log (``Snapshot.changes_since``): it
+    costs what changed, not the fleet. A rebuild of the model since (a
+    class, what KubeVirt permits or the resource names in effect changed, a
+    store was replaced), or no last cycle, plans everything.
     """
     if last is None:
         return snapshot
@@ -200,8 +219,14 @@ def cycle_view(snapshot: Snapshot, last: Planned | None) -> Snapshot:
     if changes is None:
         return snapshot
     devices = snapshot.devices
-    keep: set[DeviceKey] = set(snapshot.waiting)
-    keep.update(snapshot.unsettled)
+    keep: set[DeviceKey] = set(snapshot.asking)
+    if unsettled or changes.usage:
+        keep.update(snapshot.unsettled)
+    else:
+        by_name = snapshot.unsettled_by_name
+        keep.update(by_name.get("", ()))
+        for name in changes.names:
+            keep.update(by_name.get(name, ()))
     keep.update(k for k in last.acted if k in devices)
     keep.update(k for k in changes.devices if k in devices)
     for node in changes.nodes:
@@ -209,6 +234,25 @@ def cycle_view(snapshot: Snapshot, last: Planned | None) -> Snapshot:
     for vmi in changes.vmis:
         keep.update(snapshot.devices_by_vmi.get(vmi, ()))
     return _with_whole_sets(snapshot, keep)
+
+
+def plan_cycle(snapshot: Snapshot, last: Planned | None) -> tuple[Snapshot, PassPlan]:
+    """One placement cycle's view and plan (R-BIND-5 over the sets whose inputs changed).
+
+    An order left out of the view would have been kept for last cycle's
+    reason — unless this cycle books units ahead of it: then its reason may
+    now name other numbers, so when the plan binds anything while some
+    Pending or Lost order was left out, the cycle plans again with every
+    one of them in.
+    """
+    view = cycle_view(snapshot, last)
+    plan = plan_pass(view)
+    if view is snapshot or not any(isinstance(a, Bind) for a in plan.actions):
+        return view, plan
+    if all(k in view.devices for k in snapshot.unsettled):
+        return view, plan
+    view = cycle_view(snapshot, last, unsettled=True)
+    return view, plan_pass(view)
 
 
 class Assumed:
@@ -478,12 +522,12 @@ class Binder:
     async def _place(self, snapshot: Snapshot, objects: Mapping[DeviceKey, Obj], writes: Writes, *,
                      lane: str, whole: bool) -> WriteReport:
         """R-BIND-5 in order over the sets whose inputs changed since the last cycle (``whole``: every set)."""
-        view = cycle_view(snapshot, None if whole else self._planned)
+        last = None if whole else self._planned
+        view, plan = plan_cycle(snapshot, last)
         self._planned = None  # until this cycle's writes are all done
-        plan = plan_pass(view)
         report = await self._write_plan(plan, view, objects, writes, lane=lane)
         if not report.requeue and report.error is None:
-            self._planned = Planned.of(snapshot, plan)
+            self._planned = Planned.of(snapshot, view, plan, last)
         return report
 
     async def full_pass(self, writes: Writes) -> None:

@@ -266,16 +266,21 @@ class _Subtrees:
             tally.add(key, amount, presence)
             touched.add(tenant)
 
-    def usage(self, into: dict[str, Usage]) -> None:
-        """Make the touched subtrees' Usage again in ``into``."""
+    def usage(self, into: dict[str, Usage]) -> bool:
+        """Make the touched subtrees' Usage again in ``into``; whether any came out different."""
+        changed = False
         for tenant in self.touched:
             if not self.sub_members.get(tenant):
-                into.pop(tenant, None)
+                changed = into.pop(tenant, None) is not None or changed
                 continue
             counts = dict(self.sub_class[tenant].sums) if tenant in self.sub_class else {}
             raw = dict(self.sub_raw[tenant].sums) if tenant in self.sub_raw else {}
-            into[tenant] = Usage(per_class=counts, total=sum(counts.values()), raw=raw)
+            usage = Usage(per_class=counts, total=sum(counts.values()), raw=raw)
+            if into.get(tenant) != usage:
+                into[tenant] = usage
+                changed = True
         self.touched.clear()
+        return changed
 
 
 def _add_key(index: dict[_K, tuple[DeviceKey, ...]], bucket: _K, key: DeviceKey) -> None:
@@ -451,7 +456,11 @@ class Assembly:
         self._log.rebuilt(self._generation)
         self._devices: dict[DeviceKey, DeviceView] = {}
         self._unsettled: set[DeviceKey] = set()
+        self._unsettled_by_name: dict[str, set[DeviceKey]] = {}
+        #: Resource name -> its unsettled devices as the last snapshot has them (made again when they change).
+        self._unsettled_frozen: dict[str, frozenset[DeviceKey]] = {}
         self._waiting: set[DeviceKey] = set()
+        self._asking: set[DeviceKey] = set()
         self._by_node: dict[str, tuple[DeviceKey, ...]] = {}
         self._by_class: dict[str, tuple[DeviceKey, ...]] = {}
         self._by_namespace: dict[str, tuple[DeviceKey, ...]] = {}
@@ -655,7 +664,8 @@ class Assembly:
                     self._pod(pod, +1)
         if self._local.touched:
             self._copy("subtree", copied)
-            self._local.usage(self._subtree)
+            if self._local.usage(self._subtree):
+                log.usage = generation
         if self._pending.touched:
             self._copy("pending_usage", copied)
             self._pending.usage(self._pending_usage)
@@ -671,7 +681,7 @@ class Assembly:
             for node in sorted(eligible_changed):
                 for name, entry in sorted(self._capacity.get(node, {}).items()):
                     for gpu_class in self._classes_of.get(name, ()):
-                        self._availability[gpu_class.name] = self._available(gpu_class, node, entry.served)
+                        self._make_available(gpu_class, node, entry.served)
         return self._emit(now)
 
     # -- the parts ----------------------------------------------------------------------
@@ -697,15 +707,25 @@ class Assembly:
         """Add (+1) or take away (-1) everything one device contributes (``bulk``: a first build's lists)."""
         namespace, class_name, node_name, count = device.namespace, device.class_name, device.node_name, device.count
         key = (namespace, device.name)
+        resource = self._resource_of.get(class_name)
         if sign > 0:
             self._devices[key] = device
             if device.phase is not Phase.BOUND:
                 self._unsettled.add(key)
+                self._unsettled_by_name.setdefault(resource or "", set()).add(key)
+                self._unsettled_frozen.pop(resource or "", None)
             self._wait(key, device)
         else:
             self._devices.pop(key, None)
-            self._unsettled.discard(key)
+            if key in self._unsettled:
+                self._unsettled.discard(key)
+                of_name = self._unsettled_by_name[resource or ""]
+                of_name.discard(key)
+                if not of_name:
+                    del self._unsettled_by_name[resource or ""]
+                self._unsettled_frozen.pop(resource or "", None)
             self._waiting.discard(key)
+            self._asking.discard(key)
         if bulk is not None:
             bulk["_by_class"][class_name].append(key)
             bulk["_by_namespace"][namespace].append(key)
@@ -721,7 +741,6 @@ class Assembly:
                 change(self._by_vmi, (namespace, device.attachment.vmi), key)
             if node_name:
                 change(self._by_node, node_name, key)
-        resource = self._resource_of.get(class_name)
         if node_name and device.phase is Phase.BOUND and resource is not None:
             held = self._held.setdefault(node_name, _Tally())
             held.add(resource, sign * count, sign)
@@ -753,6 +772,10 @@ class Assembly:
             self._waiting.add(key)
         else:
             self._waiting.discard(key)
+        if device.unanswered_request:
+            self._asking.add(key)
+        else:
+            self._asking.discard(key)
 
     def _add_pod(self, pod: PodView) -> None:
         self._pods[pod.uid] = pod
@@ -837,13 +860,20 @@ class Assembly:
             was = before.get(name)
             self._move_room(node, name, _room(was), _room(entry))
             for gpu_class in self._classes_of.get(name, ()):
-                self._availability[gpu_class.name] = self._available(gpu_class, node,
-                                                                     was.served if was is not None else 0)
+                self._make_available(gpu_class, node, was.served if was is not None else 0)
+
+    def _make_available(self, gpu_class: GPUClassView, node: str, served_before: int) -> None:
+        """The class's availability after ``node`` changed; its resource name is logged if that moved."""
+        after = self._available(gpu_class, node, served_before)
+        if after != self._availability[gpu_class.name]:
+            self._availability[gpu_class.name] = after
+            touch(self._log.names, gpu_class.resource_name, self._generation)
 
     def _move_room(self, node: str, name: str, before: int, after: int) -> None:
         """Move ``node`` from the ``before`` room bucket of ``name`` to the ``after`` one (0: in none)."""
         if before == after:
             return
+        touch(self._log.names, name, self._generation)
         buckets = dict(self._rooms.get(name, {}))
         if before > 0:
             rest = tuple(n for n in buckets.get(before, ()) if n != node)
@@ -891,6 +921,15 @@ class Assembly:
         return ClassAvailability(class_name=gpu_class.name, node_free=node_free, free_in_cluster=total,
                                  served_in_cluster=served, free_on_best_node=best, best_node=best_node)
 
+    def _unsettled_names(self) -> dict[str, frozenset[DeviceKey]]:
+        frozen = self._unsettled_frozen
+        for name, keys in self._unsettled_by_name.items():
+            if name not in frozen:
+                frozen[name] = frozenset(keys)
+        for name in [name for name in frozen if name not in self._unsettled_by_name]:
+            del frozen[name]
+        return dict(frozen)
+
     def _make_children(self) -> dict[str, tuple[str, ...]]:
         children: defaultdict[str, list[str]] = defaultdict(list)
         for namespace in set(self._namespaces) | set(self._by_namespace) | set(self._budgets):
@@ -928,6 +967,8 @@ class Assembly:
             held_by_class=self._class_held,
             rooms=self._rooms,
             unsettled=frozenset(self._unsettled),
+            unsettled_by_name=self._unsettled_names(),
+            asking=frozenset(self._asking),
             waiting=frozenset(self._waiting),
             generation=self._generation,
             log=self._log,

@@ -378,6 +378,11 @@ class Changes:
     nodes: frozenset[str]
     devices: frozenset[DeviceKey]
     vmis: frozenset[VmiKey]
+    #: Resource names whose room (a node's free units for new bookings) or whose availability for a class
+    #: changed: where a Pending or Lost set of that name may find room it did not have.
+    names: frozenset[str] = frozenset()
+    #: Whether some tenant subtree's usage changed (a budget may have room, or a refusal new numbers).
+    usage: bool = False
 
 
 class ChangeLog:
@@ -396,10 +401,13 @@ class ChangeLog:
         self.nodes: dict[str, int] = {}
         self.devices: dict[DeviceKey, int] = {}
         self.vmis: dict[VmiKey, int] = {}
+        self.names: dict[str, int] = {}
+        #: The last generation in which some tenant subtree's usage changed.
+        self.usage = 0
         self._rebuilt = 0
 
     def rebuilt(self, generation: int) -> None:
-        for log in (self.nodes, self.devices, self.vmis):
+        for log in (self.nodes, self.devices, self.vmis, self.names):
             log.clear()
         self._rebuilt = generation
 
@@ -408,7 +416,8 @@ class ChangeLog:
         if generation < self._rebuilt:
             return None
         return Changes(nodes=_since(self.nodes, generation), devices=_since(self.devices, generation),
-                       vmis=_since(self.vmis, generation))
+                       vmis=_since(self.vmis, generation), names=_since(self.names, generation),
+                       usage=self.usage > generation)
 
 
 _K = TypeVar("_K")
@@ -474,8 +483,13 @@ class Snapshot:
     #: new bookings. The fullest node with room for n units (R-BIND-5) is the first node of the first bucket
     #: at or above n that may take the set: no walk over every node serving the name.
     rooms: Mapping[str, Mapping[int, tuple[str, ...]]] = attrs.field(factory=dict)
-    #: Devices not Bound (Pending or Lost): a full pass judges their sets every time.
+    #: Devices not Bound (Pending or Lost).
     unsettled: frozenset[DeviceKey] = frozenset()
+    #: The same devices by their class's resource name ("" for a class without one): a placement cycle
+    #: judges a name's again when room for it may have come (``Changes.names``), not every time.
+    unsettled_by_name: Mapping[str, frozenset[DeviceKey]] = attrs.field(factory=dict)
+    #: Devices with a bind request not answered yet (an answer pass acts on each).
+    asking: frozenset[DeviceKey] = frozenset()
     #: Devices an answer pass acts on: Pending, or with a bind request not answered yet.
     waiting: frozenset[DeviceKey] = frozenset()
     #: Which update of its model this is, and the model's log of what each update touched (not compared:

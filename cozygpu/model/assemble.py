@@ -644,8 +644,6 @@ class Assembly:
                 if device.attachment is not None:
                     attached_vmis.add((device.namespace, device.attachment.vmi))
                 continue
-            for name in ("by_node", "by_class", "by_namespace", "by_vmi", "class_held"):
-                self._copy(name, copied)
             if old is not None:
                 if old.attachment is not None:
                     attached_vmis.add((old.namespace, old.attachment.vmi))
@@ -733,13 +731,17 @@ class Assembly:
                 bulk["_by_vmi"][(namespace, device.attachment.vmi)].append(key)
             if node_name:
                 bulk["_by_node"][node_name].append(key)
-        else:
-            change = _add_key if sign > 0 else _drop_key
+        else:  # each index copied only if it changes: a new order copies no map of nodes or VMIs
+            change, copy, copied = _add_key if sign > 0 else _drop_key, self._copy, self._copied
+            copy("by_class", copied)
             change(self._by_class, class_name, key)
+            copy("by_namespace", copied)
             change(self._by_namespace, namespace, key)
             if device.attachment is not None:
+                copy("by_vmi", copied)
                 change(self._by_vmi, (namespace, device.attachment.vmi), key)
             if node_name:
+                copy("by_node", copied)
                 change(self._by_node, node_name, key)
         if node_name and device.phase is Phase.BOUND and resource is not None:
             held = self._held.setdefault(node_name, _Tally())
@@ -747,6 +749,8 @@ class Assembly:
             if not held:
                 del self._held[node_name]
             self._touched_nodes.add(node_name)
+            if bulk is None:
+                self._copy("class_held", self._copied)
             by_class = self._class_held.get(class_name, 0) + sign * count
             if by_class:
                 self._class_held[class_name] = by_class

@@ -10,6 +10,7 @@ random points the incremental snapshot is compared with the reference.
 
 from __future__ import annotations
 
+import copy
 import itertools
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
@@ -130,6 +131,8 @@ class World:
         self.now = T0
         #: The live snapshot the last check saw: the next one's change log must name what changed since.
         self.previous: Snapshot | None = None
+        #: The previous snapshot's compared fields as it was handed out (deep-copied).
+        self.previous_fields: dict[str, Any] | None = None
 
     def put(self, kind: str, obj: Obj | None, key: tuple[str, str] | None = None) -> None:
         key = key or key_of(obj or {})
@@ -177,8 +180,13 @@ def assert_same(world: World) -> None:
     for name in reference:
         assert live[name] == reference[name], f"{name} differs after {world.live.last_step}"
     if world.previous is not None:
+        # A snapshot handed out never changes: an update copies what it patches (readers hold snapshots).
+        then = normal(world.previous)
+        for name, value in (world.previous_fields or {}).items():
+            assert then[name] == value, f"the snapshot before {world.live.last_step} changed: {name}"
         assert_changes_named(world.previous, snapshot, world.live.last_step)
     world.previous = snapshot
+    world.previous_fields = copy.deepcopy(live)
 
 
 def assert_changes_named(before: Snapshot, after: Snapshot, step: str) -> None:

@@ -51,6 +51,7 @@ from cozygpu.base.clock import Cancellable, Clock
 from cozygpu.base.logging import get_logger
 from cozygpu.binder import attachments, finalizers, reports, usage
 from cozygpu.binder.metrics import BinderMetrics
+from cozygpu.binder.recorder import DEFAULT_CAPACITY, EventRecorder
 from cozygpu.binder.status import plan_writes
 from cozygpu.binder.writes import WriteReport, device_status_path, write_sets
 from cozygpu.cache.cache import Cache
@@ -97,6 +98,8 @@ class BinderConfig:
     #: for at once. Answer passes run in between: a fleet's first reports (thousands of GPUNodes) would
     #: otherwise hold every placement for as long as they take to write.
     reports_per_pass: int = 32
+    #: Events queued at most for sending off the placement path; more are dropped and counted.
+    event_queue: int = DEFAULT_CAPACITY
 
 
 def _unanswered(obj: Mapping[str, Any] | None) -> str:
@@ -361,6 +364,9 @@ class Binder:
         self._on_full_pass_due: Callable[[str], None] | None = None
         #: Writes of this pass refused on their resourceVersion (or whose object vanished).
         self._stale = 0
+        #: The Events of its writes, sent off the placement path (``run`` it beside the passes).
+        self.events = EventRecorder(client, instance=config.identity, capacity=config.event_queue,
+                                    on_dropped=self._events_dropped)
         #: The binder's own placement writes the cache has not shown yet (read back until it does).
         self._assumed = Assumed(lambda: self._cache.store(specs.GPU_DEVICES))
         #: The last placement cycle whose writes were all done: what the next one's view is taken against.
@@ -502,6 +508,10 @@ class Binder:
                 self._metrics.drift.inc()
         return drift
 
+    def _events_dropped(self, reason: str, count: int) -> None:
+        if self._metrics is not None:
+            self._metrics.events_dropped.labels(reason=reason).inc(count)
+
     def _invalid(self, kind: str, obj: Mapping[str, Any], problem: str) -> None:
         meta = obj.get("metadata") or {}
         log.warning("object left out of the snapshot", kind=kind, namespace=meta.get("namespace"),
@@ -609,7 +619,9 @@ class Binder:
     async def _write_plan(self, plan: PassPlan, snapshot: Snapshot, objects: Mapping[DeviceKey, Obj],
                           writes: Writes, *, lane: str) -> WriteReport:
         sets = plan_writes(plan, snapshot, objects, now=snapshot.now)
-        report = await write_sets(self._client, sets, now=snapshot.now, instance=self._config.identity)
+        report = await write_sets(self._client, sets,
+                                  on_written=lambda write, version: self.events.record(write, version,
+                                                                                       now=snapshot.now))
         for item in report.written:
             # Assumed: read back by the next cycle, which need not wait for the watch to show it.
             self._assumed.add(item.key, item.answer)

@@ -10,6 +10,8 @@
   the very next placement cycle decides it (R-BIND-3), before the next full
   pass; a request caught before the term is covered by the answer pass that
   ``on_request`` requests at once.
+- The Events of the binder's writes are sent by a companion task beside the
+  passes (``EventRecorder``): a placement cycle never waits for them.
 - Reports held back by ``report_every`` ask for the full pass that writes them
   when they are due.
 - Read-your-writes (R-BIND-2) is the driver's: it waits until the cache has
@@ -41,6 +43,7 @@ def binder_driver(binder: Binder, cache: Cache, *, registry: CollectorRegistry, 
         triggers={Lane.FULL: [cache.trigger(*binder.kinds, name=NAME, when=binder.worth_a_pass())]},
         clock=clock or LoopClock(),
         metrics=PassMetrics.on(registry), config=config, needs={Lane.FULL: needs, Lane.ANSWER: needs},
+        companions=[("events", binder.events.run)],
     )
     binder.on_request(lambda: driver.request(Lane.ANSWER, "bind request"))
     binder.on_full_pass_due(lambda why: driver.request(Lane.FULL, why))

@@ -8,6 +8,8 @@
     cozygpu_binder_node_units{node, resource, state} served, held and free units per node and resource name
     cozygpu_binder_devices{class, phase}             GPUDevices per class and phase (Pending, Bound, Lost)
     cozygpu_binder_node_report_timestamp_seconds{node}  when each GPUNode's agent last reported (Unix time)
+    cozygpu_binder_events_dropped_total{reason}      Events about devices not sent: the queue was full, the
+                                                     server refused one, or the term ended first
     cozygpu_read_model_drift_total                   checks that found the live read model off a build from the
                                                      stores (each repaired by a rebuild; expected to stay 0)
 
@@ -43,6 +45,7 @@ class BinderMetrics:
     devices: Gauge
     report_time: Gauge
     drift: Counter
+    events_dropped: Counter
     #: What each per-node series was last set to: a pass sets only the series whose value moved.
     _node_values: dict[str, dict[tuple[str, ...], float]] = attrs.field(factory=dict, init=False, eq=False)
     _report_values: dict[str, dict[tuple[str, ...], float]] = attrs.field(factory=dict, init=False, eq=False)
@@ -76,6 +79,9 @@ class BinderMetrics:
                               "reported (Unix time; 0 when it never did)", ("node",), registry=registry),
             drift=Counter("cozygpu_read_model_drift", "Checks that found the live read model off a build from "
                           "the stores (each repaired by a rebuild)", registry=registry),
+            events_dropped=Counter("cozygpu_binder_events_dropped", "Events about GPUDevices not sent (best "
+                                   "effort, off the placement path): queue full, refused, or the term ended",
+                                   ("reason",), registry=registry),
         )
 
     def _moved(self, group: str, *maps: object) -> bool:

@@ -1,4 +1,4 @@
-"""The one writer of placement: sends a pass's status writes, set by set, and its Events.
+"""The one writer of placement: sends a pass's status writes, set by set.
 
 Contract:
 - Every status write is a merge patch of the ``status`` subresource whose
@@ -23,31 +23,27 @@ Contract:
   ones, and the first step of the next pass (``_restore_sets``) gathers the
   set onto one node or sends it to Lost whole, while unanswered requests are
   answered from that restored state.
-- Events go out only after their device's write succeeded, best effort: a
-  failed Event is logged and never fails the pass.
+- Events are not sent here: each device's write that succeeded is handed
+  to ``on_written`` (the binder's ``EventRecorder`` queues its Events, sent
+  off the placement path), so a status patch is the one write on an
+  order's path.
 """
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Iterable, Sequence
-from datetime import datetime
-from typing import Final
+from collections.abc import Callable, Iterable, Sequence
 
 import attrs
 
 from cozygpu import keys
 from cozygpu.base.logging import get_logger
-from cozygpu.binder.status import DeviceWrite, EventNote, SetWrite
+from cozygpu.binder.status import DeviceWrite, SetWrite
 from cozygpu.cache.informer import resource_version_at_least
 from cozygpu.kube import Client, errors, resource_path
 from cozygpu.kube.client import Obj
 from cozygpu.model.snapshot import DeviceKey
 
 log = get_logger(__name__)
-
-COMPONENT: Final = "cozygpu-binder"
-
 
 @attrs.frozen(kw_only=True)
 class Written:
@@ -95,34 +91,8 @@ def device_status_path(key: DeviceKey) -> str:
                          subresource="status")
 
 
-def event_body(key: DeviceKey, uid: str, resource_version: str, note: EventNote, *, now: datetime,
-               instance: str) -> Obj:
-    """A core/v1 Event about one GPUDevice (the legacy shape ``kubectl describe`` lists)."""
-    namespace, name = key
-    stamp = now.isoformat(timespec="seconds").replace("+00:00", "Z")
-    return {
-        "apiVersion": "v1", "kind": "Event",
-        "metadata": {"namespace": namespace, "name": f"{name[:200]}.{uuid.uuid4().hex[:16]}"},
-        "involvedObject": {"apiVersion": keys.API_VERSION, "kind": keys.GPUDEVICE_KIND, "namespace": namespace,
-                           "name": name, "uid": uid, "resourceVersion": resource_version},
-        "type": note.type, "reason": note.reason, "message": note.message[:1024],
-        "source": {"component": COMPONENT}, "reportingComponent": COMPONENT, "reportingInstance": instance,
-        "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1,
-    }
-
-
-async def _events(client: Client, write: DeviceWrite, resource_version: str, *, now: datetime,
-                  instance: str) -> None:
-    for note in write.events:
-        body = event_body(write.key, write.uid, resource_version, note, now=now, instance=instance)
-        try:
-            await client.create(resource_path("", "v1", "events", namespace=write.key[0]), body)
-        except errors.KubeError as error:
-            log.warning("event not recorded", device="/".join(write.key), reason=note.reason, error=str(error))
-
-
-async def write_sets(client: Client, sets: Sequence[SetWrite], *, now: datetime,
-                     instance: str = "") -> WriteReport:
+async def write_sets(client: Client, sets: Sequence[SetWrite], *,
+                     on_written: Callable[[DeviceWrite, str], None] | None = None) -> WriteReport:
     """Send ``sets`` in order (see the module contract) and report what was written and what was dropped."""
     written: list[Written] = []
     dropped: list[Dropped] = []
@@ -149,7 +119,8 @@ async def write_sets(client: Client, sets: Sequence[SetWrite], *, now: datetime,
             log.info("device written", set=device_set.label, device="/".join(write.key),
                      phase=write.status.get("phase"), node=write.status.get("nodeName"),
                      answer=(write.status.get("bindAnswer") or {}).get("result"), resource_version=version)
-            await _events(client, write, version, now=now, instance=instance)
+            if on_written is not None:
+                on_written(write, version)
     return WriteReport(written=tuple(written), dropped=tuple(dropped))
 
 

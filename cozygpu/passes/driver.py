@@ -37,7 +37,9 @@ everything around it, once for every loop (docs/passes.md has the story):
   queue wait (first request to start), and the write-sync wait and timeouts.
 
 Structured concurrency: ``run()`` holds one task group (one forwarding task
-per trigger); cancelling it cancels the pass in progress and every forwarder.
+per trigger, and each ``companion``: work that runs beside the passes for as
+long as they run, such as the binder's Event sender); cancelling it cancels
+the pass in progress, every forwarder and every companion.
 Time is the injected ``Clock``'s. ``request`` never blocks and may be called
 while the loop is not running (it is then pending for the next ``run()``).
 """
@@ -47,8 +49,8 @@ from __future__ import annotations
 import asyncio
 import enum
 import math
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Generic, NoReturn, Protocol, TypeVar
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from typing import Any, Generic, NoReturn, Protocol, TypeVar
 
 import attrs
 from prometheus_client import CollectorRegistry
@@ -199,8 +201,11 @@ class PassDriver(Generic[ViewT, PlanT]):
         config: DriverConfig | None = None,
         on_outcome: OutcomeHook | None = None,
         needs: Mapping[Lane, Sequence[str]] | None = None,
+        companions: Sequence[tuple[str, Callable[[], Coroutine[Any, Any, None]]]] = (),
     ) -> None:
         self.name = name
+        #: (name, task) run beside the passes for as long as the driver runs (the binder's Event sender).
+        self._companions = tuple(companions)
         self._work = work
         self._cache = cache
         self._triggers = {lane: tuple(ts) for lane, ts in (triggers or {}).items()}
@@ -277,6 +282,8 @@ class PassDriver(Generic[ViewT, PlanT]):
                         self.request(lane, ",".join(sorted(reasons)))
             async with asyncio.TaskGroup() as group:
                 self._group = group
+                for companion, run in self._companions:
+                    group.create_task(run(), name=f"{self.name} {companion}")
                 for lane, triggers in self._triggers.items():
                     for trigger in triggers:
                         group.create_task(self._forward(trigger, lane), name=f"{self.name} {trigger.name}")

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
-from cozygpu.binder.status import plan_writes
-from cozygpu.binder.writes import write_sets
+from cozygpu.binder.recorder import EventRecorder
+from cozygpu.binder.status import DeviceWrite, SetWrite, plan_writes
+from cozygpu.binder.writes import WriteReport, write_sets
 from cozygpu.kube import Client, resource_path
 from cozygpu.model.placement import plan_pass
 from cozygpu.model.snapshot import Phase, Snapshot
@@ -17,6 +19,18 @@ from tests.model.factories import NOW, gpu_nodes, snapshot
 def snap_of(objects: dict[tuple[str, str], dict[str, Any]], *nodes: tuple[str, int]) -> Snapshot:
     node_views, inventories = gpu_nodes(*(nodes or (("n1", 8),)))
     return snapshot(nodes=node_views, inventories=inventories, devices=[device_view(o) for o in objects.values()])
+
+
+async def write(admin: Client, sets: Sequence[SetWrite]) -> WriteReport:
+    """The sets written, and their Events sent (as the binder's recorder sends them, after the writes)."""
+    recorder = EventRecorder(admin, instance="test")
+
+    def written(device: DeviceWrite, version: str) -> None:
+        recorder.record(device, version, now=NOW)
+
+    report = await write_sets(admin, sets, on_written=written)
+    await recorder.flush()
+    return report
 
 
 async def events_of(admin: Client, namespace: str, name: str) -> list[tuple[str, str]]:
@@ -31,7 +45,7 @@ async def test_an_order_is_bound_with_its_answer_an_event_and_the_version_writte
                                                 "attachment": {"vmi": "vm"}})
     objects = await read_all(admin, namespace)
     snap = snap_of(objects)
-    report = await write_sets(admin, plan_writes(plan_pass(snap), snap, objects, now=NOW), now=NOW)
+    report = await write(admin, plan_writes(plan_pass(snap), snap, objects, now=NOW))
     stored = await admin.get(device_path(namespace, "d1"))
     assert not report.requeue
     assert stored["status"]["phase"] == "Bound"
@@ -50,7 +64,7 @@ async def test_a_decision_on_a_stale_version_conflicts_and_writes_nothing(admin:
     writes = plan_writes(plan_pass(snap), snap, objects, now=NOW)
     # Someone writes the device after the decision was made on it.
     await admin.merge_patch(device_path(namespace, "d1"), {"metadata": {"labels": {"touched": "yes"}}})
-    report = await write_sets(admin, writes, now=NOW)
+    report = await write(admin, writes)
     stored = await admin.get(device_path(namespace, "d1"))
     assert report.requeue
     assert [d.why for d in report.dropped] == ["conflict"]
@@ -71,14 +85,14 @@ async def test_a_set_written_half_way_is_gathered_by_the_next_pass(admin: Client
     assert [w.key[1] for w in group.devices] == ["a", "c"]
     # The second member changes under the writer: the first is written, the second dropped.
     await admin.merge_patch(device_path(namespace, "c"), {"metadata": {"labels": {"touched": "yes"}}})
-    report = await write_sets(admin, writes, now=NOW)
+    report = await write(admin, writes)
     assert [w.key[1] for w in report.written] == ["a"]
     assert report.requeue
     half = await read_all(admin, namespace)
     assert {k[1]: o["status"]["nodeName"] for k, o in half.items()} == {"a": "n2", "b": "n2", "c": "n1", "d": "n2"}
     # The next pass, from the fresh view, restores the set.
     snap = snap_of(half, ("n1", 2), ("n2", 4))
-    report = await write_sets(admin, plan_writes(plan_pass(snap), snap, half, now=NOW), now=NOW)
+    report = await write(admin, plan_writes(plan_pass(snap), snap, half, now=NOW))
     after = await read_all(admin, namespace)
     assert not report.requeue
     assert {o["status"]["nodeName"] for o in after.values()} == {"n2"}
@@ -92,7 +106,7 @@ async def test_a_device_gone_before_its_write_drops_its_set(admin: Client, names
     snap = snap_of(objects)
     writes = plan_writes(plan_pass(snap), snap, objects, now=NOW)
     await admin.delete(device_path(namespace, "d1"))
-    report = await write_sets(admin, writes, now=NOW)
+    report = await write(admin, writes)
     assert [d.why for d in report.dropped] == ["gone"]
     assert report.written == ()
 
@@ -108,7 +122,7 @@ async def test_a_dropped_set_stops_the_later_sets_that_counted_on_what_it_would_
     writes = plan_writes(plan_pass(snap), snap, objects, now=NOW)
     assert [s.label for s in writes] == [f"GPUDevice {namespace}/held", f"GPUDevice {namespace}/new"]
     await admin.merge_patch(device_path(namespace, "held"), {"metadata": {"labels": {"touched": "yes"}}})
-    report = await write_sets(admin, writes, now=NOW)
+    report = await write(admin, writes)
     assert [d.key[1] for d in report.dropped] == ["held"]
     assert report.skipped == (f"GPUDevice {namespace}/new",)
     assert report.requeue

@@ -121,6 +121,7 @@ class RunningBinder:
             await self.binder.full_pass(writes)
         finally:
             await self.seen(writes)
+            await self.binder.events.flush()  # as the driver's companion sends them, after the pass's writes
         return writes
 
     async def answer_pass(self) -> Writes:
@@ -129,6 +130,7 @@ class RunningBinder:
             await self.binder.answer_pass(writes)
         finally:
             await self.seen(writes)
+            await self.binder.events.flush()
         return writes
 
     async def seen(self, writes: Writes) -> None:

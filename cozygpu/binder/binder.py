@@ -739,7 +739,9 @@ class Binder:
 
     async def _reconcile_all(self, writes: Writes) -> None:
         classes = self._cache.store(specs.GPU_CLASSES).list()
-        devices = self._cache.store(specs.GPU_DEVICES).list()
+        # The binder's own placement writes read back (assumed): a finalizer patched on the version the
+        # cache still shows would be refused by the status this very pass wrote.
+        devices = self._assumed.objects()
         vmis = self._optional(specs.VMIS)
         changes = (*finalizers.class_finalizer_changes(classes, devices),
                    *finalizers.device_finalizer_changes(devices, finalizers.vmi_uids(vmis)

@@ -153,14 +153,17 @@ class RunningBinder:
 
 
 @contextlib.asynccontextmanager
-async def running_binder(admin: Client, *, gpu_enabled: bool = True, **config: Any) -> AsyncIterator[RunningBinder]:
+async def running_binder(admin: Client, *, gpu_enabled: bool = True, through: Client | None = None,
+                         **config: Any) -> AsyncIterator[RunningBinder]:
+    """``through``: the client the cache and the binder use (say, one through the loopback proxy)."""
     registry = CollectorRegistry()
-    cache = Cache(admin, registry=registry)
+    client = through or admin
+    cache = Cache(client, registry=registry)
     metrics = BinderMetrics.on(registry)
     # Tests run passes by hand, with no driver to answer a report reminder: every report goes out at once
     # unless the test asks for report_every itself.
     config.setdefault("report_every", timedelta(0))
-    binder = Binder(cache, admin, BinderConfig(identity="test-binder", gpu_enabled=gpu_enabled, **config),
+    binder = Binder(cache, client, BinderConfig(identity="test-binder", gpu_enabled=gpu_enabled, **config),
                     clock=LoopClock(), metrics=metrics)
     async with cache.running():
         running = RunningBinder(binder, cache, metrics)

@@ -25,7 +25,7 @@ from __future__ import annotations
 import bisect
 import heapq
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, MutableMapping
 from datetime import datetime, timedelta
 from typing import Any, Final, TypeVar
 
@@ -42,6 +42,7 @@ from cozygpu.model.coverage import (
     uncovered,
     window_covering,
 )
+from cozygpu.model.cow import CowMap
 from cozygpu.model.eligibility import node_problem
 from cozygpu.model.launchers import launcher_index, launcher_vmi
 from cozygpu.model.resource_names import effective_names as derive_effective_names
@@ -68,6 +69,7 @@ from cozygpu.model.snapshot import (
 from cozygpu.model.tenants import is_tenant_namespace, parent_namespace
 
 _K = TypeVar("_K")
+_V = TypeVar("_V")
 
 
 def assemble(
@@ -266,7 +268,7 @@ class _Subtrees:
             tally.add(key, amount, presence)
             touched.add(tenant)
 
-    def usage(self, into: dict[str, Usage]) -> bool:
+    def usage(self, into: MutableMapping[str, Usage]) -> bool:
         """Make the touched subtrees' Usage again in ``into``; whether any came out different."""
         changed = False
         for tenant in self.touched:
@@ -283,7 +285,12 @@ class _Subtrees:
         return changed
 
 
-def _add_key(index: dict[_K, tuple[DeviceKey, ...]], bucket: _K, key: DeviceKey) -> None:
+def _frozen(mapping: MutableMapping[_K, _V]) -> Mapping[_K, _V]:
+    """What a Snapshot holds of one of the model's maps: its view, never to change."""
+    return mapping.frozen() if isinstance(mapping, CowMap) else mapping
+
+
+def _add_key(index: MutableMapping[_K, tuple[DeviceKey, ...]], bucket: _K, key: DeviceKey) -> None:
     found = index.get(bucket, ())
     at = bisect.bisect_left(found, key)
     if at < len(found) and found[at] == key:
@@ -291,7 +298,7 @@ def _add_key(index: dict[_K, tuple[DeviceKey, ...]], bucket: _K, key: DeviceKey)
     index[bucket] = found[:at] + (key,) + found[at:]  # noqa: RUF005 -- joined slices cost a third of unpacking
 
 
-def _drop_key(index: dict[_K, tuple[DeviceKey, ...]], bucket: _K, key: DeviceKey) -> None:
+def _drop_key(index: MutableMapping[_K, tuple[DeviceKey, ...]], bucket: _K, key: DeviceKey) -> None:
     found = index.get(bucket, ())
     at = bisect.bisect_left(found, key)
     if at == len(found) or found[at] != key:
@@ -375,8 +382,8 @@ class Assembly:
     caller's memo). Both give what :func:`assemble` gives, except that the
     device index tuples are sorted by key (``assemble`` keeps its input's
     order; nothing reads that order). Each update hands out a new Snapshot:
-    a top-level map that changed is copied before it is patched (a C-level
-    copy), so an earlier Snapshot never changes under its reader.
+    the maps it shares with earlier ones are ``CowMap``s, patched without
+    being copied, so an earlier Snapshot never changes under its reader.
     """
 
     def __init__(
@@ -392,8 +399,6 @@ class Assembly:
         self._deadlines: list[tuple[datetime, str]] = []
         self._generation = 0
         self._log = ChangeLog()
-        #: The top-level maps an update has copied so far (each is copied before its first patch).
-        self._copied: set[str] = set()
         #: Pod UID -> when its launcher window closes (R-MOD-7): the snapshot is true until the first.
         self._window_closes: dict[str, datetime] = {}
 
@@ -425,14 +430,14 @@ class Assembly:
         permitted: PermittedHostDevices | None = None,
     ) -> Snapshot:
         self._classes = {c.name: c for c in classes}
-        self._nodes = {n.name: n for n in nodes}
-        self._inventories: dict[str, NodeInventory] = {}
+        self._nodes: MutableMapping[str, NodeView] = {n.name: n for n in nodes}
+        self._inventories: MutableMapping[str, NodeInventory] = {}
         for inventory in inventories:
             self._inventories[inventory.name] = self._freshened(inventory, now)
         self._deadlines = [(i.last_report + self._stale_after, name) for name, i in self._inventories.items()
                            if i.fresh and i.last_report is not None]
         heapq.heapify(self._deadlines)
-        self._vmis = {v.key: v for v in vmis}
+        self._vmis: MutableMapping[VmiKey, VMIView] = {v.key: v for v in vmis}
         self._namespaces = {n.name: n for n in namespaces}
         self._names = derive_effective_names(hoster=self._hoster, classes=self._classes.values(),
                                              inventories=self._inventories.values(), permitted=permitted)
@@ -454,23 +459,24 @@ class Assembly:
 
         self._generation += 1
         self._log.rebuilt(self._generation)
-        self._devices: dict[DeviceKey, DeviceView] = {}
+        self._devices: MutableMapping[DeviceKey, DeviceView] = {}
         self._unsettled: set[DeviceKey] = set()
         self._unsettled_by_name: dict[str, set[DeviceKey]] = {}
         #: Resource name -> its unsettled devices as the last snapshot has them (made again when they change).
         self._unsettled_frozen: dict[str, frozenset[DeviceKey]] = {}
         self._waiting: set[DeviceKey] = set()
         self._asking: set[DeviceKey] = set()
-        self._by_node: dict[str, tuple[DeviceKey, ...]] = {}
-        self._by_class: dict[str, tuple[DeviceKey, ...]] = {}
-        self._by_namespace: dict[str, tuple[DeviceKey, ...]] = {}
-        self._by_vmi: dict[VmiKey, tuple[DeviceKey, ...]] = {}
+        self._by_node: MutableMapping[str, tuple[DeviceKey, ...]] = {}
+        #: Namespace -> how many devices it holds (its namespaces are part of the tenant tree).
+        self._in_namespace: dict[str, int] = {}
+        self._namespaces_moved = False
+        self._by_vmi: MutableMapping[VmiKey, tuple[DeviceKey, ...]] = {}
         self._held: dict[str, _Tally] = {}
-        self._class_held: dict[str, int] = {}
+        self._class_held: MutableMapping[str, int] = {}
         self._raw_on_node: dict[str, _Tally] = {}
         self._local = _Subtrees()
         self._pending = _Subtrees()
-        self._pods: dict[str, PodView] = {}
+        self._pods: MutableMapping[str, PodView] = {}
         self._pod_parts: dict[str, _PodPart] = {}
         self._window_on_node: dict[str, _Tally] = {}
         self._window_closes = {}
@@ -481,7 +487,7 @@ class Assembly:
         # Index buckets as lists while every device is added, sorted once at the end (the same tuples that
         # adding one key at a time by bisection gives, at n log n rather than n squared).
         bulk: dict[str, defaultdict[Any, list[DeviceKey]]] = {
-            name: defaultdict(list) for name in ("_by_class", "_by_namespace", "_by_vmi", "_by_node")}
+            name: defaultdict(list) for name in ("_by_vmi", "_by_node")}
         self._local.bulk = self._pending.bulk = True
         for device in devices:
             self._device(device, +1, bulk=bulk)
@@ -493,12 +499,13 @@ class Assembly:
             self._add_pod(pod)
         self._local.summed()
         self._pending.summed()
-        self._subtree: dict[str, Usage] = {}
-        self._pending_usage: dict[str, Usage] = {}
+        self._subtree: MutableMapping[str, Usage] = {}
+        self._pending_usage: MutableMapping[str, Usage] = {}
         self._local.usage(self._subtree)
         self._pending.usage(self._pending_usage)
         self._children = self._make_children()
-        self._capacity: dict[str, dict[str, NodeCapacity]] = {}
+        self._namespaces_moved = False
+        self._capacity: MutableMapping[str, Mapping[str, NodeCapacity]] = {}
         self._over: frozenset[str] = frozenset()
         for node in set(self._inventories) | set(self._held) | set(self._raw_on_node) | set(self._window_on_node):
             self._capacity[node] = self._node_capacity(node)
@@ -508,26 +515,29 @@ class Assembly:
             for name, entry in entries.items():
                 if entry.fresh and entry.served > 0:
                     serving[name].append(node)
-        self._serving = {name: tuple(sorted(found)) for name, found in serving.items()}
+        self._serving: MutableMapping[str, tuple[str, ...]] = {
+            name: tuple(sorted(found)) for name, found in serving.items()}
         rooms: defaultdict[str, defaultdict[int, list[str]]] = defaultdict(lambda: defaultdict(list))
         for node, entries in self._capacity.items():
             for name, entry in entries.items():
                 if entry.fresh and entry.room > 0:
                     rooms[name][entry.room].append(node)
-        self._rooms = {name: {room: tuple(sorted(nodes)) for room, nodes in buckets.items()}
-                       for name, buckets in rooms.items()}
-        self._availability = {
+        self._rooms: MutableMapping[str, Mapping[int, tuple[str, ...]]] = {
+            name: {room: tuple(sorted(nodes)) for room, nodes in buckets.items()} for name, buckets in rooms.items()}
+        self._availability: MutableMapping[str, ClassAvailability] = {
             c.name: _availability(c, self._serving.get(c.resource_name, ()), self._nodes, self._capacity)
             for c in self._classes.values()
         }
         self._touched_nodes.clear()
+        for attribute in self._SHARED:
+            setattr(self, attribute, CowMap(getattr(self, attribute)))
         return self._emit(now)
 
     def _freshened(self, inventory: NodeInventory, now: datetime) -> NodeInventory:
         fresh = cap.report_fresh(inventory.last_report, now=now, stale_after=self._stale_after)
         return inventory if inventory.fresh == fresh else attrs.evolve(inventory, fresh=fresh)
 
-    def _expire(self, now: datetime, copied: set[str]) -> None:
+    def _expire(self, now: datetime) -> None:
         """The reports whose time ran out by ``now`` turn stale, each touching its one node (R-MOD-7)."""
         deadlines = self._deadlines
         while deadlines and deadlines[0][0] < now:
@@ -536,7 +546,6 @@ class Assembly:
             if (inventory is None or not inventory.fresh or inventory.last_report is None
                     or inventory.last_report + self._stale_after != deadline):
                 continue  # superseded by a newer report, or gone
-            self._copy("inventories", copied)
             self._inventories[name] = attrs.evolve(inventory, fresh=False)
             self._touched_nodes.add(name)
 
@@ -580,19 +589,16 @@ class Assembly:
         self._now = now
         self._generation += 1
         generation, log = self._generation, self._log
-        copied: set[str] = set()
         if inventories:
-            self._copy("inventories", copied)
             for name, inventory in inventories.items():
                 if not self.same_names(self._inventories.get(name), inventory):
                     raise ValueError(f"GPUNode {name}: its resource names changed; rebuild")
                 self._inventories[name] = self._freshened(inventory, now)
                 self._report_deadline(name, self._inventories[name])
                 self._touched_nodes.add(name)
-        self._expire(now, copied)
+        self._expire(now)
         eligible_changed: list[str] = []
         if nodes:
-            self._copy("nodes", copied)
             for name, node_view in nodes.items():
                 if node_view is None:
                     self._nodes.pop(name, None)
@@ -600,11 +606,7 @@ class Assembly:
                     self._nodes[name] = node_view
                 eligible_changed.append(name)
                 touch(log.nodes, name, generation)
-        self._copied = copied
-        if devices:  # copied only when they change: a reader may tell a changed map by its identity
-            self._copy("devices", copied)
         if pods:
-            self._copy("pods", copied)
             for key, pod_view in pods.items():
                 uid = self._pod_keys.get(key)
                 if uid is not None:
@@ -616,7 +618,6 @@ class Assembly:
                     for vmi_of in self._listing.get(pod_uid, ()) if pod_uid is not None else ():
                         touch(log.vmis, vmi_of, generation)
         if vmis:
-            self._copy("vmis", copied)
             for vmi_key, view in vmis.items():
                 before = self._vmis.get(vmi_key)
                 if (before.active_pods if before else frozenset()) != (view.active_pods if view else frozenset()):
@@ -633,7 +634,6 @@ class Assembly:
                 for launcher in launchers:
                     self._pod(launcher, +1)
         attached_vmis: set[VmiKey] = set()
-        namespaces_before = set(self._by_namespace)
         for key, device in devices.items():
             touch(log.devices, key, generation)
             old = self._devices.get(key)
@@ -660,14 +660,12 @@ class Assembly:
                 if pod is not None:
                     self._pod(pod, -1)
                     self._pod(pod, +1)
-        if self._local.touched:
-            self._copy("subtree", copied)
-            if self._local.usage(self._subtree):
-                log.usage = generation
+        if self._local.touched and self._local.usage(self._subtree):
+            log.usage = generation
         if self._pending.touched:
-            self._copy("pending_usage", copied)
             self._pending.usage(self._pending_usage)
-        if set(self._by_namespace) != namespaces_before:
+        if self._namespaces_moved:  # a namespace got its first device or lost its last
+            self._namespaces_moved = False
             self._children = self._make_children()
         if self._touched_nodes:
             for node in sorted(self._touched_nodes):
@@ -675,7 +673,6 @@ class Assembly:
                 touch(log.nodes, node, generation)
             self._touched_nodes.clear()
         if eligible_changed:
-            self._copy("availability", copied)
             for node in sorted(eligible_changed):
                 for name, entry in sorted(self._capacity.get(node, {}).items()):
                     for gpu_class in self._classes_of.get(name, ()):
@@ -684,21 +681,10 @@ class Assembly:
 
     # -- the parts ----------------------------------------------------------------------
 
-    _MAPS: Final = {
-        "devices": "_devices", "by_node": "_by_node", "by_class": "_by_class", "by_namespace": "_by_namespace",
-        "by_vmi": "_by_vmi", "vmis": "_vmis", "subtree": "_subtree", "pending_usage": "_pending_usage",
-        "inventories": "_inventories", "nodes": "_nodes", "pods": "_pods", "class_held": "_class_held",
-        "capacity": "_capacity", "serving": "_serving", "availability": "_availability", "rooms": "_rooms",
-    }
-
-    def _copy(self, name: str, copied: set[str]) -> None:
-        """Copy a top-level map the last Snapshot shares before patching it (once per update)."""
-        if name not in copied:
-            attribute = self._MAPS[name]
-            # ``dict.copy`` clones the table even after deletions; ``dict(...)`` then inserts key by key
-            # (at 10,000 devices, 0.65 ms against 0.09 ms).
-            setattr(self, attribute, getattr(self, attribute).copy())
-            copied.add(name)
+    #: The maps a Snapshot shares with the model: each a ``CowMap`` once built, so an update patches
+    #: them in place and a Snapshot already handed out keeps its own view.
+    _SHARED: Final = ("_devices", "_by_node", "_by_vmi", "_vmis", "_subtree", "_pending_usage", "_inventories",
+                      "_nodes", "_pods", "_class_held", "_capacity", "_serving", "_availability", "_rooms")
 
     def _device(self, device: DeviceView, sign: int,
                 bulk: Mapping[str, defaultdict[Any, list[DeviceKey]]] | None = None) -> None:
@@ -724,24 +710,22 @@ class Assembly:
                 self._unsettled_frozen.pop(resource or "", None)
             self._waiting.discard(key)
             self._asking.discard(key)
+        held_here = self._in_namespace.get(namespace, 0) + sign
+        if held_here:
+            self._in_namespace[namespace] = held_here
+        else:
+            del self._in_namespace[namespace]
+        self._namespaces_moved |= held_here == (1 if sign > 0 else 0)
         if bulk is not None:
-            bulk["_by_class"][class_name].append(key)
-            bulk["_by_namespace"][namespace].append(key)
             if device.attachment is not None:
                 bulk["_by_vmi"][(namespace, device.attachment.vmi)].append(key)
             if node_name:
                 bulk["_by_node"][node_name].append(key)
-        else:  # each index copied only if it changes: a new order copies no map of nodes or VMIs
-            change, copy, copied = _add_key if sign > 0 else _drop_key, self._copy, self._copied
-            copy("by_class", copied)
-            change(self._by_class, class_name, key)
-            copy("by_namespace", copied)
-            change(self._by_namespace, namespace, key)
+        else:
+            change = _add_key if sign > 0 else _drop_key
             if device.attachment is not None:
-                copy("by_vmi", copied)
                 change(self._by_vmi, (namespace, device.attachment.vmi), key)
             if node_name:
-                copy("by_node", copied)
                 change(self._by_node, node_name, key)
         if node_name and device.phase is Phase.BOUND and resource is not None:
             held = self._held.setdefault(node_name, _Tally())
@@ -749,8 +733,6 @@ class Assembly:
             if not held:
                 del self._held[node_name]
             self._touched_nodes.add(node_name)
-            if bulk is None:
-                self._copy("class_held", self._copied)
             by_class = self._class_held.get(class_name, 0) + sign * count
             if by_class:
                 self._class_held[class_name] = by_class
@@ -838,8 +820,6 @@ class Assembly:
         after = self._node_capacity(node) if present else None
         if after == before:
             return  # the same entries: nothing that follows from them moves either
-        for name in ("capacity", "serving", "availability", "rooms"):
-            self._copy(name, self._copied)
         if after is not None:
             self._capacity[node] = after
         else:
@@ -869,7 +849,7 @@ class Assembly:
     def _make_available(self, gpu_class: GPUClassView, node: str, served_before: int) -> None:
         """The class's availability after ``node`` changed; its resource name is logged if that moved."""
         after = self._available(gpu_class, node, served_before)
-        if after != self._availability[gpu_class.name]:
+        if after is not self._availability[gpu_class.name]:
             self._availability[gpu_class.name] = after
             touch(self._log.names, gpu_class.resource_name, self._generation)
 
@@ -900,15 +880,21 @@ class Assembly:
         ``served_before`` is what the node served of the class's name before the change.
         """
         before = self._availability[gpu_class.name]
-        node_free = before.node_free.copy() if isinstance(before.node_free, dict) else dict(before.node_free)
-        old = node_free.pop(node, None)
+        old = before.node_free.get(node)
         entry = self._capacity.get(node, {}).get(gpu_class.resource_name)
+        new = None
         if node in self._serving.get(gpu_class.resource_name, ()) and not node_problem(
             self._nodes.get(node), node_name=node, tolerations=gpu_class.tolerations,
             selector=gpu_class.node_selector,
         ):
-            node_free[node] = cap.free_for_binds(entry)
-        new = node_free.get(node)
+            new = cap.free_for_binds(entry)
+        if new == old and (new is None or served_before == (entry.served if entry is not None else 0)):
+            return before  # the node counts for the class as it did: nothing here moved
+        node_free = CowMap.on(before.node_free)
+        if new is None:
+            node_free.pop(node, None)
+        else:
+            node_free[node] = new
         total = before.free_in_cluster - (old or 0) + (new or 0)
         served = (before.served_in_cluster - (served_before if old is not None else 0)
                   + (entry.served if new is not None and entry is not None else 0))
@@ -922,7 +908,7 @@ class Assembly:
         elif new is not None and (new > best or (new == best and new > 0 and best_node is not None
                                                  and node < best_node)):
             best, best_node = new, node
-        return ClassAvailability(class_name=gpu_class.name, node_free=node_free, free_in_cluster=total,
+        return ClassAvailability(class_name=gpu_class.name, node_free=node_free.frozen(), free_in_cluster=total,
                                  served_in_cluster=served, free_on_best_node=best, best_node=best_node)
 
     def _unsettled_names(self) -> dict[str, frozenset[DeviceKey]]:
@@ -936,7 +922,7 @@ class Assembly:
 
     def _make_children(self) -> dict[str, tuple[str, ...]]:
         children: defaultdict[str, list[str]] = defaultdict(list)
-        for namespace in set(self._namespaces) | set(self._by_namespace) | set(self._budgets):
+        for namespace in set(self._namespaces) | set(self._in_namespace) | set(self._budgets):
             parent = parent_namespace(namespace)
             if parent is not None:
                 children[parent].append(namespace)
@@ -946,30 +932,28 @@ class Assembly:
         self._snapshot = Snapshot(
             now=now,
             classes=self._classes,
-            devices=self._devices,
-            nodes=self._nodes,
-            inventories=self._inventories,
-            pods=self._pods,
-            vmis=self._vmis,
+            devices=_frozen(self._devices),
+            nodes=_frozen(self._nodes),
+            inventories=_frozen(self._inventories),
+            pods=_frozen(self._pods),
+            vmis=_frozen(self._vmis),
             namespaces=self._namespaces,
             budgets=self._budgets,
             effective_names=self._names,
             permitted=self._permitted,
-            devices_by_node=self._by_node,
-            devices_by_class=self._by_class,
-            devices_by_namespace=self._by_namespace,
-            devices_by_vmi=self._by_vmi,
+            devices_by_node=_frozen(self._by_node),
+            devices_by_vmi=_frozen(self._by_vmi),
             launchers=self._launchers,
             children=self._children,
-            subtree_usage=self._subtree,
-            pending_usage=self._pending_usage,
-            capacity=self._capacity,
-            availability=self._availability,
-            serving=self._serving,
+            subtree_usage=_frozen(self._subtree),
+            pending_usage=_frozen(self._pending_usage),
+            capacity=_frozen(self._capacity),
+            availability=_frozen(self._availability),
+            serving=_frozen(self._serving),
             window_closes=min(self._window_closes.values(), default=None),
             over_capacity=self._over,
-            held_by_class=self._class_held,
-            rooms=self._rooms,
+            held_by_class=_frozen(self._class_held),
+            rooms=_frozen(self._rooms),
             unsettled=frozenset(self._unsettled),
             unsettled_by_name=self._unsettled_names(),
             asking=frozenset(self._asking),

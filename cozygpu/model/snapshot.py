@@ -455,8 +455,6 @@ class Snapshot:
     permitted: PermittedHostDevices | None
     # Indexes.
     devices_by_node: Mapping[str, tuple[DeviceKey, ...]] = attrs.field(factory=dict)
-    devices_by_class: Mapping[str, tuple[DeviceKey, ...]] = attrs.field(factory=dict)
-    devices_by_namespace: Mapping[str, tuple[DeviceKey, ...]] = attrs.field(factory=dict)
     devices_by_vmi: Mapping[VmiKey, tuple[DeviceKey, ...]] = attrs.field(factory=dict)
     #: Pod UID -> the VMI that lists it in ``status.activePods`` (R-MOD-5).
     launchers: Mapping[str, VmiKey] = attrs.field(factory=dict)

@@ -4,7 +4,7 @@ from cozygpu.model.snapshot import Phase
 from tests.model.factories import H100, device, gpu_class, gpu_nodes, namespaces, snapshot
 
 
-def test_devices_are_indexed_by_node_class_namespace_and_vmi() -> None:
+def test_devices_are_indexed_by_node_and_vmi() -> None:
     snap = snapshot(
         classes=[gpu_class("h100"), gpu_class("a10", resource="nvidia.com/A10")],
         devices=[
@@ -14,8 +14,6 @@ def test_devices_are_indexed_by_node_class_namespace_and_vmi() -> None:
         ],
     )
     assert snap.devices_by_node == {"n1": (("tenant-a", "a"),)}
-    assert snap.devices_by_class == {"h100": (("tenant-a", "a"), ("tenant-a", "c")), "a10": (("tenant-b", "b"),)}
-    assert snap.devices_by_namespace["tenant-b"] == (("tenant-b", "b"),)
     assert snap.devices_by_vmi == {("tenant-a", "vm1"): (("tenant-a", "a"), ("tenant-a", "c"))}
 
 

@@ -168,7 +168,7 @@ class World:
 def normal(snapshot: Snapshot) -> dict[str, Any]:
     """The snapshot's compared fields, the device index tuples as sets (their order means nothing)."""
     fields = {f.name: getattr(snapshot, f.name) for f in attrs.fields(Snapshot) if f.eq}
-    for name in ("devices_by_node", "devices_by_class", "devices_by_namespace", "devices_by_vmi"):
+    for name in ("devices_by_node", "devices_by_vmi"):
         fields[name] = {k: frozenset(v) for k, v in fields[name].items()}
     return {name: (dict(value) if isinstance(value, Mapping) else value) for name, value in fields.items()}
 

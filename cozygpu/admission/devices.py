@@ -1,4 +1,5 @@
-"""The GPUDevice webhook (validating, CREATE): refuse an order that cannot be met now (R-ADM-1).
+"""The GPUDevice webhooks: refuse an order that cannot be met now (validating, CREATE, R-ADM-1), and
+give an order its finalizer as it is created (mutating, CREATE, R-BIND-9).
 
 The check is the model's ``catalog.order_refusal``, the one the catalog
 shows and the binder re-checks: unknown or deleting class, count and
@@ -11,10 +12,16 @@ Bounded (issue 22): the check compares the count with maxCount, budgets and
 free units, never builds anything sized by it; names longer than Kubernetes
 allows (a class name is a DNS label) are refused before they are looked up,
 and a message quotes them cut short.
+
+The finalizer comes with the object (``DeviceFinalizerWebhook``), so the
+order's one write on its way to Bound is its status patch: the binder's
+finalizer reconciler still adds it wherever it is missing (an order created
+while the hook was not registered), and still removes it on deletion.
 """
 
 from __future__ import annotations
 
+from cozygpu import keys
 from cozygpu.admission import bounds
 from cozygpu.admission.envelope import Request, Verdict, as_map
 from cozygpu.admission.view import NotReady, SnapshotSource
@@ -50,6 +57,21 @@ class DeviceWebhook:
         if refusal is None:
             return Verdict.allow()
         return Verdict.refuse(f"{label}: {refusal.message}", reason=str(refusal.reason))
+
+
+class DeviceFinalizerWebhook:
+    """Mutating, CREATE: the order's finalizer added, reading nothing but the object (no cache, no wait)."""
+
+    async def __call__(self, request: Request) -> Verdict:
+        if request.operation != "CREATE":
+            return Verdict.allow()
+        meta = as_map(request.object.get("metadata"))
+        finalizers = meta.get("finalizers")
+        if isinstance(finalizers, list) and keys.DEVICE_FINALIZER in finalizers:
+            return Verdict.allow()
+        if isinstance(finalizers, list):
+            return Verdict.allow([{"op": "add", "path": "/metadata/finalizers/-", "value": keys.DEVICE_FINALIZER}])
+        return Verdict.allow([{"op": "add", "path": "/metadata/finalizers", "value": [keys.DEVICE_FINALIZER]}])
 
 
 def _text(value: object) -> str:

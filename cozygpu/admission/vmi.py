@@ -290,7 +290,7 @@ class _Writes:
         plan = self._plan
         body = {"apiVersion": keys.API_VERSION, "kind": keys.GPUDEVICE_KIND,
                 "metadata": {"name": member.name, "namespace": plan.namespace,
-                             "labels": {keys.TEMPLATE_DEVICE_LABEL: "true"}},
+                             "labels": {keys.TEMPLATE_DEVICE_LABEL: "true"}, "finalizers": [keys.DEVICE_FINALIZER]},
                 "spec": {"className": member.class_name, "count": member.count}}
         try:
             made = await self._client.create(_device_path(plan.namespace), body)
@@ -367,8 +367,18 @@ class _Writes:
         self.created.clear()
 
     async def _delete(self, name: str, uid: str) -> None:
+        path = _device_path(self._plan.namespace, name)
         try:
-            await self._client.delete(_device_path(self._plan.namespace, name), uid=uid)
+            gone = await self._client.delete(path, uid=uid)
+            # This start created the device with its finalizer and, refused, runs no VMI on it: nothing uses
+            # it, so the finalizer goes at once, on the version the delete left (a binder that wrote the
+            # device meanwhile moved that version, and its own finalizer work decides instead).
+            meta = as_map(gone.get("metadata"))
+            finalizers = [str(f) for f in meta.get("finalizers") or ()]
+            if keys.DEVICE_FINALIZER in finalizers:
+                await self._client.merge_patch(
+                    path, {"metadata": {"finalizers": [f for f in finalizers if f != keys.DEVICE_FINALIZER]}},
+                    resource_version=str(meta.get("resourceVersion")))
         except (errors.NotFound, errors.Conflict):
             pass
         except errors.KubeError as error:

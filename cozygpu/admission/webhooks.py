@@ -3,6 +3,7 @@
 ``AdmissionWebhooks(cache, client, config).install(app)`` adds the routes:
 
     POST /validate-gpudevice     GPUDevice, validating, CREATE      (R-ADM-1)
+    POST /mutate-gpudevice       GPUDevice, mutating, CREATE        (its finalizer, R-BIND-9)
     POST /mutate-vmi             VMI, mutating, CREATE, labelled    (R-ADM-2, R-ADM-3, R-ADM-5)
     POST /mutate-launcher-pod    Pod, mutating, CREATE, labelled    (R-ADM-4)
 
@@ -26,7 +27,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from cozygpu import keys
-from cozygpu.admission.devices import DeviceWebhook
+from cozygpu.admission.devices import DeviceFinalizerWebhook, DeviceWebhook
 from cozygpu.admission.envelope import endpoint
 from cozygpu.admission.metrics import AdmissionMetrics
 from cozygpu.admission.pods import LauncherPodWebhook
@@ -37,6 +38,7 @@ from cozygpu.kube import Client
 from cozygpu.model.capacity import DEFAULT_LAUNCHER_GRACE
 
 DEVICE_PATH: Final = "/validate-gpudevice"
+DEVICE_MUTATE_PATH: Final = "/mutate-gpudevice"
 VMI_PATH: Final = "/mutate-vmi"
 POD_PATH: Final = "/mutate-launcher-pod"
 #: Configuration names: ``cozygpu-…`` sorts before KubeVirt's ``virt-api-mutator``, so it runs first.
@@ -74,6 +76,7 @@ class AdmissionWebhooks:
         self.source = SnapshotSource(cache, hoster_names=config.hoster_names, launcher_grace=config.launcher_grace)
         self.metrics = AdmissionMetrics.on(registry) if registry is not None else None
         self.devices = DeviceWebhook(self.source)
+        self.finalizers = DeviceFinalizerWebhook()
         self.vmis = VMIWebhook(cache, client, self.source, VMIConfig(
             namespace=config.namespace, bind_wait=config.bind_wait,
             raw_forbidden=config.raw_names == keys.RAW_NAMES_FORBID, attachment_grace=config.attachment_grace),
@@ -84,6 +87,8 @@ class AdmissionWebhooks:
         deadline = max(self.config.timeout - ENVELOPE_MARGIN, 0.5)
         app.router.add_route("*", DEVICE_PATH, endpoint("gpudevice", self.devices, deadline=deadline,
                                                          metrics=self.metrics))
+        app.router.add_route("*", DEVICE_MUTATE_PATH, endpoint("gpudevice-finalizer", self.finalizers,
+                                                                deadline=deadline, metrics=self.metrics))
         app.router.add_route("*", VMI_PATH, endpoint("vmi", self.vmis, deadline=deadline, metrics=self.metrics))
         app.router.add_route("*", POD_PATH, endpoint("launcher-pod", self.pods, deadline=deadline,
                                                       metrics=self.metrics))
@@ -123,6 +128,10 @@ def configurations(base_url: str, ca_bundle: str, *, timeout_seconds: int,
         "apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
         "metadata": {"name": name},
         "webhooks": [
+            {"name": "gpudevice-finalizers.gpu.cozystack.io", **common,
+             "clientConfig": _client_config(base_url, DEVICE_MUTATE_PATH, ca_bundle),
+             "rules": [{"apiGroups": [keys.GROUP], "apiVersions": [keys.VERSION], "operations": ["CREATE"],
+                        "resources": [keys.GPUDEVICE_PLURAL], "scope": "Namespaced"}]},
             {"name": "vmis.gpu.cozystack.io", **common, "reinvocationPolicy": "IfNeeded", "objectSelector": refs,
              "clientConfig": _client_config(base_url, VMI_PATH, ca_bundle),
              "rules": [{"apiGroups": ["kubevirt.io"], "apiVersions": ["v1"], "operations": ["CREATE"],

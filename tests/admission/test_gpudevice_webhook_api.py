@@ -54,7 +54,15 @@ async def test_an_order_of_an_unknown_class_or_beyond_max_count_is_refused_with_
             assert "class nope-" in await refused(admin, namespace, f"nope-{world.tag}", 1)
             message = await refused(admin, namespace, capped, 3)
             assert f"class {capped}: maxCount 2 per device, order of 3 exceeds it by 1" in message
-            await accepted(admin, namespace, capped, 2)
+            made = await accepted(admin, namespace, capped, 2)
+            # The finalizer comes with the order: no binder runs here to add it.
+            assert made["metadata"]["finalizers"] == [keys.DEVICE_FINALIZER]
+            theirs = {**ORDER, "metadata": {"name": f"o-{uuid.uuid4().hex[:6]}", "finalizers": ["example.com/keep"]},
+                      "spec": {"className": capped, "count": 1}}
+            made = await admin.create(device_path(namespace), theirs)
+            assert made["metadata"]["finalizers"] == ["example.com/keep", keys.DEVICE_FINALIZER]
+            await admin.merge_patch(device_path(namespace, made["metadata"]["name"]),
+                                    {"metadata": {"finalizers": []}})
     finally:
         await world.cleanup()
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -163,8 +163,13 @@ async def test_with_no_binder_a_start_is_refused_within_the_bind_wait_and_every_
             before = await devices(admin, namespace)
             refs: list[dict[str, Any]] = [{"device": "mine"}, {"template": "extra", "class": world.gpu_class,
                                                                "count": 1}]
+            start = asyncio.create_task(admin.create(VMIS.format(namespace), vmi_body("vm", refs)))
+            extra = template_device_name("vm", "extra")
+            await until(served.cache, lambda: bool(status(served.cache, namespace, extra).get("bindRequest")))
+            made: Mapping[str, Any] = served.cache.store(specs.GPU_DEVICES).get(namespace, extra) or {}
+            assert keys.DEVICE_FINALIZER in made["metadata"].get("finalizers", ()), "created with its finalizer"
             with pytest.raises(errors.ApiError) as caught:
-                await admin.create(VMIS.format(namespace), vmi_body("vm", refs))
+                await start
             assert "no answer from the binder within 2 s" in caught.value.message
             assert "no replica holds Lease" in caught.value.message or "Lease" in caught.value.message
             after = await devices(admin, namespace)

@@ -8,7 +8,7 @@ import pytest
 
 from cozygpu import keys
 from cozygpu.admission.refs import DeviceRef, TemplateRef, parse_refs
-from cozygpu.admission.webhooks import DEVICE_PATH, POD_PATH, VMI_PATH, configurations
+from cozygpu.admission.webhooks import DEVICE_MUTATE_PATH, DEVICE_PATH, POD_PATH, VMI_PATH, configurations
 from cozygpu.devcluster import chart
 from cozygpu.runtime import flags
 
@@ -34,11 +34,12 @@ def test_the_chart_registers_what_the_local_cluster_registers_trusting_the_servi
     ca = of(objects, "Secret", "cozygpu-webhook-tls")["data"]["ca.crt"]
     hooks = [*validating["webhooks"], *mutating["webhooks"]]
     assert {h["clientConfig"]["caBundle"] for h in hooks} == {ca}
-    assert [h["clientConfig"]["service"]["path"] for h in hooks] == [DEVICE_PATH, VMI_PATH, POD_PATH]
+    assert [h["clientConfig"]["service"]["path"] for h in hooks] == [DEVICE_PATH, DEVICE_MUTATE_PATH, VMI_PATH,
+                                                                     POD_PATH]
     service = of(objects, "Service", hooks[0]["clientConfig"]["service"]["name"])
     assert service["spec"]["ports"][0]["targetPort"] == "webhook"
     assert {(h["failurePolicy"], h["sideEffects"]) for h in hooks} == {("Fail", "NoneOnDryRun")}
-    assert mutating["webhooks"][0]["reinvocationPolicy"] == "IfNeeded"
+    assert mutating["webhooks"][1]["reinvocationPolicy"] == "IfNeeded"
 
 
 def test_the_controller_is_told_the_timeout_the_webhooks_are_registered_with_and_accepts_its_bind_wait() -> None:

@@ -6,9 +6,9 @@ CRDs this chart creates (Helm applies CRDs before policies); before this they
 appeared only with the next upgrade. The test runs the helm binary itself, so
 its install order and its ``.Capabilities`` are Helm's, not an imitation.
 
-No controller runs on this plane, so the GPUDevice webhook (fail closed) could
-only refuse; its configuration is deleted after the install to reach what is
-tested here, the policies, which the API server evaluates itself.
+No controller runs on this plane, so the GPUDevice webhooks (fail closed) could
+only refuse; their configurations are deleted after the install to reach what
+is tested here, the policies, which the API server evaluates itself.
 """
 
 from __future__ import annotations
@@ -32,7 +32,8 @@ MINORS = ("1.36", "1.33")
 VAPS = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies"
 GPU_KIND_POLICIES = {"cozygpu-agent-own-node", "cozygpu-device-protection", "cozygpu-class-protection",
                      "cozygpu-class-deleting"}
-WEBHOOKS = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations"
+WEBHOOKS = ("/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations",
+            "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations")
 
 
 @pytest.fixture(params=MINORS, ids=[f"k8s{m}" for m in MINORS])
@@ -63,7 +64,8 @@ async def test_right_after_a_first_install_every_gpu_kind_protection_refuses(emp
     async with plane.client() as admin:
         on_server = {item["metadata"]["name"] for item in (await admin.list_objects(VAPS))["items"]}
         assert on_server >= GPU_KIND_POLICIES, "the first install leaves out GPU-kind policies"
-        await admin.delete(f"{WEBHOOKS}/cozygpu-webhooks")
+        for webhooks in WEBHOOKS:
+            await admin.delete(f"{webhooks}/cozygpu-webhooks")
 
         # The agent on node A, with the chart's own RBAC (bound on the first install too), token bound to its pod.
         node_a, node_b = s.unique("node-a"), s.unique("node-b")

@@ -81,9 +81,9 @@ async def wait_until_every_policy_is_in_force(plane: ControlPlane, admin: Client
                      what="the raw-name VMI policy", says=s.GPU_NAME)
     async with plane.client(s.TENANT_USER, s.TENANT_GROUPS) as tenant:
         await s.in_force(
-            lambda: tenant.create(s.devices(probe), s.gpu_device("probe", finalizers=[keys.DEVICE_FINALIZER]),
+            lambda: tenant.create(s.devices(probe), s.gpu_device("probe", labels={keys.TEMPLATE_DEVICE_LABEL: "true"}),
                                   dry_run=True),
-            what="the device protection policy", says=keys.DEVICE_FINALIZER)
+            what="the device protection policy", says=keys.TEMPLATE_DEVICE_LABEL)
 
     frozen = await admin.create(s.CLASSES, s.gpu_class(s.unique("probe-frozen")))
     deleting = await admin.create(s.CLASSES, s.gpu_class(s.unique("probe-deleting")))

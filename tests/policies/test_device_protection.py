@@ -27,10 +27,12 @@ def device_path(tenant_ns: str, cleanup: Callable[[str], None]) -> str:
     return path
 
 
-async def test_a_tenant_ordering_a_device_with_the_finalizer_is_refused(callers: Callers, tenant_ns: str) -> None:
-    await s.refused(callers.tenant.create(s.devices(tenant_ns), s.gpu_device("gpu1", finalizers=[FINALIZER])),
-                    f"adding the finalizer {FINALIZER} to GPUDevice {tenant_ns}/gpu1", f"refused for {s.TENANT_USER}",
-                    "only the platform manages it")
+async def test_a_tenant_order_may_come_with_the_finalizer_as_the_gpudevice_webhook_gives_it(
+        callers: Callers, tenant_ns: str, device_path: str) -> None:
+    made = await callers.tenant.create(s.devices(tenant_ns), s.gpu_device("gpu1", finalizers=[FINALIZER]))
+    assert made["metadata"]["finalizers"] == [FINALIZER]
+    await s.refused(callers.tenant.merge_patch(device_path, {"metadata": {"finalizers": None}}),
+                    f"removing the finalizer {FINALIZER} from GPUDevice {tenant_ns}/gpu1")
 
 
 async def test_a_tenant_ordering_a_device_with_the_template_label_is_refused(callers: Callers, tenant_ns: str) -> None:

@@ -293,6 +293,10 @@ class Assumed:
             return found
         return written
 
+    def pending(self) -> list[Obj]:
+        """The writes assumed now (some may be confirmed already: a superset)."""
+        return list(self._written.values())
+
     def objects(self) -> Sequence[Obj]:
         listed = self._store().list()
         if not self._written:
@@ -376,7 +380,10 @@ class Binder:
         self._verified_at = datetime.min.replace(tzinfo=UTC)
         for spec in self.kinds:
             cache.add(spec)
-        unsubscribe = [cache.informer(specs.GPU_DEVICES).subscribe(self._device_changed)]
+        #: What the finalizers look at again, kept from the device and VMI events.
+        self._finalizer_work = finalizers.FinalizerWork()
+        unsubscribe = [cache.informer(specs.GPU_DEVICES).subscribe(self._device_changed),
+                       cache.informer(specs.VMIS).subscribe(lambda _event: self._finalizer_work.vmi())]
         self._unverified = {_key(obj) for obj in self._devices_or_empty() if _unverified(obj)}  # a cache already up
         if config.gpu_enabled:
             for kind, spec in specs.SNAPSHOT_SPECS.items():
@@ -438,6 +445,7 @@ class Binder:
             self._window_reminder = None
 
     def _device_changed(self, event: Event) -> None:
+        self._finalizer_work.device(event.old, None if event.type == "DELETED" else event.obj)
         if event.type != "DELETED" and _unverified(event.obj):
             self._unverified.add(_key(event.obj))
         else:
@@ -733,20 +741,27 @@ class Binder:
         inputs = self._reconcile_inputs()
         if inputs == self._reconciled:
             return
+        if self._reconciled is None or inputs[0::2] != self._reconciled[0::2]:
+            self._finalizer_work.everything()  # a first run, or a store replaced: no event says what moved
         stale_before = self._stale
         await self._reconcile_all(writes)
         self._reconciled = inputs if self._stale == stale_before else None
 
     async def _reconcile_all(self, writes: Writes) -> None:
         classes = self._cache.store(specs.GPU_CLASSES).list()
+        vmis: Mapping[tuple[str, str], str] | None = None
+        try:
+            store = self._cache.store(specs.VMIS)
+        except KindNotServed:
+            pass  # every attachment counts as in use while the kind is not served (R-BIND-7)
+        else:
+            vmis = finalizers.VmiUids(store.get, store.list)
         # The binder's own placement writes read back (assumed): a finalizer patched on the version the
         # cache still shows would be refused by the status this very pass wrote.
-        devices = self._assumed.objects()
-        vmis = self._optional(specs.VMIS)
-        changes = (*finalizers.class_finalizer_changes(classes, devices),
-                   *finalizers.device_finalizer_changes(devices, finalizers.vmi_uids(vmis)
-                                                        if vmis is not None else None))
+        changes = self._finalizer_work.changes(classes, self._assumed.objects, self._assumed.get, vmis,
+                                               assumed=self._assumed.pending())
         done = await finalizers.apply_finalizers(self._client, changes)
+        self._finalizer_work.done(stale=bool(done.stale))
         self._stale += len(done.stale)
         by_plural = {keys.GPUCLASS_PLURAL: specs.GPU_CLASSES, keys.GPUDEVICE_PLURAL: specs.GPU_DEVICES}
         for plural, version in done.versions:
@@ -754,6 +769,7 @@ class Binder:
         monitors, workloads = self._optional(WORKLOAD_MONITORS), self._optional(WORKLOADS)
         if monitors is None or workloads is None:
             return  # Cozystack's usage kinds are not served here: nothing to record into
+        devices = self._assumed.objects()
         recorded = await usage.apply_usage(self._client, usage.usage_plan(devices, classes, monitors, workloads))
         self._stale += recorded.stale
         by_kind = {WORKLOAD_MONITORS.kind: WORKLOAD_MONITORS, WORKLOADS.kind: WORKLOADS}

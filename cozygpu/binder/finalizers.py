@@ -19,11 +19,19 @@ Contract:
   ``metadata.finalizers`` preconditioned on the resourceVersion it was
   decided on, so a change never drops a finalizer someone added since. A
   Conflict or a vanished object is counted and left to the next pass.
+- ``FinalizerWork`` decides from what changed, not from the fleet: the
+  devices whose events came in since its last run, every device being
+  deleted when a VMI moved (only those can be kept by a VMI), and the classes
+  held, counted as device events come in. It gives what the ``*_changes``
+  functions give over everything (a property test holds it to them), and
+  looks at everything again after a start, a store replaced or a refused
+  write.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -96,15 +104,8 @@ def holds(device: Obj) -> bool:
 
 
 def class_finalizer_changes(classes: Iterable[Obj], devices: Iterable[Obj]) -> tuple[FinalizerChange, ...]:
-    held = {(d.get("spec") or {}).get("className") for d in devices if holds(d)}
-    changes = []
-    for gpu_class in classes:
-        meta = _meta(gpu_class)
-        keep = not meta.get("deletionTimestamp") or meta.get("name") in held
-        change = _change(gpu_class, keys.GPUCLASS_PLURAL, keys.CLASS_FINALIZER, keep=keep)
-        if change is not None:
-            changes.append(change)
-    return tuple(changes)
+    held = {str((d.get("spec") or {}).get("className")) for d in devices if holds(d)}
+    return class_changes_held(classes, held.__contains__)
 
 
 def vmi_uids(vmis: Iterable[Obj]) -> dict[tuple[str, str], str]:
@@ -134,6 +135,125 @@ def device_finalizer_changes(devices: Iterable[Obj], vmis: Mapping[tuple[str, st
         if change is not None:
             changes.append(change)
     return tuple(changes)
+
+
+def class_changes_held(classes: Iterable[Obj], held: Callable[[str], bool]) -> tuple[FinalizerChange, ...]:
+    """:func:`class_finalizer_changes` with ``held(name)``: whether some device holds that class."""
+    changes = []
+    for gpu_class in classes:
+        meta = _meta(gpu_class)
+        keep = not meta.get("deletionTimestamp") or held(str(meta.get("name")))
+        change = _change(gpu_class, keys.GPUCLASS_PLURAL, keys.CLASS_FINALIZER, keep=keep)
+        if change is not None:
+            changes.append(change)
+    return tuple(changes)
+
+
+DeviceKey = tuple[str, str]
+
+
+class VmiUids(Mapping[tuple[str, str], str]):
+    """:func:`vmi_uids` read from a lookup as asked, not built over every VMI."""
+
+    def __init__(self, lookup: Callable[[str, str], Obj | None], listed: Callable[[], Sequence[Obj]]) -> None:
+        self._lookup, self._listed = lookup, listed
+
+    def __getitem__(self, key: tuple[str, str]) -> str:
+        found = self._lookup(*key)
+        if found is None:
+            raise KeyError(key)
+        return str(_meta(found).get("uid") or "")
+
+    def __iter__(self) -> Iterator[tuple[str, str]]:
+        return iter(vmi_uids(self._listed()))
+
+    def __len__(self) -> int:
+        return len(self._listed())
+
+
+def _device_key(obj: Obj) -> DeviceKey:
+    meta = _meta(obj)
+    return (str(meta.get("namespace") or ""), str(meta.get("name")))
+
+
+def _held_class(obj: Obj | None) -> str | None:
+    if obj is None or not holds(obj):
+        return None
+    return str((obj.get("spec") or {}).get("className"))
+
+
+class FinalizerWork:
+    """What the finalizers must look at again, kept from the cache's events (see the module docstring).
+
+    Feed it every GPUDevice event (``device``) and every VMI event (``vmi``);
+    ``changes`` then decides over what moved, and ``done`` says whether its
+    writes all went through (if not, the next run looks at everything).
+    """
+
+    def __init__(self) -> None:
+        self._everything = True
+        self._devices: set[DeviceKey] = set()
+        #: Devices being deleted: a VMI's change may keep or release their finalizer.
+        self._deleting: set[DeviceKey] = set()
+        self._vmis_moved = False
+        #: Class name -> devices that hold it (Bound or Lost), as the events have them.
+        self._held: Counter[str] = Counter()
+        #: The last ``changes`` were not all written (or not yet): the next run looks at everything.
+        self._unfinished = False
+
+    def everything(self) -> None:
+        """Look at every device and class next time (a start, a store replaced, a refused write)."""
+        self._everything = True
+
+    def device(self, old: Obj | None, new: Obj | None) -> None:
+        """A GPUDevice event: ``old`` and ``new`` states (None: absent)."""
+        either = new if new is not None else old
+        if either is None:
+            return
+        key = _device_key(either)
+        self._devices.add(key)
+        if new is not None and _meta(new).get("deletionTimestamp"):
+            self._deleting.add(key)
+        else:
+            self._deleting.discard(key)
+        before, after = _held_class(old), _held_class(new)
+        if before != after:
+            if before is not None:
+                self._held[before] -= 1
+                if self._held[before] <= 0:
+                    del self._held[before]
+            if after is not None:
+                self._held[after] += 1
+
+    def vmi(self) -> None:
+        """A VMI event: the devices being deleted are looked at again."""
+        self._vmis_moved = True
+
+    def changes(self, classes: Iterable[Obj], devices: Callable[[], Iterable[Obj]],
+                device: Callable[[str, str], Obj | None], vmis: Mapping[tuple[str, str], str] | None,
+                assumed: Iterable[Obj] = ()) -> tuple[FinalizerChange, ...]:
+        """The finalizer changes due now: ``devices()`` lists every device (read only when everything is
+        looked at), ``device(namespace, name)`` reads one, ``vmis`` as :func:`device_finalizer_changes` takes
+        it, and ``assumed`` the binder's own writes the cache has not shown yet (their classes held too)."""
+        everything, self._everything, self._unfinished = self._everything or self._unfinished, False, True
+        changed, self._devices = self._devices, set()
+        moved, self._vmis_moved = self._vmis_moved, False
+        if everything:
+            listed = list(devices())
+            self._held = Counter(c for d in listed if (c := _held_class(d)) is not None)
+            self._deleting = {_device_key(d) for d in listed if _meta(d).get("deletionTimestamp")}
+            looked: Iterable[Obj] = listed
+        else:
+            looked = [found for key in sorted(changed | (self._deleting if moved else set()))
+                      if (found := device(*key)) is not None]
+        also = {c for d in assumed if (c := _held_class(d)) is not None}
+        return (*class_changes_held(classes, lambda name: name in self._held or name in also),
+                *device_finalizer_changes(looked, vmis))
+
+    def done(self, *, stale: bool) -> None:
+        """The last ``changes`` were written (``stale``: some were refused, so look at everything next).
+        Events that came in meanwhile are kept for the next run."""
+        self._unfinished = stale
 
 
 async def apply_finalizers(client: Client, changes: Sequence[FinalizerChange]) -> FinalizerReport:

@@ -26,6 +26,11 @@ Contract (decided on the model's Snapshot, pure; ``apply_attachments`` writes):
   **unverified**, nothing is cleared or deleted, and the binder fails its
   pass (``AttachmentsUnverified``) rather than detach — a gap in discovery,
   not an absent VMI.
+- A pass judges only the attached devices whose verdict may have moved
+  (``AttachmentWatch``): those not *settled* when last judged, and those
+  whose device, VMI or launcher pods changed since (the model's change log).
+  A settled attachment has its VMI, with its UID recorded and the same: it
+  is kept whatever the time, until one of those changes.
 - Every write carries the resourceVersion of the object it was decided on:
   the clear is a merge patch of the status subresource, the deletion has a
   resourceVersion precondition. A Conflict or a vanished object is left to
@@ -130,19 +135,65 @@ def _why_detach(snapshot: Snapshot, device: DeviceView, *, grace: timedelta, fir
     return VMI_NEVER_APPEARED if vmi is None else VMI_GONE
 
 
+def attached_devices(snapshot: Snapshot, among: Iterable[DeviceKey] | None = None) -> list[DeviceView]:
+    """The attached devices (``among``: of those keys only), from the model's index by VMI."""
+    if among is None:
+        return [d for keys_ in snapshot.devices_by_vmi.values() for k in keys_
+                if (d := snapshot.devices[k]).attachment is not None]
+    return [found for k in among if (found := snapshot.devices.get(k)) is not None and found.attachment is not None]
+
+
+def settled(snapshot: Snapshot, device: DeviceView) -> bool:
+    """Kept whatever the time, and nothing to record, until the device, its VMI or the VMI's pods change:
+    its VMI exists and the attachment knows that VMI's UID."""
+    attachment = device.attachment
+    if attachment is None or device.deleting:
+        return True
+    vmi = snapshot.vmis.get((device.namespace, attachment.vmi))
+    return vmi is not None and bool(attachment.uid) and (not vmi.uid or vmi.uid == attachment.uid)
+
+
+class AttachmentWatch:
+    """Which attached devices a pass judges (see the module contract): the unsettled ones of the last
+    judgment, and the ones whose device, VMI or launcher pods the model's change log names since."""
+
+    def __init__(self) -> None:
+        self._seen: Snapshot | None = None
+        self._watch: set[DeviceKey] = set()
+
+    def candidates(self, snapshot: Snapshot) -> set[DeviceKey] | None:
+        """The keys to judge in ``snapshot``; None: every attached device (a first pass, or after a rebuild
+        or a refused write)."""
+        changes = snapshot.changes_since(self._seen) if self._seen is not None else None
+        if changes is None:
+            return None
+        by_vmi = snapshot.devices_by_vmi
+        return self._watch | changes.devices | {k for vmi in changes.vmis for k in by_vmi.get(vmi, ())}
+
+    def judged(self, snapshot: Snapshot, devices: Iterable[DeviceView], plan: AttachmentPlan,
+               skip: Iterable[DeviceKey], *, clean: bool) -> None:
+        """``devices`` were judged into ``plan`` on ``snapshot``; ``clean``: all its writes went through."""
+        if not clean:
+            self._seen, self._watch = None, set()
+            return
+        acted = {d.device for d in plan.detaches} | {a.device for a in plan.adopts}
+        self._watch = {d.key for d in devices if not settled(snapshot, d)} | acted | set(skip)
+        self._seen = snapshot
+
+
 def plan_attachments(snapshot: Snapshot, *, vmis_served: bool, grace: timedelta,
                      first_seen: Mapping[DeviceKey, datetime] | None = None,
-                     skip: Iterable[DeviceKey] = ()) -> AttachmentPlan:
+                     skip: Iterable[DeviceKey] = (), attached: Sequence[DeviceView] | None = None) -> AttachmentPlan:
     """What to detach in ``snapshot`` (see the module contract).
 
     ``first_seen`` gives, for attachments without ``attachedAt``, when the
     binder first saw them (default: now, so they wait a whole grace).
     ``skip`` are devices this pass already wrote: their view is stale, the
-    next pass judges them.
+    next pass judges them. ``attached``: the attached devices to judge
+    (default: every one).
     """
-    # The attached devices, from the model's index by VMI: what this costs follows the attachments.
-    attached = [d for keys_ in snapshot.devices_by_vmi.values() for k in keys_
-                if (d := snapshot.devices[k]).attachment is not None]
+    if attached is None:
+        attached = attached_devices(snapshot)
     if not vmis_served:
         return AttachmentPlan(unverified=tuple(sorted(d.key for d in attached)))
     skipped = set(skip)

@@ -380,6 +380,8 @@ class Binder:
         self._verified_at = datetime.min.replace(tzinfo=UTC)
         for spec in self.kinds:
             cache.add(spec)
+        #: Which attached devices the next pass judges (the unsettled ones and those that changed).
+        self._attachment_watch = attachments.AttachmentWatch()
         #: What the finalizers look at again, kept from the device and VMI events.
         self._finalizer_work = finalizers.FinalizerWork()
         unsubscribe = [cache.informer(specs.GPU_DEVICES).subscribe(self._device_changed),
@@ -700,16 +702,18 @@ class Binder:
 
     async def _attachments(self, snapshot: Snapshot, objects: Mapping[DeviceKey, Obj], skip: Iterable[DeviceKey],
                            writes: Writes) -> None:
-        for keys_ in snapshot.devices_by_vmi.values():  # the attached devices only
-            for key in keys_:
-                attachment = snapshot.devices[key].attachment
-                if attachment is not None and attachment.attached_at is None:
-                    self._first_seen.setdefault(key, snapshot.now)
+        # Only the attached devices whose verdict may have moved (the rest are settled: see attachments).
+        judged = attachments.attached_devices(snapshot, self._attachment_watch.candidates(snapshot))
+        for device in judged:
+            if device.attachment is not None and device.attachment.attached_at is None:
+                self._first_seen.setdefault(device.key, snapshot.now)
         for key in [k for k in self._first_seen if (d := snapshot.devices.get(k)) is None or d.attachment is None]:
             del self._first_seen[key]
         plan = attachments.plan_attachments(snapshot, vmis_served=True, grace=self._config.attachment_grace,
-                                            first_seen=self._first_seen, skip=skip)
+                                            first_seen=self._first_seen, skip=skip, attached=judged)
+        self._attachment_watch.judged(snapshot, judged, plan, skip, clean=False)  # until its writes are done
         report = await attachments.apply_attachments(self._client, plan, objects)
+        self._attachment_watch.judged(snapshot, judged, plan, skip, clean=not report.dropped)
         for version in report.written:
             writes.record(specs.GPU_DEVICES, version)
         self._stale += report.dropped

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import ItemsView, Iterator, Mapping, MutableMapping, ValuesView
-from typing import Any, Final, Generic, TypeVar, cast, overload
+from typing import Any, Final, TypeVar, cast, overload
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -93,13 +93,14 @@ class _Values(ValuesView[V]):
         return (value for _, value in _items(self._base, self._over))
 
 
-class Layered(Mapping[K, V]):
-    """An immutable mapping: a base dict and the changes on top of it, neither ever written again."""
+class _Layers(Mapping[K, V]):
+    """Reading a base dict with the changes on top of it (what ``Layered`` and ``CowMap`` share)."""
 
     __slots__ = ("_base", "_len", "_over")
 
-    def __init__(self, base: dict[K, V], over: dict[K, object], length: int) -> None:
-        self._base, self._over, self._len = base, over, length
+    _base: dict[K, V]
+    _over: dict[K, object]
+    _len: int
 
     def __getitem__(self, key: K) -> V:
         found = _find(self._base, self._over, key)
@@ -130,6 +131,15 @@ class Layered(Mapping[K, V]):
     def values(self) -> ValuesView[V]:
         return _Values(self._base, self._over, self._len)
 
+
+class Layered(_Layers[K, V]):
+    """An immutable mapping: a base dict and the changes on top of it, neither ever written again."""
+
+    __slots__ = ()
+
+    def __init__(self, base: dict[K, V], over: dict[K, object], length: int) -> None:
+        self._base, self._over, self._len = base, over, length
+
     def __repr__(self) -> str:
         return f"Layered({dict(self.items())!r})"
 
@@ -142,10 +152,10 @@ def _layered(items: dict[K, V]) -> Layered[K, V]:
     return Layered(items, {}, len(items))
 
 
-class CowMap(MutableMapping[K, V], Generic[K, V]):
+class CowMap(_Layers[K, V], MutableMapping[K, V]):
     """The model's own side of a map it shares with its snapshots (see the module docstring)."""
 
-    __slots__ = ("_base", "_len", "_over", "_owned", "_view")
+    __slots__ = ("_owned", "_view")
 
     def __init__(self, base: dict[K, V] | None = None) -> None:
         """Take ``base`` over: whoever built it writes it no more."""
@@ -168,35 +178,6 @@ class CowMap(MutableMapping[K, V], Generic[K, V]):
             made._base, made._len = dict(frozen), len(frozen)
         made._view = frozen
         return made
-
-    def __getitem__(self, key: K) -> V:
-        found = _find(self._base, self._over, key)
-        if found is _ABSENT:
-            raise KeyError(key)
-        return cast("V", found)
-
-    @overload
-    def get(self, key: K, /) -> V | None: ...
-    @overload
-    def get(self, key: K, /, default: V | D) -> V | D: ...
-    def get(self, key: K, /, default: object = None) -> object:
-        found = _find(self._base, self._over, key)
-        return default if found is _ABSENT else found
-
-    def __contains__(self, key: object) -> bool:
-        return _find(self._base, self._over, key) is not _ABSENT
-
-    def __iter__(self) -> Iterator[K]:
-        return _keys(self._base, self._over)
-
-    def __len__(self) -> int:
-        return self._len
-
-    def items(self) -> ItemsView[K, V]:
-        return _Items(self._base, self._over, self._len)
-
-    def values(self) -> ValuesView[V]:
-        return _Values(self._base, self._over, self._len)
 
     def _changing(self) -> dict[K, object]:
         if not self._owned:

@@ -19,12 +19,11 @@ anyway), served but not synced is ``NotReady``.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from datetime import timedelta
 from typing import Final
 
-from cozygpu.base.clock import utc_now
+from cozygpu.base.clock import Clock, LoopClock
 from cozygpu.cache.cache import Cache
 from cozygpu.cache.errors import KindNotServed, NotSynced
 from cozygpu.cache.kinds import KindSpec
@@ -48,8 +47,10 @@ class SnapshotSource:
     """The snapshot of one cache, kept up to date from its events."""
 
     def __init__(self, cache: Cache, *, hoster_names: Sequence[str] = (),
-                 launcher_grace: timedelta = DEFAULT_LAUNCHER_GRACE) -> None:
+                 launcher_grace: timedelta = DEFAULT_LAUNCHER_GRACE, clock: Clock | None = None) -> None:
         self._cache = cache
+        #: Report freshness and the kept snapshot's age are read on it (injected: a test moves time).
+        self._clock: Clock = clock if clock is not None else LoopClock()
         # The binder's grace: a launcher window keeps units off orders here exactly as long as there (R-MOD-7).
         self._live = LiveSnapshot(hoster_names=hoster_names, launcher_grace=launcher_grace)
         #: The kept snapshot and when it was taken.
@@ -70,9 +71,9 @@ class SnapshotSource:
 
     def snapshot(self) -> Snapshot:
         kept = self._kept
-        if kept is not None and not self._live.dirty and time.monotonic() - kept[0] < MAX_AGE:
+        if kept is not None and not self._live.dirty and self._clock.now() - kept[0] < MAX_AGE:
             return kept[1]
         sources = {kind: self._source(spec) for kind, spec in specs.SNAPSHOT_SPECS.items()}
-        snapshot = self._live.snapshot(now=utc_now(), sources=sources)
-        self._kept = (time.monotonic(), snapshot)
+        snapshot = self._live.snapshot(now=self._clock.wall(), sources=sources)
+        self._kept = (self._clock.now(), snapshot)
         return snapshot

@@ -47,7 +47,7 @@ from cozygpu.admission.metrics import AdmissionMetrics
 from cozygpu.admission.refs import RefsError, parse_refs
 from cozygpu.admission.view import NotReady, SnapshotSource
 from cozygpu.admission.vmi_plan import Member, Refused, StartPlan, gpus_patch, plan_start
-from cozygpu.base.clock import utc_now
+from cozygpu.base.clock import Clock, LoopClock
 from cozygpu.base.logging import get_logger
 from cozygpu.cache.cache import Cache
 from cozygpu.cache.errors import CacheError
@@ -95,8 +95,10 @@ class VMIWebhook:
     """The VMI start admission (see the module docstring)."""
 
     def __init__(self, cache: Cache, client: Client, source: SnapshotSource, config: VMIConfig,
-                 metrics: AdmissionMetrics | None = None) -> None:
+                 metrics: AdmissionMetrics | None = None, clock: Clock | None = None) -> None:
         self._cache = cache
+        #: What ``attachedAt`` and the bind request's time say (injected: a test moves time).
+        self._clock: Clock = clock if clock is not None else LoopClock()
         self._client = client
         self._source = source
         self._config = config
@@ -149,7 +151,7 @@ class VMIWebhook:
         try:
             if not request_id:
                 request_id = uuid.uuid4().hex
-                await writes.write(request_id, now=utc_now())
+                await writes.write(request_id, now=self._clock.wall())
         except Refused as error:
             await asyncio.shield(writes.undo(request_id, self._cache))
             return Verdict.refuse(str(error), reason=error.reason)

@@ -33,6 +33,7 @@ from cozygpu.admission.metrics import AdmissionMetrics
 from cozygpu.admission.pods import LauncherPodWebhook
 from cozygpu.admission.view import SnapshotSource
 from cozygpu.admission.vmi import VMIConfig, VMIWebhook
+from cozygpu.base.clock import Clock
 from cozygpu.cache.cache import Cache
 from cozygpu.kube import Client
 from cozygpu.model.capacity import DEFAULT_LAUNCHER_GRACE
@@ -71,16 +72,17 @@ class AdmissionConfig:
 
 class AdmissionWebhooks:
     def __init__(self, cache: Cache, client: Client, config: AdmissionConfig, *,
-                 registry: CollectorRegistry | None = None) -> None:
+                 registry: CollectorRegistry | None = None, clock: Clock | None = None) -> None:
         self.config = config
-        self.source = SnapshotSource(cache, hoster_names=config.hoster_names, launcher_grace=config.launcher_grace)
+        self.source = SnapshotSource(cache, hoster_names=config.hoster_names, launcher_grace=config.launcher_grace,
+                                     clock=clock)
         self.metrics = AdmissionMetrics.on(registry) if registry is not None else None
         self.devices = DeviceWebhook(self.source)
         self.finalizers = DeviceFinalizerWebhook()
         self.vmis = VMIWebhook(cache, client, self.source, VMIConfig(
             namespace=config.namespace, bind_wait=config.bind_wait,
             raw_forbidden=config.raw_names == keys.RAW_NAMES_FORBID, attachment_grace=config.attachment_grace),
-            metrics=self.metrics)
+            metrics=self.metrics, clock=clock)
         self.pods = LauncherPodWebhook(self.source)
 
     def install(self, app: web.Application) -> None:

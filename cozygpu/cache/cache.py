@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from typing import Any, Protocol
 
@@ -30,6 +29,7 @@ from prometheus_client import CollectorRegistry
 
 from cozygpu.base.backoff import Backoff
 from cozygpu.base.clock import Clock, LoopClock
+from cozygpu.base.logging import get_logger
 from cozygpu.cache.errors import UnknownKind
 from cozygpu.cache.frozen import FrozenDict
 from cozygpu.cache.informer import Informer
@@ -40,7 +40,7 @@ from cozygpu.cache.store import Event, EventType, Store
 from cozygpu.cache.triggers import Trigger
 from cozygpu.kube import errors
 
-log = logging.getLogger(__name__)
+log = get_logger("cozygpu.cache")
 
 
 class CacheClient(ListWatchClient, DiscoveryClient, Protocol):
@@ -221,17 +221,17 @@ class Cache:
             try:
                 reason = await discover(self._client, informer.spec, timeout=self._discovery_timeout)
             except errors.KubeError as err:
-                log.warning("%s: discovery failed: %s", informer.key, err)
+                log.warning("discovery failed", kind=informer.key, error=str(err))
                 await backoff.wait()
                 continue
             except Exception:
-                log.exception("%s: discovery failed", informer.key)
+                log.exception("discovery failed", kind=informer.key)
                 await backoff.wait()
                 continue
             if reason is None:
                 break
             if informer.served is not False:
-                log.warning("%s: not served: %s", informer.key, reason)
+                log.warning("kind not served", kind=informer.key, reason=reason)
                 informer.end_cycle(reason)
             await backoff.wait()
         await self._reflect(informer, informer.begin_cycle())
@@ -259,14 +259,14 @@ class Cache:
         task = self._tasks.get(informer.key)
         if reason is None:
             if task is None:
-                log.info("%s: served; starting its informer", informer.key)
+                log.info("kind served; starting its informer", kind=informer.key)
                 feed = informer.begin_cycle()
                 self._tasks[informer.key] = self._group.create_task(
                     self._reflect(informer, feed), name=f"cache {informer.key}"
                 )
         else:
             if task is not None:
-                log.info("%s: no longer served (%s); stopping its informer", informer.key, reason)
+                log.info("kind no longer served; stopping its informer", kind=informer.key, reason=reason)
                 task.cancel()
                 del self._tasks[informer.key]
             if informer.served is not False or informer.unserved_reason != reason:

@@ -36,10 +36,10 @@ States of an informer, per serve cycle:
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Callable
 from typing import Any
 
+from cozygpu.base.logging import get_logger
 from cozygpu.cache.errors import KindNotServed, NotSynced
 from cozygpu.cache.frozen import FrozenDict, freeze
 from cozygpu.cache.kinds import KindSpec
@@ -47,7 +47,7 @@ from cozygpu.cache.store import Event, EventType, Store, resource_version_of
 from cozygpu.cache.transforms import strip_metadata
 from cozygpu.cache.triggers import Trigger
 
-log = logging.getLogger(__name__)
+log = get_logger("cozygpu.cache")
 
 Handler = Callable[[Event], None]
 Obj = dict[str, Any]
@@ -172,8 +172,8 @@ class Informer:
                 try:
                     handler(event)
                 except Exception:
-                    log.exception("%s: handler %r failed on %s %s", self.key, handler, event.type,
-                                  event.obj.get("metadata", {}).get("name"))
+                    log.exception("event handler failed", kind=self.key, handler=repr(handler), event=event.type,
+                                  name=event.obj.get("metadata", {}).get("name"))
         if events:
             for trigger, when in list(self._triggers):
                 if when is None or any(when(event) for event in events):

@@ -41,7 +41,6 @@ resumes when no list is in flight.
 from __future__ import annotations
 
 import asyncio
-import logging
 import random
 from collections.abc import AsyncIterator, Mapping
 from typing import Any, Final, Protocol
@@ -50,6 +49,7 @@ import attrs
 
 from cozygpu.base.backoff import Backoff
 from cozygpu.base.clock import Cancellable, Clock
+from cozygpu.base.logging import get_logger
 from cozygpu.cache.collector import collector_paused
 from cozygpu.cache.frozen import FrozenDict
 from cozygpu.cache.kinds import KindSpec
@@ -57,7 +57,7 @@ from cozygpu.cache.metrics import CacheMetrics
 from cozygpu.cache.store import EventType, resource_version_of
 from cozygpu.kube import errors
 
-log = logging.getLogger(__name__)
+log = get_logger("cozygpu.cache")
 
 #: Lists are asked for uncompressed: gzip of a 200 MB pod list costs the API server
 #: seconds of CPU and us half a second to undo, to save bandwidth nobody lacks
@@ -193,10 +193,10 @@ class Reflector:
             except asyncio.CancelledError:
                 raise
             except WatchInactive:
-                log.info("%s: watch silent for %.0fs, watching again", self._kind, self._settings.inactivity_timeout)
+                log.info("watch silent, watching again", kind=self._kind, seconds=self._settings.inactivity_timeout)
                 self._restarts.labels(self._kind, "inactive").inc()
             except errors.Gone as err:
-                log.info("%s: %s; relisting", self._kind, err.message)
+                log.info("watch expired; relisting", kind=self._kind, error=err.message)
                 if self.resource_version is not None:
                     self._restarts.labels(self._kind, "expired").inc()
                 self.resource_version = None
@@ -207,9 +207,9 @@ class Reflector:
                     self._restarts.labels(self._kind, "error").inc()
                 delay = self._backoff.next_delay()
                 if isinstance(err, errors.KubeError | _ShortWatch):
-                    log.warning("%s: %s; retrying in %.1fs", self._kind, err, delay)
+                    log.warning("watch failed; retrying", kind=self._kind, error=str(err), delay=round(delay, 1))
                 else:
-                    log.exception("%s: unexpected error; retrying in %.1fs", self._kind, delay)
+                    log.exception("unexpected error; retrying", kind=self._kind, delay=round(delay, 1))
                 await self._clock.sleep(delay)
 
     async def _list(self, reason: str) -> None:
@@ -251,7 +251,7 @@ class Reflector:
         self.resource_version = resource_version
         self._relists.labels(self._kind, reason).inc()
         self._list_seconds.observe(self._clock.now() - started)
-        log.debug("%s: listed %d objects at resourceVersion %s", self._kind, len(objects), resource_version)
+        log.debug("listed", kind=self._kind, objects=len(objects), resource_version=resource_version)
 
     async def _watch(self) -> None:
         spec, settings = self._spec, self._settings
@@ -307,4 +307,4 @@ class Reflector:
             self.resource_version = resource_version_of(obj) or self.resource_version
             self._events[kind].inc()
         else:
-            log.warning("%s: ignoring a watch event of type %r", self._kind, kind)
+            log.warning("ignoring a watch event of an unknown type", kind=self._kind, type=kind)

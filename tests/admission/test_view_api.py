@@ -13,7 +13,8 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from cozygpu.base.clock import utc_now
+from cozygpu.admission.view import SnapshotSource
+from cozygpu.base.clock import FakeClock, utc_now
 from cozygpu.cache.cache import Cache
 from cozygpu.devcluster.plane import ControlPlane
 from cozygpu.kube import Client
@@ -92,3 +93,21 @@ async def _labelled(snapshot: Snapshot, node: str) -> Snapshot | None:
 
 async def _ordered(snapshot: Snapshot, key: tuple[str, str]) -> Snapshot | None:
     return snapshot if key in snapshot.devices else None
+
+
+async def test_the_webhooks_read_time_on_the_clock_they_are_given(
+        plane: ControlPlane, admin: Client, namespace: str, tmp_path: Path) -> None:
+    """An hour on, by an injected clock, the agent's fresh report is stale to the webhooks' snapshot."""
+    world = await World.make(admin, namespace)
+    try:
+        node = await world.node("n1", 2)
+        async with admission(plane, admin, namespace, tmp_path, register_hooks=False) as served:
+            now = await eventually(lambda: _with(served.webhooks.source.snapshot(), node),
+                                   what=f"{node} in the snapshot")
+            assert now.inventories[node].fresh
+            later = SnapshotSource(served.cache, clock=FakeClock(wall_start=utc_now() + timedelta(hours=1)))
+            snapshot = later.snapshot()
+            assert snapshot.now > now.now + timedelta(minutes=59)
+            assert not snapshot.inventories[node].fresh, "the report's age was read on another clock"
+    finally:
+        await world.cleanup()

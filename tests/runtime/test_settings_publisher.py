@@ -18,6 +18,7 @@ from cozygpu.kube.client import Obj
 from cozygpu.runtime import kinds
 from cozygpu.runtime.metrics import SettingsMetrics
 from cozygpu.runtime.settings import SettingsPublisher, settings_data
+from cozygpu.views import specs
 from tests.support.crds import FIXTURE_CRDS, install_fixture_crd, uninstall_fixture_crd
 from tests.support.waiting import eventually
 
@@ -248,11 +249,10 @@ async def test_a_pass_that_finds_the_cached_configmap_as_it_should_be_reads_noth
             await settled(admin, namespace, lambda d: keys.SETTINGS_RAW_NAMES in d)
             await eventually(lambda: passed(2), what="the pass after the publisher's own write")
             reads, before = counting.reads, passes()
-            for beat in range(5):  # an agent's reports: each one a pass of the publisher
-                await admin.merge_patch(f"{NODES}/{node_name}/status",
-                                        {"status": {"agent": {"lastReport": f"2026-12-03T12:00:0{beat}Z"}}})
+            for beat in range(5):  # someone labels the ConfigMap: each one a pass with nothing to write
+                await admin.merge_patch(settings_path(namespace), {"metadata": {"labels": {"beat": str(beat)}}})
                 wanted = before + beat + 1
-                await eventually(lambda: passed(wanted), what=f"the pass after report {beat}")  # noqa: B023
+                await eventually(lambda: passed(wanted), what=f"the pass after label {beat}")  # noqa: B023
             assert counting.reads == reads, "a pass with nothing to write read the ConfigMap from the API"
 
             current = await admin.get(settings_path(namespace))  # someone edits it: read fresh, then put back
@@ -262,3 +262,38 @@ async def test_a_pass_that_finds_the_cached_configmap_as_it_should_be_reads_noth
             assert counting.reads > reads
     finally:
         await admin.delete(f"{NODES}/{node_name}")
+
+
+async def test_reports_and_status_writes_that_keep_the_names_start_no_pass(admin: Client, namespace: str) -> None:
+    """The agents' reports and the binder's status writes keep every name: only a names change is a reason.
+
+    The publisher is built but not run, so nothing takes its trigger but this test."""
+    node_name, class_name = unique_name("quiet"), unique_name("quiet")
+    await admin.create(NODES, {"apiVersion": keys.API_VERSION, "kind": keys.GPUNODE_KIND,
+                               "metadata": {"name": node_name}})
+    await admin.create(CLASSES, gpu_class(class_name, f"nvidia.com/QUIET_{uuid.uuid4().hex[:6]}"))
+    cache = Cache(admin, registry=CollectorRegistry())
+    for spec in (*kinds.webhook_kinds(enable_gpu=True, namespace=namespace), *kinds.lazy_kinds(enable_gpu=True)):
+        cache.add(spec)
+    try:
+        async with cache.running():
+            await cache.wait_synced(*kinds.webhook_kinds(enable_gpu=True, namespace=namespace), timeout=30)
+            publisher = SettingsPublisher(admin, cache, namespace=namespace, hoster_names=(),
+                                          raw_names=keys.RAW_NAMES_FORBID, gpu_enabled=True)
+            publisher.trigger.poll()  # what the first lists fired
+            for spec, path, body in ((specs.GPU_NODES, f"{NODES}/{node_name}/status",
+                                      {"status": {"agent": {"lastReport": "2026-12-03T12:00:00Z"}}}),
+                                     (specs.GPU_CLASSES, f"{CLASSES}/{class_name}/status",
+                                      {"status": {"units": 0, "free": 0, "held": 0}})):
+                written = await admin.merge_patch(path, body)
+                assert written["status"], f"{path}: the status write was pruned to nothing"
+                await cache.wait_for_resource_version(spec.key, written["metadata"]["resourceVersion"], timeout=30)
+                assert not publisher.trigger.is_set(), f"{path}: a write that keeps the names started a pass"
+            named = await admin.merge_patch(f"{NODES}/{node_name}/status",
+                                            {"status": {"resourceNames": ["nvidia.com/NEW"]}})
+            await cache.wait_for_resource_version(specs.GPU_NODES.key, named["metadata"]["resourceVersion"],
+                                                  timeout=30)
+            assert publisher.trigger.is_set(), "a GPUNode's new resource name started no pass"
+    finally:
+        await admin.delete(f"{NODES}/{node_name}")
+        await admin.delete(f"{CLASSES}/{class_name}")

@@ -54,6 +54,7 @@ import base64
 import bisect
 import contextlib
 import json
+import math
 import os
 import signal
 import statistics
@@ -74,6 +75,8 @@ from cozygpu import keys  # noqa: E402
 from cozygpu.kube import Client, errors, resource_path  # noqa: E402
 
 RESOURCE = "nvidia.com/GH100_H100_SXM5_80GB"
+#: The controller's event-loop lag histogram (``cozygpu/runtime/looplag.py``).
+LAG = "cozygpu_event_loop_lag_seconds"
 CLASS = "h100-compare"
 UNITS = 8
 TENANTS = 10
@@ -518,6 +521,11 @@ async def metrics_of(url: str) -> dict[str, float]:
               "cozygpu_binder_answer_latency_seconds"}
     out: dict[str, float] = {}
     for family in text_string_to_metric_families(text):
+        if family.name == LAG:
+            for sample in family.samples:
+                if sample.name.endswith("_bucket"):
+                    out[f"{LAG}_bucket{{le={sample.labels['le']}}}"] = sample.value
+            continue
         if family.name not in wanted:
             continue
         for sample in family.samples:
@@ -525,6 +533,22 @@ async def metrics_of(url: str) -> dict[str, float]:
                 label = ",".join(f"{k}={v}" for k, v in sorted(sample.labels.items()))
                 out[f"{sample.name}{{{label}}}"] = out.get(f"{sample.name}{{{label}}}", 0.0) + sample.value
     return out
+
+
+def loop_lag(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """The controller's event-loop lag between two scrapes (its ticker wakes every 0.1 s): how many
+    wake-ups, and the bucket bounds (ms) under which 99 % and all of them fell."""
+    prefix = f"{LAG}_bucket{{le="
+    bounds = sorted((float(key[len(prefix):-1]), after[key] - before.get(key, 0.0))
+                    for key in after if key.startswith(prefix))
+    total = bounds[-1][1] if bounds else 0.0
+    if total <= 0:
+        return {"ticks": 0.0, "p99_ms": math.nan, "max_ms": math.nan}
+
+    def under(share: float) -> float:
+        return next(bound for bound, count in bounds if count >= share * total) * 1000
+
+    return {"ticks": total, "p99_ms": under(0.99), "max_ms": under(1.0)}
 
 
 def shares(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
@@ -729,6 +753,7 @@ async def drive(plane: Any, args: argparse.Namespace, sizes: list[int], run_star
                 if args.budget_s and time.monotonic() - run_started > args.budget_s:
                     print(f"N={n}: skipped, the run's time budget ({args.budget_s:.0f} s) is spent", flush=True)
                     break
+                grown_from = await metrics_of(metrics_url)  # the lag counts the fleet's growth and report refresh
                 took = await bench.grow(n)
                 percent, scored = nodes_to_score(n)
                 print(f"N={n}: fleet ready and reported by the binder in {took:.0f}s; kube-scheduler default"
@@ -754,8 +779,12 @@ async def drive(plane: Any, args: argparse.Namespace, sizes: list[int], run_star
                           + (f", {refused} refused ({'; '.join(bursts[system]['why'])})" if refused else ""),
                           flush=True)
                 await bench.clear_pods()
+                lag = loop_lag(grown_from, await metrics_of(metrics_url))
+                print(f"    controller event-loop lag over N={n} (growth, report refresh, samples, bursts): "
+                      f"{lag['ticks']:.0f} wake-ups, p99 under {lag['p99_ms']:g} ms, max under {lag['max_ms']:g} ms",
+                      flush=True)
                 results[n] = {"one": one, "burst": bursts, "shares": shares(before, after_one), "frozen": frozen,
-                              "percent": percent, "scored": scored}
+                              "percent": percent, "scored": scored, "lag": lag}
                 loads[n] = (start_load, load())
                 print("\n".join(table({n: results[n]})), flush=True)
                 if args.json:  # after each size, so a run cut short keeps what it measured

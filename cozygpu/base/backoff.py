@@ -1,4 +1,6 @@
-"""``Backoff``: exponential delays with jitter, reset by a quiet period or by hand (client-go's wait.Backoff).
+"""``Backoff``: exponential delays with jitter, reset by a quiet period or by hand (client-go's wait.Backoff);
+and the project's only randomness: every jitter and spread draws from a ``Random`` handed in (``new_random``
+when none is: a test hands in a seeded one).
 
 The first delay is ``initial``, each failure multiplies it by ``factor`` up
 to ``cap``, each delay gets up to ``jitter`` times itself added at random,
@@ -10,12 +12,31 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
-from typing import Final
+from typing import Final, Protocol
 
 from cozygpu.base.clock import Clock
 
 #: client-go's JitterFactor for leader election: a retry period may stretch by this much.
 JITTER_FACTOR: Final = 1.2
+
+
+class Random(Protocol):
+    def random(self) -> float: ...
+
+
+def new_random() -> Random:
+    """A generator seeded from the system: where no test hands one in."""
+    return random.Random()
+
+
+def jittered(period: float, rng: Random, factor: float = JITTER_FACTOR) -> float:
+    """``period`` stretched by up to ``factor`` times itself (client-go's wait.Jitter)."""
+    return period + rng.random() * factor * period
+
+
+def spread(low: int, high: int, rng: Random) -> int:
+    """A whole number from ``low`` to ``high``, each as likely (a watch's timeout, so watches do not end together)."""
+    return min(low + int(rng.random() * (high - low + 1)), high)
 
 
 class Backoff:

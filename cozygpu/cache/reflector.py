@@ -41,13 +41,12 @@ resumes when no list is in flight.
 from __future__ import annotations
 
 import asyncio
-import random
 from collections.abc import AsyncIterator, Mapping
 from typing import Any, Final, Protocol
 
 import attrs
 
-from cozygpu.base.backoff import Backoff
+from cozygpu.base.backoff import Backoff, Random, new_random, spread
 from cozygpu.base.clock import Cancellable, Clock
 from cozygpu.base.logging import get_logger
 from cozygpu.cache.collector import collector_paused
@@ -161,14 +160,14 @@ class Reflector:
         clock: Clock,
         metrics: CacheMetrics,
         settings: ReflectorSettings | None = None,
-        rng: random.Random | None = None,
+        rng: Random | None = None,
     ) -> None:
         self._client = client
         self._spec = spec
         self._sink = sink
         self._clock = clock
         self._settings = settings or ReflectorSettings()
-        self._rng = rng or random.Random()
+        self._rng = rng if rng is not None else new_random()
         s = self._settings
         self._backoff = Backoff(clock, initial=s.backoff_initial, cap=s.backoff_cap, rng=self._rng.random)
         self._gone_backoff = Backoff(clock, initial=s.gone_backoff_initial, cap=s.backoff_cap, rng=self._rng.random)
@@ -261,7 +260,7 @@ class Reflector:
             **spec.selector_params(),
             "resourceVersion": self.resource_version,
             "allowWatchBookmarks": True,
-            "timeoutSeconds": self._rng.randint(low, high),
+            "timeoutSeconds": spread(low, high, self._rng),
         }
         started = self._clock.now()
         received = 0

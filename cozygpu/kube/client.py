@@ -26,7 +26,6 @@ from __future__ import annotations
 import copy
 import json
 import math
-import random
 import ssl
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any, Final, TypeVar
@@ -37,7 +36,7 @@ import orjson
 from kubernetes_asyncio import config as k8s_config
 from kubernetes_asyncio.client import Configuration
 
-from cozygpu.base.backoff import Backoff
+from cozygpu.base.backoff import Backoff, Random, new_random
 from cozygpu.base.clock import Clock, LoopClock
 from cozygpu.kube import errors
 from cozygpu.kube.config import load_kubeconfig
@@ -90,10 +89,13 @@ class Client:
         user_agent: str = "cozygpu",
         default_timeout: float = 30.0,
         clock: Clock | None = None,
+        rng: Random | None = None,
     ) -> None:
         self.host = host.rstrip("/")
         #: What retries sleep on (the loop's clock unless a test hands in a fake).
         self._clock: Clock = clock if clock is not None else LoopClock()
+        #: What spreads a retry after a 5xx (a seeded one from a test).
+        self._rng: Random = rng if rng is not None else new_random()
         self._ssl = ssl_context
         self._token = token
         self._configuration = configuration
@@ -245,7 +247,7 @@ class Client:
             except (errors.ServerError, errors.Unavailable):
                 if not is_read or attempt == attempts:
                     raise
-                await self._clock.sleep(backoff.next_delay() * (0.5 + random.random()))
+                await self._clock.sleep(backoff.next_delay() * (0.5 + self._rng.random()))
         raise AssertionError("unreachable")
 
     async def _once(

@@ -52,13 +52,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
-import random
 from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from typing import Any, Final, Protocol
 
 import attrs
 
-from cozygpu.base.backoff import JITTER_FACTOR
+from cozygpu.base.backoff import JITTER_FACTOR, Random, jittered, new_random
 from cozygpu.base.clock import Clock, LoopClock
 from cozygpu.base.deadline import deadline
 from cozygpu.base.logging import get_logger
@@ -173,7 +172,7 @@ class LeaderElector:
         *,
         clock: Clock | None = None,
         metrics: LeaderMetrics | None = None,
-        rng: random.Random | None = None,
+        rng: Random | None = None,
         guard: TermGuard | None = None,
     ) -> None:
         self._client = client
@@ -182,7 +181,7 @@ class LeaderElector:
         self._clock: Clock = clock if clock is not None else LoopClock()
         self._wall = self._clock.wall
         self._metrics = metrics
-        self._rng = rng if rng is not None else random.Random()
+        self._rng = rng if rng is not None else new_random()
         self._collection = resource_path(COORDINATION_GROUP, COORDINATION_VERSION, "leases",
                                          namespace=config.namespace)
         self._path = f"{self._collection}/{config.name}"
@@ -261,7 +260,7 @@ class LeaderElector:
                         return
                     period = self.config.retry_period
                     with contextlib.suppress(TimeoutError):
-                        async with deadline(self._clock, period + self._rng.random() * JITTER_FACTOR * period):
+                        async with deadline(self._clock, jittered(period, self._rng)):
                             await released.wait()
             finally:
                 watcher.cancel()

@@ -564,6 +564,15 @@ class Assembly:
         return (before is not None and after is not None and before.resource_names == after.resource_names
                 and before.served.keys() == after.served.keys())
 
+    def takes_report(self, name: str, inventory: NodeInventory) -> bool:
+        """Whether ``update`` can take this report of node ``name``: one that keeps its names, or a first
+        report whose names are all effective GPU names already (a new node of a known kind: the names
+        that follow from every report stay what they were)."""
+        before = self._inventories.get(name)
+        if before is not None:
+            return self.same_names(before, inventory)
+        return inventory.resource_names <= self._names and inventory.served.keys() <= self._names
+
     # -- change by change ---------------------------------------------------------------
 
     def update(self, *, now: datetime, devices: Mapping[DeviceKey, DeviceView | None],
@@ -577,7 +586,8 @@ class Assembly:
         launcher index and which pods the snapshot holds follow from them, and
         a change of those takes a rebuild. A report change must keep the
         node's names (``same_names``): its units, its time and its freshness
-        move that one node's capacity and the availability there. A Node's
+        move that one node's capacity and the availability there (a first report
+        too, when its names are known GPU names: ``takes_report``). A Node's
         view (labels, taints, Ready, cordon) moves only which classes may use
         it: the availability of the classes of the names it serves. A pod
         change (by namespace and name; None when it is gone or no longer one
@@ -591,8 +601,9 @@ class Assembly:
         generation, log = self._generation, self._log
         if inventories:
             for name, inventory in inventories.items():
-                if not self.same_names(self._inventories.get(name), inventory):
+                if not self.takes_report(name, inventory):
                     raise ValueError(f"GPUNode {name}: its resource names changed; rebuild")
+            for name, inventory in inventories.items():
                 self._inventories[name] = self._freshened(inventory, now)
                 self._report_deadline(name, self._inventories[name])
                 self._touched_nodes.add(name)

@@ -274,9 +274,11 @@ class LiveSnapshot:
         if kind == "Pod":
             self._pods.add(_key_of(new or old or EMPTY_OBJECT))
             return
-        if kind == keys.GPUNODE_KIND and old is not None and new is not None:
+        if kind == keys.GPUNODE_KIND and new is not None:
             try:
-                if Assembly.same_names(node_inventory(old), node_inventory(new)):
+                # A report that keeps its names, or a new node's first one (the update tells whether its
+                # names are known; it rebuilds when they are not).
+                if old is None or Assembly.same_names(node_inventory(old), node_inventory(new)):
                     self._reports.add(_key_of(new))
                     return
             except ValueError:

@@ -3,9 +3,10 @@
 A small world (two classes, three nodes and their reports, VMIs with launcher
 pods, raw GPU pods, tenant namespaces and budgets, devices in every phase)
 is changed event by event as an informer would show it — a device placed,
-moved, lost, attached, deleted; a node cordoned; a report changed or gone
-stale; a VMI's launcher finishing; a store replaced without events — and at
-random points the incremental snapshot is compared with the reference.
+moved, lost, attached, deleted; a node cordoned; a report changed, gone
+stale, or deleted and made again (a new node's first report); a VMI's launcher
+finishing; a store replaced without events — and at random points the
+incremental snapshot is compared with the reference.
 """
 
 from __future__ import annotations
@@ -230,6 +231,7 @@ steps = st.one_of(
     st.tuples(st.just("node"), names(NODES), st.booleans(), st.booleans(), st.booleans(), st.integers(0, 3)),
     st.tuples(st.just("delete node"), names(NODES)),
     st.tuples(st.just("report"), names(NODES), st.integers(0, 5), st.integers(0, 3), st.integers(0, 10)),
+    st.tuples(st.just("drop report"), names(NODES)),
     st.tuples(st.just("vmi"), names(VMIS), names(NAMESPACES[1:3]), st.booleans(), names((None, *NODES))),
     st.tuples(st.just("pod"), names(PODS), names(NAMESPACES[1:3]), names(RESOURCES), st.integers(0, 2),
               names((None, *NODES)), names(("Running", "Succeeded")), names((None, *VMIS)), st.booleans(),
@@ -258,6 +260,8 @@ def apply(world: World, step: tuple[Any, ...]) -> None:
         world.put("Node", node(name, ready=ready, cordoned=cordoned, labelled=labelled, heartbeat=heartbeat))
     elif what == "delete node":
         world.put("Node", None, ("", step[1]))
+    elif what == "drop report":  # the GPUNode deleted: a later report is a new node's first
+        world.put(keys.GPUNODE_KIND, None, ("", step[1]))
     elif what == "report":
         _, name, a_units, b_units, minutes_ago = step
         world.put(keys.GPUNODE_KIND, report(name, {RESOURCES[0]: a_units, RESOURCES[1]: b_units},
@@ -383,6 +387,22 @@ def test_a_report_that_keeps_its_names_is_an_update_of_that_node_and_new_names_a
     apply(world, ("report", "n1", 4, 0, 0))  # it serves no B any more: the effective names may change
     assert_same(world)
     assert world.live.last_step == "rebuild"
+
+
+def test_a_new_nodes_first_report_of_known_names_is_an_update_and_of_a_new_name_a_rebuild() -> None:
+    """A fleet growing by thousands of nodes of one GPU kind must not rebuild the model per node."""
+    world = World()
+    seed(world)
+    apply(world, ("drop report", "n3"))
+    assert_same(world)
+    apply(world, ("report", "n3", 4, 2, 0))  # n3 again: names every other node serves
+    assert_same(world)
+    assert world.live.last_step == "update of 0 device(s) and 1 report(s)"
+    apply(world, ("drop report", "n3"))
+    assert_same(world)
+    world.put(keys.GPUNODE_KIND, report("n3", {"example.com/NEW_GPU": 2}, reported=world.now))
+    assert_same(world)
+    assert world.live.last_step == "rebuild", "a name no one had: the effective GPU names grow"
 
 
 async def test_the_safety_net_finds_a_broken_delta_names_where_and_the_next_snapshot_is_repaired(

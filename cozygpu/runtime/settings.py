@@ -36,11 +36,16 @@ Contract (one pass of a ``PassDriver``, full lane only; docs/passes.md):
   agents' reports and the binder's own class and GPUNode status writes keep
   the names: at 5,000 nodes each started a pass that decoded every GPUNode
   (78 ms), and they kept the controller's event loop busy most of the time.
+  The GPUNodes' names are kept from their events while a term runs
+  (``ReportedNames``), so a pass reads them without decoding the fleet — a
+  fleet growing by thousands of nodes is thousands of passes.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
@@ -51,10 +56,10 @@ from cozygpu.base.clock import Clock
 from cozygpu.base.logging import get_logger
 from cozygpu.cache.cache import Cache
 from cozygpu.cache.errors import CacheError, KindNotServed
-from cozygpu.cache.store import Event
+from cozygpu.cache.store import Event, Store
 from cozygpu.kube.client import Obj, resource_path
 from cozygpu.model.resource_names import effective_names
-from cozygpu.model.snapshot import GPUClassView, NodeInventory
+from cozygpu.model.snapshot import GPUClassView
 from cozygpu.passes.driver import DriverConfig, Lane, PassDriver
 from cozygpu.passes.outcomes import Outcome
 from cozygpu.passes.writes import Writes
@@ -131,6 +136,8 @@ class SettingsPublisher:
         if self._configmap_spec is not None:
             watched += [specs.GPU_NODES, specs.KUBEVIRTS, self._configmap_spec]
         self._watched = tuple(watched)
+        #: The names every GPUNode reports, kept from its events while a term runs (``run``).
+        self._reported = ReportedNames()
         #: What starts a pass (see ``worth_a_pass``).
         self.trigger = cache.trigger(*watched, name=self.name, when=self.worth_a_pass())
         self.driver: PassDriver[SettingsView, SettingsWrite | None] = PassDriver(
@@ -160,15 +167,15 @@ class SettingsPublisher:
                 if isinstance(name, str):
                     loose_names.append(name)
                 _log.warning("unreadable GPUClass", name=obj["metadata"]["name"], error=str(err))
-        inventories: list[NodeInventory] = []
+        reported: frozenset[str] = frozenset()
         kubevirts: list[Mapping[str, Any]] = []
         if self._gpu:
-            inventories = [node_inventory(obj) for obj in self._cache.store(specs.GPU_NODES).list()]
+            reported = self._reported.names(self._cache.store(specs.GPU_NODES))
             try:
                 kubevirts = list(self._cache.store(specs.KUBEVIRTS).list())
             except KindNotServed:
                 kubevirts = []
-        names = effective_names(hoster=(*self._hoster, *loose_names), classes=classes, inventories=inventories,
+        names = effective_names(hoster=(*self._hoster, *loose_names, *reported), classes=classes,
                                 permitted=permitted_host_devices(kubevirts))
         return settings_data(resource_names=names, raw_names=self._raw_names, gpu_enabled=self._gpu)
 
@@ -227,7 +234,61 @@ class SettingsPublisher:
 
     async def run(self) -> None:
         """Leader work: publish now, then on every change and every resync, until cancelled."""
-        await self.driver.run()
+        unsubscribe = self._reported.follow(self._cache) if self._gpu else None
+        try:
+            await self.driver.run()
+        finally:
+            if unsubscribe is not None:
+                unsubscribe()
+
+
+class ReportedNames:
+    """The resource names the GPUNodes report (``status.resourceNames``), kept from the cache's events
+    while a term runs, so a pass reads them without decoding every GPUNode (at 5,000 nodes a growing
+    fleet added thousands, each a pass that decoded them all)."""
+
+    def __init__(self) -> None:
+        self._by_node: dict[str, frozenset[str]] = {}
+        self._count: Counter[str] = Counter()
+
+    def follow(self, cache: Cache) -> Callable[[], None]:
+        """Start from the store as it is and follow its events; returns the unsubscribe function."""
+        informer = cache.informer(specs.GPU_NODES)
+        with contextlib.suppress(CacheError):
+            self._seed(informer.store)
+        return informer.subscribe(self._event)
+
+    def names(self, store: Store) -> frozenset[str]:
+        """Every name reported; taken from ``store`` again if the events missed one (a count that differs)."""
+        if len(store) != len(self._by_node):
+            self._seed(store)
+        return frozenset(self._count)
+
+    def _seed(self, store: Store) -> None:
+        self._by_node.clear()
+        self._count.clear()
+        for obj in store.list():
+            self._set(str(obj["metadata"]["name"]), _reported(obj))
+
+    def _event(self, event: Event) -> None:
+        self._set(str(event.obj["metadata"]["name"]), None if event.type == "DELETED" else _reported(event.obj))
+
+    def _set(self, node: str, names: frozenset[str] | None) -> None:
+        before = self._by_node.pop(node, frozenset())
+        self._count.subtract(before)
+        for name in before:
+            if self._count[name] <= 0:
+                del self._count[name]
+        if names is not None:
+            self._by_node[node] = names
+            self._count.update(names)
+
+
+def _reported(obj: Mapping[str, Any]) -> frozenset[str]:
+    try:
+        return node_inventory(obj).resource_names
+    except (InvalidObject, ValueError):
+        return frozenset()
 
 
 def _names_moved(part: str, field: str) -> Callable[[Event], bool]:

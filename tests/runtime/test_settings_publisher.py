@@ -297,3 +297,24 @@ async def test_reports_and_status_writes_that_keep_the_names_start_no_pass(admin
     finally:
         await admin.delete(f"{NODES}/{node_name}")
         await admin.delete(f"{CLASSES}/{class_name}")
+
+
+async def test_a_gpunode_that_reports_a_new_name_has_it_published_and_a_deleted_one_takes_its_away(
+        admin: Client, namespace: str) -> None:
+    """The names come from the GPUNodes' events while the term runs (no pass decodes every GPUNode)."""
+    node_name, first, second = unique_name("grow"), f"nvidia.com/A_{uuid.uuid4().hex[:6]}", \
+        f"nvidia.com/B_{uuid.uuid4().hex[:6]}"
+    await admin.create(NODES, {"apiVersion": keys.API_VERSION, "kind": keys.GPUNODE_KIND,
+                               "metadata": {"name": node_name}})
+    await admin.merge_patch(f"{NODES}/{node_name}/status", {"status": {"resourceNames": [first]}})
+    try:
+        async with publishing(admin, admin, namespace):
+            await settled(admin, namespace, lambda d: first in names(d))
+            await admin.merge_patch(f"{NODES}/{node_name}/status", {"status": {"resourceNames": [second]}})
+            data = await settled(admin, namespace, lambda d: second in names(d))
+            assert first not in names(data), "the name the node no longer reports is still published"
+            await admin.delete(f"{NODES}/{node_name}")
+            await settled(admin, namespace, lambda d: second not in names(d))
+    finally:
+        with suppress(errors.NotFound):
+            await admin.delete(f"{NODES}/{node_name}")

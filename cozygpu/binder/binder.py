@@ -569,7 +569,8 @@ class Binder:
             gpunodes = self._cache.store(specs.GPU_NODES)
             reported = await reports.apply_reports(self._client, self._due_reports(reports.report_writes(
                 snapshot, self._cache.store(specs.GPU_CLASSES).list(), gpunodes.list(), now=snapshot.now,
-                memo=self._report_memo, lookup=lambda name: gpunodes.get(None, name))))
+                memo=self._report_memo, lookup=lambda name: gpunodes.get(None, name),
+                limit=self._config.reports_per_pass)))
             by_kind = {keys.GPUCLASS_KIND: specs.GPU_CLASSES, keys.GPUNODE_KIND: specs.GPU_NODES}
             for kind, version in reported.versions:
                 writes.record(by_kind[kind], version)
@@ -588,7 +589,8 @@ class Binder:
         every, now = self._config.report_every.total_seconds(), self._clock.now()
         self._reported = {path: at for path, at in self._reported.items() if now - at < every}
         due: list[reports.StatusWrite] = []
-        wait = math.inf
+        # GPUNodes the judgement left for later (its limit reached): the next full pass judges more of them.
+        wait = 0.0 if self._report_memo.left else math.inf
         for write in candidates:
             last = self._reported.get(write.path)
             if last is not None:

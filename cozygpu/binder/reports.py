@@ -170,6 +170,8 @@ class ReportMemo:
     def __init__(self) -> None:
         self.snapshot: Snapshot | None = None
         self.dirty: set[str] = set()
+        #: GPUNodes the last judgement left for a later pass (its ``limit`` was reached).
+        self.left = 0
 
     def changed(self, name: str) -> None:
         self.dirty.add(name)
@@ -185,13 +187,18 @@ def _gpunode_name(obj: Obj) -> str:
 
 def report_writes(snapshot: Snapshot, classes: Iterable[Obj], gpunodes: Iterable[Obj], *,
                   now: datetime, memo: ReportMemo | None = None,
-                  lookup: Callable[[str], Obj | None] | None = None) -> tuple[StatusWrite, ...]:
+                  lookup: Callable[[str], Obj | None] | None = None,
+                  limit: int | None = None) -> tuple[StatusWrite, ...]:
     """The status writes that bring every GPUClass and GPUNode report up to date.
 
     With a ``memo`` and a ``lookup`` of GPUNodes by name, only the GPUNodes
     the memo names (the model's changed nodes since its snapshot, and its
     dirty ones) are judged, fetched by name: on a large fleet a pass costs
-    the nodes something happened to, and ``gpunodes`` is not walked.
+    the nodes something happened to, and ``gpunodes`` is not walked. With a
+    ``limit``, judging stops once that many GPUNode writes are found, and the
+    GPUNodes not judged stay in the memo for the next pass: a pass that may
+    send 32 reports judges about 32 nodes, not the thousands a growing fleet
+    has waiting.
     """
     writes: list[StatusWrite] = []
     for obj in classes:
@@ -212,8 +219,12 @@ def report_writes(snapshot: Snapshot, classes: Iterable[Obj], gpunodes: Iterable
     else:
         objects = gpunodes
     due: set[str] = set()
+    left: set[str] = set()
     for obj in objects:
         name = _gpunode_name(obj)
+        if limit is not None and len(due) >= limit:
+            left.add(name)  # judged by a later pass
+            continue
         path = resource_path(keys.GROUP, keys.VERSION, keys.GPUNODE_PLURAL, name=name, subresource="status")
         write = _write_if_changed(obj, keys.GPUNODE_KIND, path, {"conditions": node_conditions(snapshot, name)}, now,
                                   f"GPUNode {name}")
@@ -221,7 +232,7 @@ def report_writes(snapshot: Snapshot, classes: Iterable[Obj], gpunodes: Iterable
             writes.append(write)
             due.add(name)
     if memo is not None:
-        memo.snapshot, memo.dirty = snapshot, due
+        memo.snapshot, memo.dirty, memo.left = snapshot, due | left, len(left)
     return tuple(writes)
 
 

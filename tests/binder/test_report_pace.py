@@ -54,3 +54,16 @@ def test_a_report_changed_again_within_the_interval_waits_for_its_end() -> None:
     clock.advance(0.25)
     assert asked == [1.0], "the reminder came when the interval after the last write was over"
     assert paced._due_reports([report("n0")]) == [report("n0")]
+
+
+def test_a_pass_whose_judgement_left_gpunodes_for_later_asks_at_once_for_the_next() -> None:
+    """Judging stops at the pass's limit (``report_writes(limit=…)``): the nodes left need another pass soon,
+    even when what was judged fits in this one."""
+    clock = FakeClock()
+    paced = binder(clock, reports_per_pass=2, report_every=timedelta(seconds=1))
+    asked: list[float] = []
+    paced.on_full_pass_due(lambda _why: asked.append(clock.now()))
+    paced._report_memo.left = 3
+    assert paced._due_reports([report("n0")]) == [report("n0")]
+    clock.advance(0)
+    assert asked == [0.0], "three GPUNodes were not judged: the next pass is asked for at once"

@@ -144,3 +144,36 @@ def test_with_a_memo_only_the_gpunodes_the_change_log_or_their_events_name_are_j
     memo.forget()
     report_writes(held, [], objects.values(), now=NOW, memo=memo, lookup=objects.get)
     assert sorted(computed) == ["n1", "n2"], "forgotten: every GPUNode again"
+
+
+def test_with_a_limit_a_pass_judges_only_until_it_has_that_many_node_writes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fleet that grew by thousands has thousands of reports to make; a pass sends a few of them and must
+    not judge them all again each time."""
+    import cozygpu.binder.reports as reports
+
+    computed: list[str] = []
+    real = reports.node_conditions
+
+    def counting(snapshot: Any, name: str) -> Any:
+        computed.append(name)
+        return real(snapshot, name)
+
+    monkeypatch.setattr(reports, "node_conditions", counting)
+    names = [f"n{i}" for i in range(10)]
+    node_views, inventories = gpu_nodes(*((name, 8) for name in names))
+    snap = Assembly().rebuild(now=NOW, classes=[gpu_class()], devices=[], nodes=node_views, inventories=inventories,
+                              pods=[], vmis=[], namespaces=[])
+    objects = {name: {"metadata": {"name": name, "resourceVersion": "9"}, "status": {}} for name in names}
+    memo = reports.ReportMemo()
+    written: list[str] = []
+    for _ in range(4):  # each pass writes what it found, as the binder does
+        computed.clear()
+        writes = report_writes(snap, [], objects.values(), now=NOW, memo=memo, lookup=objects.get, limit=3)
+        # The last pass's three again (their writes may not have gone out) and three more: never all ten.
+        assert len(computed) <= 6, f"judged {len(computed)} nodes for 3 writes"
+        for write in writes:
+            name = write.what.removeprefix("GPUNode ")
+            objects[name] = {"metadata": {"name": name, "resourceVersion": "10"}, "status": dict(write.status)}
+            written.append(name)
+    assert sorted(written) == sorted(names), "every node's report made, three a pass"
+    assert report_writes(snap, [], objects.values(), now=NOW, memo=memo, lookup=objects.get, limit=3) == ()

@@ -9,9 +9,13 @@ built from scratch over the same stores gives.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
+
+import attrs
 
 from cozygpu.admission.view import SnapshotSource
 from cozygpu.base.clock import FakeClock, utc_now
@@ -43,39 +47,56 @@ def from_scratch(cache: Cache) -> Snapshot:
         kubevirts=objects(specs.KUBEVIRTS))
 
 
-async def test_a_heartbeat_derives_no_node_again_and_a_label_and_an_order_are_seen(
-        plane: ControlPlane, admin: Client, namespace: str, tmp_path: Path) -> None:
+@attrs.frozen
+class Served:
+    world: World
+    node: str
+    served: Any
+    #: The webhooks' first snapshot that holds the node.
+    first: Snapshot
+
+
+@contextlib.asynccontextmanager
+async def with_a_node(plane: ControlPlane, admin: Client, namespace: str, tmp_path: Path) -> AsyncIterator[Served]:
+    """The webhooks served over a cache that has seen one GPU node (their snapshot holds it)."""
     world = await World.make(admin, namespace)
     try:
         node = await world.node("n1", 2)
         async with admission(plane, admin, namespace, tmp_path, register_hooks=False) as served:
-            source, cache = served.webhooks.source, served.cache
-            first = await eventually(lambda: _with(source.snapshot(), node), what=f"{node} in the snapshot")
-
-            before, later = version(cache, node), utc_now() + timedelta(seconds=10)
-            await admin.merge_patch(f"{NODES}/{node}/status", {"status": {"conditions": [
-                {"type": "Ready", "status": "True", "reason": "Test", "lastHeartbeatTime": stamp(later),
-                 "lastTransitionTime": stamp()}]}})
-            await eventually(lambda: _true(version(cache, node) != before), what="the heartbeat in the cache")
-            beat = source.snapshot()
-            assert beat.nodes is first.nodes, "a heartbeat derived the nodes again"
-
-            await admin.merge_patch(f"{NODES}/{node}", {"metadata": {"labels": {"view.test/x": "y"}}})
-            labelled = await eventually(
-                lambda: _labelled(source.snapshot(), node), what="the label in the webhooks' snapshot")
-            assert labelled.nodes is not first.nodes
-
-            await world.order("o1", 1)
-            ordered = await eventually(lambda: _ordered(source.snapshot(), (namespace, "o1")),
-                                       what="the order in the webhooks' snapshot")
-            assert ordered.nodes is labelled.nodes, "an order derived the nodes again"
-
-            scratch = from_scratch(cache)
-            for field in ("devices", "nodes", "inventories", "capacity", "subtree_usage", "pending_usage",
-                          "availability", "serving", "classes", "namespaces"):
-                assert getattr(ordered, field) == getattr(scratch, field), field
+            first = await eventually(lambda: _with(served.webhooks.source.snapshot(), node),
+                                     what=f"{node} in the snapshot")
+            yield Served(world, node, served, first)
     finally:
         await world.cleanup()
+
+
+async def test_a_heartbeat_derives_no_node_again_and_a_label_and_an_order_are_seen(
+        plane: ControlPlane, admin: Client, namespace: str, tmp_path: Path) -> None:
+    async with with_a_node(plane, admin, namespace, tmp_path) as rig:
+        world, node, first = rig.world, rig.node, rig.first
+        source, cache = rig.served.webhooks.source, rig.served.cache
+        before, later = version(cache, node), utc_now() + timedelta(seconds=10)
+        await admin.merge_patch(f"{NODES}/{node}/status", {"status": {"conditions": [
+            {"type": "Ready", "status": "True", "reason": "Test", "lastHeartbeatTime": stamp(later),
+             "lastTransitionTime": stamp()}]}})
+        await eventually(lambda: _true(version(cache, node) != before), what="the heartbeat in the cache")
+        beat = source.snapshot()
+        assert beat.nodes is first.nodes, "a heartbeat derived the nodes again"
+
+        await admin.merge_patch(f"{NODES}/{node}", {"metadata": {"labels": {"view.test/x": "y"}}})
+        labelled = await eventually(
+            lambda: _labelled(source.snapshot(), node), what="the label in the webhooks' snapshot")
+        assert labelled.nodes is not first.nodes
+
+        await world.order("o1", 1)
+        ordered = await eventually(lambda: _ordered(source.snapshot(), (namespace, "o1")),
+                                   what="the order in the webhooks' snapshot")
+        assert ordered.nodes is labelled.nodes, "an order derived the nodes again"
+
+        scratch = from_scratch(cache)
+        for field in ("devices", "nodes", "inventories", "capacity", "subtree_usage", "pending_usage",
+                      "availability", "serving", "classes", "namespaces"):
+            assert getattr(ordered, field) == getattr(scratch, field), field
 
 
 async def _true(value: Any) -> Any:
@@ -98,16 +119,10 @@ async def _ordered(snapshot: Snapshot, key: tuple[str, str]) -> Snapshot | None:
 async def test_the_webhooks_read_time_on_the_clock_they_are_given(
         plane: ControlPlane, admin: Client, namespace: str, tmp_path: Path) -> None:
     """An hour on, by an injected clock, the agent's fresh report is stale to the webhooks' snapshot."""
-    world = await World.make(admin, namespace)
-    try:
-        node = await world.node("n1", 2)
-        async with admission(plane, admin, namespace, tmp_path, register_hooks=False) as served:
-            now = await eventually(lambda: _with(served.webhooks.source.snapshot(), node),
-                                   what=f"{node} in the snapshot")
-            assert now.inventories[node].fresh
-            later = SnapshotSource(served.cache, clock=FakeClock(wall_start=utc_now() + timedelta(hours=1)))
-            snapshot = later.snapshot()
-            assert snapshot.now > now.now + timedelta(minutes=59)
-            assert not snapshot.inventories[node].fresh, "the report's age was read on another clock"
-    finally:
-        await world.cleanup()
+    async with with_a_node(plane, admin, namespace, tmp_path) as rig:
+        now, node = rig.first, rig.node
+        assert now.inventories[node].fresh
+        later = SnapshotSource(rig.served.cache, clock=FakeClock(wall_start=utc_now() + timedelta(hours=1)))
+        snapshot = later.snapshot()
+        assert snapshot.now > now.now + timedelta(minutes=59)
+        assert not snapshot.inventories[node].fresh, "the report's age was read on another clock"

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from cozygpu.binder import reports
 from cozygpu.binder.reports import class_status, merge_conditions, node_conditions, report_writes
 from cozygpu.model.assemble import Assembly
 from cozygpu.model.snapshot import Phase, Taint
@@ -105,18 +106,22 @@ def test_report_writes_carry_the_resource_version_and_nothing_is_written_twice()
     assert report_writes(snap, [written_class], [written_node], now=NOW + timedelta(minutes=5)) == ()
 
 
-def test_with_a_memo_only_the_gpunodes_the_change_log_or_their_events_name_are_judged_again(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    import cozygpu.binder.reports as reports
-
-    computed: list[str] = []
+@pytest.fixture
+def computed(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The GPUNodes whose conditions were computed (judged), in order."""
+    judged: list[str] = []
     real = reports.node_conditions
 
     def counting(snapshot: Any, name: str) -> Any:
-        computed.append(name)
+        judged.append(name)
         return real(snapshot, name)
 
     monkeypatch.setattr(reports, "node_conditions", counting)
+    return judged
+
+
+def test_with_a_memo_only_the_gpunodes_the_change_log_or_their_events_name_are_judged_again(
+        computed: list[str]) -> None:
     model = Assembly()
     node_views, inventories = gpu_nodes(("n1", 8), ("n2", 8))
     snap = model.rebuild(now=NOW, classes=[gpu_class()], devices=[], nodes=node_views, inventories=inventories,
@@ -146,19 +151,9 @@ def test_with_a_memo_only_the_gpunodes_the_change_log_or_their_events_name_are_j
     assert sorted(computed) == ["n1", "n2"], "forgotten: every GPUNode again"
 
 
-def test_with_a_limit_a_pass_judges_only_until_it_has_that_many_node_writes(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_with_a_limit_a_pass_judges_only_until_it_has_that_many_node_writes(computed: list[str]) -> None:
     """A fleet that grew by thousands has thousands of reports to make; a pass sends a few of them and must
     not judge them all again each time."""
-    import cozygpu.binder.reports as reports
-
-    computed: list[str] = []
-    real = reports.node_conditions
-
-    def counting(snapshot: Any, name: str) -> Any:
-        computed.append(name)
-        return real(snapshot, name)
-
-    monkeypatch.setattr(reports, "node_conditions", counting)
     names = [f"n{i}" for i in range(10)]
     node_views, inventories = gpu_nodes(*((name, 8) for name in names))
     snap = Assembly().rebuild(now=NOW, classes=[gpu_class()], devices=[], nodes=node_views, inventories=inventories,

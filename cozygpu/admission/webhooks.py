@@ -10,8 +10,9 @@
 Each answers from this replica's warm cache (``SnapshotSource``), on every
 replica. :func:`configurations` renders the webhook configurations for a URL
 (the local cluster and the tests; the chart renders the same for a Service):
-``failurePolicy: Fail``, the object selectors of R-ADM-6, ``sideEffects:
-NoneOnDryRun``, ``reinvocationPolicy: IfNeeded`` on the VMI hook, and
+``failurePolicy: Fail`` (``Ignore`` on the best-effort finalizer hook), the
+object selectors of R-ADM-6, ``sideEffects: NoneOnDryRun``,
+``reinvocationPolicy: IfNeeded`` on the VMI hook, and
 ``timeoutSeconds`` from the configuration, which ``--bind-wait`` must fit
 under (``flags``).
 """
@@ -130,7 +131,9 @@ def configurations(base_url: str, ca_bundle: str, *, timeout_seconds: int,
         "apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
         "metadata": {"name": name},
         "webhooks": [
-            {"name": "gpudevice-finalizers.gpu.cozystack.io", **common,
+            # Best effort, so it fails open: an order admitted without its finalizer gets it from the binder's
+            # finalizer work, and a mutation that cannot be made must not refuse an order the checks allow.
+            {"name": "gpudevice-finalizers.gpu.cozystack.io", **common, "failurePolicy": "Ignore",
              "clientConfig": _client_config(base_url, DEVICE_MUTATE_PATH, ca_bundle),
              "rules": [{"apiGroups": [keys.GROUP], "apiVersions": [keys.VERSION], "operations": ["CREATE"],
                         "resources": [keys.GPUDEVICE_PLURAL], "scope": "Namespaced"}]},

@@ -272,7 +272,7 @@ async def test_with_raw_names_forbidden_a_vmis_own_gpu_entry_beside_its_referenc
 
 
 @pytest.mark.usefixtures("vmi_kind")
-async def test_with_the_webhook_unreachable_a_labelled_start_is_refused_and_other_vmis_are_untouched(
+async def test_with_the_webhook_unreachable_a_labelled_start_is_refused_and_other_vmis_and_orders_are_not(
         plane: ControlPlane, admin: Client, namespace: str, tmp_path: Path) -> None:
     from cozygpu.admission.webhooks import configurations
     from cozygpu.devcluster.plane import free_port
@@ -294,6 +294,12 @@ async def test_with_the_webhook_unreachable_a_labelled_start_is_refused_and_othe
         plain = await admin.create(VMIS.format(namespace), vmi_body("plain", None, labelled=False))
         assert plain["metadata"]["name"] == "plain"
         assert await admin.get_or_none(f"{VMIS.format(namespace)}/vm") is None
+        # The finalizer hook is down too, and fails open: an order is admitted, without the finalizer (the
+        # binder's finalizer work adds it).
+        order = await admin.create(device_path(namespace), {
+            "apiVersion": keys.API_VERSION, "kind": keys.GPUDEVICE_KIND, "metadata": {"name": "order"},
+            "spec": {"className": "any", "count": 1}})
+        assert keys.DEVICE_FINALIZER not in order["metadata"].get("finalizers", ())
     finally:
         await unregister(admin, [f"cozygpu-down-{namespace}"])
 

@@ -764,8 +764,8 @@ class Binder:
             vmis = finalizers.VmiUids(store.get, store.list)
         # The binder's own placement writes read back (assumed): a finalizer patched on the version the
         # cache still shows would be refused by the status this very pass wrote.
-        changes = self._finalizer_work.changes(classes, self._assumed.objects, self._assumed.get, vmis,
-                                               assumed=self._assumed.pending())
+        changes = self._finalizer_work.changes(classes, self._cache.store(specs.GPU_DEVICES).list,
+                                               self._assumed.get, vmis, assumed=self._assumed.pending())
         done = await finalizers.apply_finalizers(self._client, changes)
         self._finalizer_work.done(stale=bool(done.stale))
         self._stale += len(done.stale)

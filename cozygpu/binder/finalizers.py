@@ -232,9 +232,11 @@ class FinalizerWork:
     def changes(self, classes: Iterable[Obj], devices: Callable[[], Iterable[Obj]],
                 device: Callable[[str, str], Obj | None], vmis: Mapping[tuple[str, str], str] | None,
                 assumed: Iterable[Obj] = ()) -> tuple[FinalizerChange, ...]:
-        """The finalizer changes due now: ``devices()`` lists every device (read only when everything is
-        looked at), ``device(namespace, name)`` reads one, ``vmis`` as :func:`device_finalizer_changes` takes
-        it, and ``assumed`` the binder's own writes the cache has not shown yet (their classes held too)."""
+        """The finalizer changes due now: ``devices()`` lists every device as the cache has it (the events
+        that follow are relative to it; read only when everything is looked at), ``device(namespace, name)``
+        reads one as the binder last knows it (its own writes assumed: the version a change is made on),
+        ``vmis`` as :func:`device_finalizer_changes` takes it, and ``assumed`` the binder's own writes the
+        cache has not shown yet (their classes held too)."""
         everything, self._everything, self._unfinished = self._everything or self._unfinished, False, True
         changed, self._devices = self._devices, set()
         moved, self._vmis_moved = self._vmis_moved, False
@@ -242,7 +244,7 @@ class FinalizerWork:
             listed = list(devices())
             self._held = Counter(c for d in listed if (c := _held_class(d)) is not None)
             self._deleting = {_device_key(d) for d in listed if _meta(d).get("deletionTimestamp")}
-            looked: Iterable[Obj] = listed
+            looked: Iterable[Obj] = [found for d in listed if (found := device(*_device_key(d))) is not None]
         else:
             looked = [found for key in sorted(changed | (self._deleting if moved else set()))
                       if (found := device(*key)) is not None]

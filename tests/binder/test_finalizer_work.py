@@ -124,3 +124,27 @@ def test_a_deleting_device_kept_by_its_vmi_is_released_when_the_vmi_goes_with_no
     world.vmi("vm1", "")
     world.run(False)  # vm1 is gone: released, and the API server deletes a
     assert "a" not in world.devices
+
+
+def test_the_held_count_is_the_caches_so_the_echo_of_an_assumed_bind_is_counted_once() -> None:
+    """The count starts from the cache's devices and follows its events: a write the binder assumed is held
+    for this run only, and its echo counts it once, so the class's finalizer goes with the last holder."""
+    cached = {"a": gpu_device("a", finalizers=(keys.DEVICE_FINALIZER,))}
+    bound = gpu_device("a", phase="Bound", finalizers=(keys.DEVICE_FINALIZER,))
+    classes = [gpu_class("h100", finalizers=(keys.CLASS_FINALIZER,), deleting=True)]
+    work = FinalizerWork()
+
+    def decide(assumed: list[dict[str, Any]]) -> set[tuple[Any, ...]]:
+        changes = work.changes(classes, lambda: list(cached.values()),
+                               lambda _namespace, name: bound if assumed else cached.get(name), None,
+                               assumed=assumed)
+        work.done(stale=False)
+        return {key(c) for c in changes}
+
+    assert decide([bound]) == set(), "the assumed bind holds the class"
+    work.device(cached["a"], bound)  # the echo
+    cached["a"] = bound
+    assert decide([]) == set()
+    work.device(bound, None)  # the device is gone
+    del cached["a"]
+    assert decide([]) == {(keys.GPUCLASS_PLURAL, None, "h100", ())}, "the last holder gone: the class is released"

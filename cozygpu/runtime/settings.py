@@ -47,7 +47,7 @@ import contextlib
 import json
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 import attrs
 
@@ -149,7 +149,7 @@ class SettingsPublisher:
     @staticmethod
     def worth_a_pass() -> dict[str, Callable[[Event], bool]]:
         """Kind key -> whether one of its events can change the published names (``Cache.trigger``'s ``when``)."""
-        return {specs.GPU_NODES.key: _names_moved("status", "resourceNames"),
+        return {specs.GPU_NODES.key: _NODE_NAMES_MOVED,
                 specs.GPU_CLASSES.key: _names_moved("spec", "resourceName")}
 
     # -- the data --------------------------------------------------------------------------
@@ -271,6 +271,8 @@ class ReportedNames:
             self._set(str(obj["metadata"]["name"]), _reported(obj))
 
     def _event(self, event: Event) -> None:
+        if not _NODE_NAMES_MOVED(event):
+            return  # an agent's report or the binder's conditions: nothing to decode
         self._set(str(event.obj["metadata"]["name"]), None if event.type == "DELETED" else _reported(event.obj))
 
     def _set(self, node: str, names: frozenset[str] | None) -> None:
@@ -300,6 +302,9 @@ def _names_moved(part: str, field: str) -> Callable[[Event], bool]:
         return bool((event.old.get(part) or {}).get(field) != (event.obj.get(part) or {}).get(field))
 
     return moved
+
+
+_NODE_NAMES_MOVED: Final = _names_moved("status", "resourceNames")
 
 
 def _holds(configmap: Obj, desired: Mapping[str, str]) -> bool:

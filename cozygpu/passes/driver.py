@@ -3,25 +3,35 @@
 A pass is ``snapshot → plan → apply`` of a ``Work``. The driver owns
 everything around it, once for every loop (docs/passes.md has the story):
 
-- Lanes. ``Lane.ANSWER`` (passes that only answer requests, R-BIND-3) and
-  ``Lane.FULL`` (passes over everything, R-BIND-1). A lane is a flag:
-  any number of requests while it is pending — ``request(lane)`` from any
-  callback, or a cache ``Trigger`` handed in for the lane — make one pass.
-- Order. One pass at a time, inline in ``run()``: passes never overlap. A
-  pending answer lane goes before a pending full pass, except that after
-  ``answer_streak`` answer passes that a due full pass waited behind, the full
-  pass goes next. The full lane is also requested ``resync`` seconds after
-  each full pass ends, and once when ``run()`` starts; what a lane's triggers
-  gathered before then joins that lane's first pass.
+- Lanes. A driver runs the lanes it is given, in their order; by default
+  ``Lane.ANSWER`` (passes that only answer requests, R-BIND-3) and
+  ``Lane.FULL`` (passes over everything, R-BIND-1); the binder names one per
+  work (placement first, then attachments, finalizers, usage, reports). A
+  lane is a flag: any number of requests while it is pending — ``request``
+  from any callback, or a cache ``Trigger`` handed in for one or more lanes —
+  make one pass.
+- Order. One pass at a time, inline in ``run()``: passes never overlap. The
+  first due lane in order goes, except that a due lane that has waited behind
+  ``answer_streak`` passes of lanes before it goes next. A lane that
+  ``resyncs`` is requested once when ``run()`` starts and ``resync`` seconds
+  after each of its passes ends; what a lane's triggers gathered before then
+  joins that lane's first pass.
+- Slices. A long pass may stop between items when a lane before it is due
+  (``preempted``) and say ``Progress.MORE``: its lane is requested again at
+  once, and the earlier lane goes first. So placement waits behind one slice
+  of housekeeping, never behind the whole of it.
 - Read-your-writes (R-BIND-2). ``apply`` records what it wrote in ``Writes``
-  (kept even when it raises half way); before the next pass starts, the cache
-  must have seen each kind's latest written resourceVersion. The wait is
-  bounded by ``sync_timeout`` on the clock: a timeout is counted and logged,
-  the writes stay unseen and the wait starts over — no pass decides from a
-  view older than its own last write. A kind that stopped being served has no
-  view to be stale, so its writes are dropped. An answer pass does not wait
-  for writes recorded as assumed (its work reads them back itself,
-  ``Writes``); a full pass does.
+  (kept even when it raises half way), per lane; before a lane's next pass
+  the cache must have seen each kind's latest resourceVersion written by it
+  and, unless the lane ``sees_others`` is off, by every other lane. A lane
+  that ``reads_assumed`` does not wait for writes recorded as assumed (its
+  work reads them back itself); every other lane does. The wait is bounded
+  by ``sync_timeout`` on the clock: a timeout is counted and logged, the
+  writes stay unseen and the wait starts over — no pass decides from a view
+  older than the writes it must see. It is given up the moment a lane that
+  goes first is due (that lane runs; the wait starts again after). A kind
+  that stopped being served has no view to be stale, so its writes are
+  dropped.
 - Syncs. A lane does not start before every kind it ``needs`` is known to
   the cache (listed, or known not to be served), and a pass that raised
   ``NotSynced`` for a kind waits for that kind the same way: the lane runs
@@ -47,10 +57,11 @@ while the loop is not running (it is then pending for the next ``run()``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import math
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
-from typing import Any, Generic, NoReturn, Protocol, TypeVar
+from typing import Any, ClassVar, Generic, NoReturn, Protocol, TypeVar
 
 import attrs
 from prometheus_client import CollectorRegistry
@@ -72,11 +83,39 @@ ViewT = TypeVar("ViewT")
 PlanT = TypeVar("PlanT")
 
 
-class Lane(enum.Enum):
-    #: Passes that only answer requests; they go first (R-BIND-3).
-    ANSWER = "answer"
-    #: Passes over everything, with a periodic resync (R-BIND-1).
-    FULL = "full"
+@attrs.frozen
+class Lane:
+    """A queue of one kind of pass. A driver runs its lanes in the order it is given them (the first goes
+    first), one pass at a time.
+
+    ``Lane.ANSWER`` and ``Lane.FULL`` are the two lanes of a driver given none: passes that only answer
+    requests (R-BIND-3), then passes over everything with a periodic resync (R-BIND-1). A loop of several
+    works (the binder's) names a lane per work.
+    """
+
+    value: str
+    #: Its passes read their loop's assumed writes back themselves: they never wait for the cache to show them.
+    reads_assumed: bool = False
+    #: Its passes wait for the cache to show every lane's writes; else only its own (a work whose writes
+    #: another one's decisions never read, or read guarded by their resourceVersion).
+    sees_others: bool = True
+    #: Requested when ``run()`` starts and ``resync`` seconds after each of its passes ends.
+    resyncs: bool = True
+
+    ANSWER: ClassVar[Lane]
+    FULL: ClassVar[Lane]
+
+
+Lane.ANSWER = Lane("answer", reads_assumed=True, resyncs=False)
+Lane.FULL = Lane("full")
+
+
+class Progress(enum.Enum):
+    """What a pass says of its work: done, or stopped at a slice's end with more to do (the lane is asked
+    again at once, and any lane before it goes first)."""
+
+    DONE = "done"
+    MORE = "more"
 
 
 class Work(Protocol[ViewT, PlanT]):
@@ -90,13 +129,14 @@ class Work(Protocol[ViewT, PlanT]):
         """The decision, from the view alone."""
         ...
 
-    async def apply(self, plan: PlanT, writes: Writes) -> None:
-        """Carry the plan out, recording each accepted write in ``writes`` as it goes."""
+    async def apply(self, plan: PlanT, writes: Writes) -> Progress | None:
+        """Carry the plan out, recording each accepted write in ``writes`` as it goes (``MORE``: stopped at
+        a slice's end, the rest left for the lane's next pass)."""
         ...
 
 
 #: One lane's pass when it snapshots, plans and applies in one coroutine, recording its writes.
-LanePass = Callable[[Writes], Awaitable[None]]
+LanePass = Callable[[Writes], Awaitable[Progress | None]]
 
 
 @attrs.frozen
@@ -116,10 +156,9 @@ class LaneWork:
     def plan(self, view: Lane) -> Lane:
         return view
 
-    async def apply(self, plan: Lane, writes: Writes) -> None:
+    async def apply(self, plan: Lane, writes: Writes) -> Progress | None:
         run = self.passes.get(plan)
-        if run is not None:
-            await run(writes)
+        return None if run is None else await run(writes)
 
 
 class SeesWrites(Protocol):
@@ -181,6 +220,12 @@ class _LaneState:
     hold_lifts_on_request: bool = True
     #: Kinds the lane waits for the cache to know (listed, or not served) before its next pass.
     unsynced: set[str] = attrs.Factory(set)
+    #: Passes of lanes before it that ran while it was due, since its own last pass.
+    waited: int = 0
+    #: When the resync requests it next (lanes that resync).
+    resync_at: float = math.inf
+    #: Its passes' writes the cache has not been shown to hold yet.
+    unseen: Writes = attrs.Factory(Writes)
 
     def due(self, now: float) -> bool:
         return self.pending and self.hold_until <= now and not self.unsynced
@@ -202,13 +247,21 @@ class PassDriver(Generic[ViewT, PlanT]):
         on_outcome: OutcomeHook | None = None,
         needs: Mapping[Lane, Sequence[str]] | None = None,
         companions: Sequence[tuple[str, Callable[[], Coroutine[Any, Any, None]]]] = (),
+        lanes: Sequence[Lane] = (Lane.ANSWER, Lane.FULL),
     ) -> None:
         self.name = name
         #: (name, task) run beside the passes for as long as the driver runs (the binder's Event sender).
         self._companions = tuple(companions)
         self._work = work
         self._cache = cache
-        self._triggers = {lane: tuple(ts) for lane, ts in (triggers or {}).items()}
+        unknown = {*(triggers or {}), *(needs or {})} - set(lanes)
+        if unknown or len(set(lanes)) != len(lanes):
+            raise ValueError(f"{name}: lanes must be distinct and name every lane of the triggers and needs")
+        # One forwarding task per trigger, asking for every lane it is handed in for.
+        self._triggers: dict[int, tuple[Trigger, list[Lane]]] = {}
+        for lane, ts in (triggers or {}).items():
+            for trigger in ts:
+                self._triggers.setdefault(id(trigger), (trigger, []))[1].append(lane)
         #: Kind keys each lane reads: its passes start only once the cache knows them all.
         self._needs = {lane: tuple(keys) for lane, keys in (needs or {}).items()}
         self._clock = clock or LoopClock()
@@ -217,16 +270,13 @@ class PassDriver(Generic[ViewT, PlanT]):
         self._on_outcome = on_outcome
         self._log = _log.bind(loop=name)
         cfg = self._config
+        #: In the order they go.
         self._lanes = {lane: _LaneState(
             lane,
             requeue=cfg.backoff(self._clock, initial=cfg.requeue_initial, cap=cfg.requeue_cap),
             failure=cfg.backoff(self._clock, initial=cfg.failure_initial, cap=cfg.failure_cap),
-        ) for lane in Lane}
+        ) for lane in lanes}
         self._wake = asyncio.Event()
-        self._unseen = Writes()
-        self._resync_at = math.inf
-        #: Answer passes run in a row while the full lane was due.
-        self._full_waited = 0
         self._running = False
         self._group: asyncio.TaskGroup | None = None
         #: Kinds a task is waiting for the cache to know.
@@ -249,6 +299,17 @@ class PassDriver(Generic[ViewT, PlanT]):
     def pending(self, lane: Lane) -> bool:
         return self._lanes[lane].pending
 
+    def preempted(self, lane: Lane) -> bool:
+        """Whether a lane that goes before ``lane`` is due: a pass of ``lane`` that works in slices stops at
+        the end of the one it is in (``Progress.MORE``)."""
+        now = self._clock.now()
+        for state in self._lanes.values():
+            if state.lane == lane:
+                return False
+            if state.due(now):
+                return True
+        return False
+
     def waiting_for(self, lane: Lane) -> frozenset[str]:
         """The kinds ``lane`` waits for the cache to list (or to know unserved) before its next pass."""
         return frozenset(self._lanes[lane].unsynced)
@@ -256,7 +317,10 @@ class PassDriver(Generic[ViewT, PlanT]):
     @property
     def unseen_writes(self) -> dict[str, str]:
         """The writes of past passes the cache has not been shown to hold yet."""
-        return self._unseen.as_dict()
+        merged = Writes()
+        for state in self._lanes.values():
+            merged.merge(state.unseen)
+        return merged.as_dict()
 
     # -- the loop -------------------------------------------------------------------------
 
@@ -272,21 +336,20 @@ class PassDriver(Generic[ViewT, PlanT]):
                 state.requeue.reset()
                 state.failure.reset()
                 state.since = now  # a request made while not running waited for the term, not the queue
-            self._resync_at = math.inf
-            self._full_waited = 0
-            self.request(Lane.FULL, "start")
-            for lane, triggers in self._triggers.items():
-                for trigger in triggers:
-                    # What fired before now joins the first pass of its lane (the full one: the start pass).
-                    if (reasons := trigger.poll()) is not None:
+                state.waited, state.resync_at = 0, math.inf
+                if state.lane.resyncs:
+                    self.request(state.lane, "start")
+            for trigger, lanes in self._triggers.values():
+                # What fired before now joins the first pass of its lanes (a resyncing one's: the start pass).
+                if (reasons := trigger.poll()) is not None:
+                    for lane in lanes:
                         self.request(lane, ",".join(sorted(reasons)))
             async with asyncio.TaskGroup() as group:
                 self._group = group
                 for companion, run in self._companions:
                     group.create_task(run(), name=f"{self.name} {companion}")
-                for lane, triggers in self._triggers.items():
-                    for trigger in triggers:
-                        group.create_task(self._forward(trigger, lane), name=f"{self.name} {trigger.name}")
+                for trigger, lanes in self._triggers.values():
+                    group.create_task(self._forward(trigger, lanes), name=f"{self.name} {trigger.name}")
                 for lane, needed in self._needs.items():
                     for key in needed:
                         self._wait_for_sync(self._lanes[lane], key)
@@ -298,30 +361,32 @@ class PassDriver(Generic[ViewT, PlanT]):
                 state.unsynced.clear()
             self._running = False
 
-    async def _forward(self, trigger: Trigger, lane: Lane) -> NoReturn:
+    async def _forward(self, trigger: Trigger, lanes: Sequence[Lane]) -> NoReturn:
         while True:
-            reasons = await trigger.wait()
-            self.request(lane, ",".join(sorted(reasons)))
+            reasons = ",".join(sorted(await trigger.wait()))
+            for lane in lanes:
+                self.request(lane, reasons)
 
     async def _loop(self) -> NoReturn:
-        full = self._lanes[Lane.FULL]
         while True:
             self._wake.clear()  # before looking: a request from here on wakes the wait below
             now = self._clock.now()
-            if now >= self._resync_at:
-                self._resync_at = math.inf
-                self.request(Lane.FULL, "resync")
+            for state in self._lanes.values():
+                if now >= state.resync_at:
+                    state.resync_at = math.inf
+                    self.request(state.lane, "resync")
             lane = self._choose(now)
             if lane is None:
                 await self._sleep_until(self._next_time())
                 continue
-            # An answer pass reads its loop's assumed writes back itself (``Writes``); every other waits.
-            assumed = lane is not Lane.ANSWER
-            if self._unseen.pending(assumed=assumed) and self._cache is not None:
-                await self._see_writes(self._cache, assumed=assumed)
+            if self._cache is not None and any(w.pending(assumed=a) for w, a in self._must_see(lane)):
+                await self._see_writes_unless_preempted(self._cache, lane)
                 continue  # look again: requests may have come while waiting
-            if lane is Lane.ANSWER and full.due(now):
-                self._full_waited += 1
+            after = False
+            for state in self._lanes.values():  # the lanes after it that are due wait behind one more pass
+                if after and state.due(now):
+                    state.waited += 1
+                after = after or state.lane == lane
             await self._pass(lane)
 
     # -- waiting for a kind's sync --------------------------------------------------------
@@ -358,16 +423,20 @@ class PassDriver(Generic[ViewT, PlanT]):
         self._wake.set()
 
     def _choose(self, now: float) -> Lane | None:
-        answer, full = self._lanes[Lane.ANSWER], self._lanes[Lane.FULL]
-        if full.due(now) and (not answer.due(now) or self._full_waited >= self._config.answer_streak):
-            return Lane.FULL
-        if answer.due(now):
-            return Lane.ANSWER
-        return None
+        """The first due lane in order, unless a later due lane has waited behind ``answer_streak`` passes of
+        lanes before it: that one goes first."""
+        first: Lane | None = None
+        for state in self._lanes.values():
+            if not state.due(now):
+                continue
+            if state.waited >= self._config.answer_streak:
+                return state.lane
+            first = first or state.lane
+        return first
 
     def _next_time(self) -> float:
-        holds = [state.hold_until for state in self._lanes.values() if state.pending and not state.unsynced]
-        return min([self._resync_at, *holds])
+        times = [state.hold_until for state in self._lanes.values() if state.pending and not state.unsynced]
+        return min([*(state.resync_at for state in self._lanes.values()), *times])
 
     async def _sleep_until(self, when: float) -> None:
         handle: Cancellable | None = None
@@ -381,29 +450,62 @@ class PassDriver(Generic[ViewT, PlanT]):
 
     # -- read-your-writes -----------------------------------------------------------------
 
-    async def _see_writes(self, cache: SeesWrites, *, assumed: bool) -> None:
-        """Wait (bounded) until the cache has seen every unseen write (``assumed``: those too); what it has
-        seen is forgotten."""
+    def _must_see(self, lane: Lane) -> list[tuple[Writes, bool]]:
+        """The unseen writes a pass of ``lane`` waits for: (writes, whether their assumed ones count)."""
+        assumed = not lane.reads_assumed
+        return [(state.unseen, assumed) for state in self._lanes.values()
+                if state.lane == lane or lane.sees_others]
+
+    async def _see_writes_unless_preempted(self, cache: SeesWrites, lane: Lane) -> None:
+        """``_see_writes`` for ``lane``, given up as soon as another lane goes first (a request for a lane
+        before it): what was seen by then stays forgotten, the rest is waited for by the next look."""
+        seeing = asyncio.ensure_future(self._see_writes(cache, lane))
+        try:
+            while not seeing.done():
+                self._wake.clear()
+                woken = asyncio.ensure_future(self._wake.wait())
+                try:
+                    await asyncio.wait((seeing, woken), return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    woken.cancel()
+                if not seeing.done() and self._choose(self._clock.now()) not in (lane, None):
+                    return
+        finally:
+            if not seeing.done():
+                seeing.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await seeing
+        seeing.result()
+
+    async def _see_writes(self, cache: SeesWrites, lane: Lane) -> None:
+        """Wait (bounded) until the cache has seen every write a pass of ``lane`` must see; what it has
+        seen is forgotten, in every lane."""
         started = self._clock.now()
+        must = self._must_see(lane)
+        every = [state.unseen for state in self._lanes.values()]
         try:
             async with deadline(self._clock, self._config.sync_timeout):
-                for key, version in self._unseen.items(assumed=assumed):
-                    try:
-                        await cache.wait_for_resource_version(key, version)
-                    except KindNotServed:
-                        # No store to be stale: when served again, its first list comes after the write.
-                        self._unseen.discard(key)
-                        continue
-                    except UnknownKind:
-                        self._log.error("a pass recorded a write to a kind the cache does not hold", kind=key,
-                                        exc_info=True)
-                        self._unseen.discard(key)
-                        continue
-                    self._unseen.seen(key, version)
+                for writes, assumed in must:
+                    for key, version in writes.items(assumed=assumed):
+                        try:
+                            await cache.wait_for_resource_version(key, version)
+                        except KindNotServed:
+                            # No store to be stale: when served again, its first list comes after the write.
+                            for unseen in every:
+                                unseen.discard(key)
+                            continue
+                        except UnknownKind:
+                            self._log.error("a pass recorded a write to a kind the cache does not hold", kind=key,
+                                            exc_info=True)
+                            for unseen in every:
+                                unseen.discard(key)
+                            continue
+                        for unseen in every:
+                            unseen.seen(key, version)
         except TimeoutError:
             self._metrics.sync_timeouts.labels(self.name).inc()
             self._log.warning("the cache has not seen this loop's own writes yet; the next pass waits for them",
-                              writes=self._unseen.as_dict(), waited=self._config.sync_timeout)
+                              writes=self.unseen_writes, waited=self._config.sync_timeout)
         finally:
             self._metrics.sync_wait.labels(self.name).observe(self._clock.now() - started)
 
@@ -416,26 +518,28 @@ class PassDriver(Generic[ViewT, PlanT]):
         self._metrics.queue_wait.labels(self.name, lane.value).observe(started - state.since)
         state.pending, state.reasons = False, set()
         state.hold_until, state.hold_lifts_on_request = -math.inf, True
-        if lane is Lane.FULL:
-            self._full_waited = 0
+        state.waited = 0
         writes = Writes()
         error: Exception | None = None
+        progress: Progress | None = None
         try:
             view = await self._work.snapshot(lane)
             plan = self._work.plan(view)
-            await self._work.apply(plan, writes)
+            progress = await self._work.apply(plan, writes)
         except Exception as err:
             error = err
         finally:  # also when cancelled: the next term's first pass waits for them too
             if self._cache is not None:
-                self._unseen.merge(writes)
+                state.unseen.merge(writes)
         outcome = Outcome.OK if error is None else classify(error)
         ended = self._clock.now()
         self._metrics.duration.labels(self.name, lane.value).observe(ended - started)
         self._metrics.passes.labels(self.name, lane.value, outcome.value).inc()
-        if lane is Lane.FULL:
-            self._resync_at = ended + self._config.resync
+        if lane.resyncs:
+            state.resync_at = ended + self._config.resync
         self._settle(state, outcome, error, reasons)
+        if outcome is Outcome.OK and progress is Progress.MORE:
+            self.request(lane, "continued")
         if self._on_outcome is not None:
             try:
                 self._on_outcome(lane, outcome, error)

@@ -18,7 +18,7 @@ from cozygpu.cache.reflector import Sink
 from cozygpu.cache.store import Store
 from cozygpu.cache.triggers import Trigger
 from cozygpu.kube import errors
-from cozygpu.passes.driver import DriverConfig, Lane, LaneWork, OutcomeHook, PassDriver
+from cozygpu.passes.driver import DriverConfig, Lane, LaneWork, OutcomeHook, PassDriver, Progress
 from cozygpu.passes.metrics import PassMetrics
 from cozygpu.passes.outcomes import Outcome
 from cozygpu.passes.writes import Writes
@@ -280,7 +280,8 @@ NODES = KindSpec("gpu.cozystack.io", "v1alpha1", "gpunodes", "GPUNode", True)
 
 def passes_counted(registry: CollectorRegistry, outcome: str) -> float:
     return sum(registry.get_sample_value("cozygpu_passes_total", {"loop": "test", "lane": lane.value,
-                                                                  "outcome": outcome}) or 0.0 for lane in Lane)
+                                                                  "outcome": outcome}) or 0.0
+               for lane in (Lane.ANSWER, Lane.FULL))
 
 
 async def test_a_lane_starts_only_once_the_kinds_it_needs_are_listed_and_no_pass_waits_or_fails_meanwhile() -> None:
@@ -566,3 +567,122 @@ async def test_lane_work_runs_each_lanes_own_pass_and_keeps_what_it_wrote() -> N
         feed.advance("9")
         await settle()
     assert ran == ["full", "answer"]
+
+
+PLACE = Lane("place", reads_assumed=True, sees_others=False)
+TIDY = Lane("tidy")
+REPORT = Lane("report")
+
+
+async def test_a_work_in_slices_lets_an_earlier_lane_go_between_its_slices() -> None:
+    """A housekeeping pass that stops at a slice's end (``Progress.MORE``) is asked again at once; a lane
+    before it that was asked meanwhile goes first, so it waits one slice, not the whole work."""
+    clock = FakeClock()
+    ran: list[str] = []
+    items = list(range(6))
+    driver: PassDriver[Lane, Lane]
+
+    async def place(writes: Writes) -> None:
+        ran.append("place")
+
+    async def tidy(writes: Writes) -> Progress:
+        while items:
+            ran.append(f"tidy {items.pop(0)}")
+            if len(items) == 4:
+                driver.request(PLACE, "bind request")  # arrives while the slice runs
+            if driver.preempted(TIDY):
+                return Progress.MORE
+        return Progress.DONE
+
+    driver = PassDriver("works", LaneWork({PLACE: place, TIDY: tidy}), clock=clock, config=CONFIG,
+                        lanes=(PLACE, TIDY))
+    async with running(driver):
+        await settle()
+    assert ran == ["place", "tidy 0", "tidy 1", "place", "tidy 2", "tidy 3", "tidy 4", "tidy 5"]
+
+
+async def test_a_lane_that_sees_only_its_own_writes_does_not_wait_for_another_lanes() -> None:
+    clock = FakeClock()
+    informer, feed = devices_synced_at("5")
+    ran: list[str] = []
+
+    async def place(writes: Writes) -> None:
+        ran.append("place")
+        writes.record(DEVICES, "7", assumed=True)
+
+    async def tidy(writes: Writes) -> None:
+        ran.append("tidy")
+        writes.record(DEVICES, "9")
+
+    driver: PassDriver[Lane, Lane] = PassDriver(
+        "works", LaneWork({PLACE: place, TIDY: tidy}), cache=Informers(informer), clock=clock, config=CONFIG,
+        lanes=(PLACE, TIDY))
+    async with running(driver):
+        assert ran == ["place"], "the tidy pass waits for the cache to show the placement's assumed write"
+        feed.advance("7")
+        await settle()
+        assert ran == ["place", "tidy"]
+        driver.request(PLACE, "bind request")
+        await settle()
+        assert ran == ["place", "tidy", "place"], "placement does not wait for the tidy work's write"
+        driver.request(TIDY, "event")
+        await clock.run_for(1.0)
+        assert ran == ["place", "tidy", "place"], "tidy waits for its own write and placement's"
+        feed.advance("9")
+        await settle()
+        assert ran == ["place", "tidy", "place", "tidy"]
+
+
+async def test_a_wait_for_writes_gives_way_to_a_lane_that_goes_first() -> None:
+    clock = FakeClock()
+    informer, feed = devices_synced_at("5")
+    ran: list[str] = []
+
+    async def place(writes: Writes) -> None:
+        ran.append("place")
+
+    async def tidy(writes: Writes) -> None:
+        ran.append("tidy")
+        if ran.count("tidy") == 1:
+            writes.record(DEVICES, "9")
+
+    driver: PassDriver[Lane, Lane] = PassDriver(
+        "works", LaneWork({PLACE: place, TIDY: tidy}), cache=Informers(informer), clock=clock, config=CONFIG,
+        lanes=(PLACE, TIDY))
+    async with running(driver):
+        driver.request(TIDY, "event")
+        await clock.run_for(1.0)
+        assert ran == ["place", "tidy"], "the second tidy pass waits for the cache to show 9"
+        driver.request(PLACE, "bind request")
+        await settle()
+        assert ran == ["place", "tidy", "place"], "a bind request is not held by tidy's wait"
+        feed.advance("9")
+        await settle()
+        assert ran == ["place", "tidy", "place", "tidy"]
+
+
+async def test_a_lane_behind_two_busy_lanes_still_goes_after_answer_streak_passes() -> None:
+    clock = FakeClock()
+    ran: list[str] = []
+    driver: PassDriver[Lane, Lane]
+
+    async def place(writes: Writes) -> None:
+        ran.append("place")
+        if ran.count("place") < 30:
+            driver.request(PLACE, "bind request")
+
+    async def tidy(writes: Writes) -> None:
+        ran.append("tidy")
+        if ran.count("tidy") < 30:
+            driver.request(TIDY, "event")
+
+    async def report(writes: Writes) -> None:
+        ran.append("report")
+
+    driver = PassDriver("works", LaneWork({PLACE: place, TIDY: tidy, REPORT: report}), clock=clock,
+                        config=CONFIG, lanes=(PLACE, TIDY, REPORT))
+    async with running(driver):
+        await settle()
+    first_report = ran.index("report")
+    assert first_report <= CONFIG.answer_streak + 1, ran[:first_report + 1]
+    assert (ran.count("report"), ran.count("place"), ran.count("tidy")) == (1, 30, 30)

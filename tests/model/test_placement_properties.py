@@ -132,7 +132,7 @@ def test_the_room_buckets_find_the_node_a_walk_over_every_node_finds(
     planner = _Planner(cluster)
     booked: defaultdict[str, int] = defaultdict(int)
     for node_name, resource, n in bookings:
-        planner._book(node_name, resource, n)
+        planner.state.units.book(node_name, resource, n)
         entry = cluster.capacity.get(node_name, {}).get(resource)
         if resource == name and entry is not None and entry.fresh:
             booked[node_name] -= n
@@ -142,5 +142,5 @@ def test_the_room_buckets_find_the_node_a_walk_over_every_node_finds(
         return entry.room + booked[node_name] if entry is not None and entry.fresh else 0
 
     fits = sorted((free(n) - units, n) for n in NODES if n in candidates and n not in skip and free(n) >= units)
-    assert planner.fullest(name, units, candidates, skip) == (fits[0][1] if fits else None)
-    assert planner.max_free(name) == max([0, *(free(n) for n in NODES)])
+    assert planner.state.units.fullest(name, units, candidates, skip) == (fits[0][1] if fits else None)
+    assert planner.state.units.max_free(name) == max([0, *(free(n) for n in NODES)])

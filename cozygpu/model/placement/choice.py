@@ -1,0 +1,119 @@
+"""Where a set goes: the fullest node with room, else Lost (R-BIND-5, R-BIND-7).
+
+kube-scheduler's scoring, for a set: among the nodes that may take it
+(``nodes``) with enough free units for every resource name it needs
+(``units``), the nodes already holding members come first (fewest units
+moved), then the one left with the fewest units free; ties break by node
+name, so two planners on the same snapshot choose the same node. A set
+whose VM runs may go to its launcher's node only. ``destination`` is the one
+place a full pass and the answer path ask where a set goes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from cozygpu.model import refusals
+from cozygpu.model.placement.decisions import GoLost, Move
+from cozygpu.model.placement.nodes import NodeFilter
+from cozygpu.model.placement.sets import Work, launcher_node, running
+from cozygpu.model.placement.state import CycleState
+from cozygpu.model.refusals import Refusal
+from cozygpu.model.snapshot import Phase
+
+
+class Chooser:
+    """The choice of a node for a set, against what the run has booked so far."""
+
+    def __init__(self, state: CycleState, nodes: NodeFilter) -> None:
+        self.s = state.s
+        self.state = state
+        self.units = state.units
+        self.nodes = nodes
+
+    def demand(self, work: Work) -> tuple[dict[str, int], dict[str, dict[str, int]]]:
+        """Units the set needs per resource name, and the units it already holds per node."""
+        need: dict[str, int] = {}
+        held_on: dict[str, dict[str, int]] = {}
+        for device in work.members:
+            name = self.state.resource(device)
+            assert name is not None
+            need[name] = need.get(name, 0) + device.count
+            phase, node = self.state.where(device)
+            if phase is Phase.BOUND and node:
+                per = held_on.setdefault(node, {})
+                per[name] = per.get(name, 0) + device.count
+        return need, held_on
+
+    def choose(self, work: Work, *, exclude: Iterable[str] = (),
+               only: str | None = None) -> tuple[str | None, Refusal | None]:
+        """The node for the whole set (``only`` that one, when given), or why there is none."""
+        classes = self.nodes.classes_of(work)
+        if classes is None:
+            missing = next(d.class_name for d in work.members if d.class_name not in self.s.classes)
+            return None, refusals.unknown_class(missing)
+        need, held_on = self.demand(work)
+        names = sorted(need)
+        skip = set(exclude)
+        candidates = self.nodes.eligible(work, classes, names)
+        if only is not None:
+            if only not in candidates:
+                problem = self.nodes.node_problem(work, only, classes)
+                if problem is None:
+                    missing = ", ".join(n for n in names if only not in self.s.serving.get(n, ()))
+                    problem = refusals.no_node_for_set(work.label, needs=missing or ", ".join(names), candidates=0)
+                return None, problem
+            candidates = (only,)
+        units = self.units
+        # Nothing held yet and a name no node has room for: no need to look.
+        hopeless = not held_on and any(need[name] > units.max_free(name) for name in names)
+        if not held_on and len(names) == 1 and not hopeless:  # a new set of one name: the room buckets
+            node = units.fullest(names[0], need[names[0]], candidates, skip)
+            best: tuple[int, int, str] | None = (0, 0, node) if node is not None else None
+        else:
+            best = None
+        # The hot loop of a set that holds units already, or of several names: kept inline.
+        for node in () if hopeless or (not held_on and len(names) == 1) else candidates:
+            if node in skip:
+                continue
+            here = held_on.get(node)
+            leftover = 0
+            held_units = 0
+            for name in names:
+                already = here.get(name, 0) if here else 0
+                room = units.free(node, name) - need[name] + already
+                if room < 0:
+                    break
+                leftover += room
+                held_units += already
+            else:
+                score = (-held_units, leftover, node)
+                if best is None or score < best:
+                    best = score
+        if best is None:
+            needs = ", ".join(f"{need[n]} of {n}" for n in names)
+            return None, refusals.no_node_for_set(work.label, needs=needs, candidates=len(candidates))
+        return best[2], None
+
+    def destination(self, work: Work, *, leaving: str | None = None, cause: Refusal | None = None) -> Move | GoLost:
+        """Choose a node, else Lost: the fullest node with room other than ``leaving``.
+
+        ``cause`` is why the set leaves ``leaving`` (None for a gather or a
+        rebind, where a Lost set is lost for want of room).
+        """
+        if running(self.s, work):
+            # R-BIND-7: a set whose VM runs may go to its launcher's node only (the member the VM uses is there).
+            launcher = launcher_node(self.s, work)
+            if launcher is None:
+                refused = refusals.vm_runs_on(work.label, node=None, why=None)
+                return GoLost(cause=cause or refused, no_room=refused)
+            only, why = self.choose(work, only=launcher)
+            if only is not None:
+                return Move(node=only, cause=cause)
+            refused = refusals.vm_runs_on(work.label, node=launcher, why=why)
+            return GoLost(cause=cause or refused, no_room=refused)
+        node, no_room = self.choose(work, exclude=(leaving,) if leaving else ())
+        if node is not None:
+            return Move(node=node, cause=cause)
+        assert no_room is not None
+        return GoLost(cause=cause or no_room, no_room=no_room)

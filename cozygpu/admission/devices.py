@@ -25,6 +25,7 @@ from cozygpu import keys
 from cozygpu.admission import bounds
 from cozygpu.admission.envelope import Request, Verdict, as_map
 from cozygpu.admission.view import NotReady, SnapshotSource
+from cozygpu.model import refusals
 from cozygpu.model.catalog import order_refusal
 
 
@@ -42,21 +43,21 @@ class DeviceWebhook:
         label = f"GPUDevice {bounds.clip(namespace)}/{bounds.clip(name)}"
         class_name, count = spec.get("className"), spec.get("count")
         if not isinstance(class_name, str) or not class_name or not isinstance(count, int) or isinstance(count, bool):
-            return Verdict.refuse(f"{label}: spec.className and an integer spec.count are required", reason="Invalid")
+            return Verdict.refuse(refusals.invalid_order(label))
         for what, value, limit in (("metadata.name", name, bounds.MAX_NAME),
                                    ("namespace", namespace, bounds.MAX_NAMESPACE),
                                    ("spec.className", class_name, bounds.MAX_NAMESPACE)):
             refusal = bounds.name_problem(label, what, value, limit)
             if refusal is not None:
-                return Verdict.refuse(refusal.message, reason=str(refusal.reason))
+                return Verdict.refuse(refusal)
         try:
             snapshot = self._source.snapshot()
         except NotReady as error:
-            return Verdict.refuse(f"GPU admission is not ready on this replica: {error}", reason="NotReady")
+            return Verdict.not_ready(str(error))
         refusal = order_refusal(snapshot, namespace, class_name, count)
         if refusal is None:
             return Verdict.allow()
-        return Verdict.refuse(f"{label}: {refusal.message}", reason=str(refusal.reason))
+        return Verdict.refuse(refusals.order_refused(label, refusal))
 
 
 class DeviceFinalizerWebhook:

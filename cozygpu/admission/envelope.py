@@ -37,10 +37,16 @@ import orjson
 from aiohttp import web
 
 from cozygpu.admission import bounds
-from cozygpu.admission.metrics import AdmissionMetrics, metric_reason
+from cozygpu.admission.metrics import (
+    REASON_BAD_REQUEST,
+    REASON_INTERNAL_ERROR,
+    REASON_NOT_READY,
+    AdmissionMetrics,
+    metric_reason,
+)
 from cozygpu.base.logging import get_logger
 from cozygpu.model import refusals
-from cozygpu.model.refusals import Reason
+from cozygpu.model.refusals import Reason, Refusal
 
 _log = get_logger("cozygpu.admission")
 
@@ -60,7 +66,7 @@ class BadReview(ValueError):
 
 
 class TooDeep(BadReview):
-    """The body is JSON nested past the parser's limit."""
+    """The body is JSON nested past the parser's limit; the message is the parser's."""
 
 
 @attrs.frozen(kw_only=True)
@@ -79,7 +85,14 @@ class Request:
 
 @attrs.frozen(kw_only=True)
 class Verdict:
-    """A handler's answer: allowed with an optional JSON patch, or refused with a message."""
+    """A handler's answer: allowed with an optional JSON patch, or refused with a message.
+
+    A refusal of the request is a ``Refusal`` of ``model/refusals.py``
+    (:meth:`refuse`): its reason and message are built there, never here
+    (``tests/model/test_refusal_home.py``). The two answers that are not the
+    request's refusal but this replica's state, :meth:`not_ready` and
+    :meth:`internal_error`, carry reasons of their own that are no ``Reason``.
+    """
 
     allowed: bool
     message: str = ""
@@ -91,8 +104,19 @@ class Verdict:
         return cls(allowed=True, patch=tuple(patch), message=message)
 
     @classmethod
-    def refuse(cls, message: str, *, reason: str = "Refused") -> Verdict:
-        return cls(allowed=False, message=message, reason=reason)
+    def refuse(cls, refusal: Refusal) -> Verdict:
+        return cls(allowed=False, message=refusal.message, reason=str(refusal.reason))
+
+    @classmethod
+    def not_ready(cls, problem: str) -> Verdict:
+        """This replica cannot decide yet (its cache has not synced): another try, or replica, may."""
+        return cls(allowed=False, message=f"GPU admission is not ready on this replica: {problem}",
+                   reason=REASON_NOT_READY)
+
+    @classmethod
+    def internal_error(cls, message: str) -> Verdict:
+        """The handler crashed or overran its deadline: refused (fail closed), with what went wrong."""
+        return cls(allowed=False, message=message, reason=REASON_INTERNAL_ERROR)
 
 
 Handler = Callable[[Request], Awaitable[Verdict]]
@@ -113,8 +137,7 @@ def parse_review(body: bytes) -> Request:
         review = orjson.loads(body)
     except orjson.JSONDecodeError as error:
         if "depth limit" in str(error):
-            raise TooDeep(f"the body is JSON nested deeper than {bounds.MAX_JSON_DEPTH} levels, the most read "
-                          f"({error})") from None
+            raise TooDeep(str(error)) from None
         raise BadReview(f"the body is not JSON: {error}") from None
     if not isinstance(review, dict):
         raise BadReview("the body is not a JSON object")
@@ -158,7 +181,8 @@ def review_answer(uid: str, verdict: Verdict) -> dict[str, Any]:
     """The AdmissionReview v1 response for ``verdict``."""
     response: dict[str, Any] = {"uid": uid, "allowed": verdict.allowed}
     if not verdict.allowed:
-        response["status"] = {"code": 403, "reason": verdict.reason or "Refused", "message": readable(verdict.message)}
+        response["status"] = {"code": 403, "reason": verdict.reason or str(Reason.REFUSED),
+                              "message": readable(verdict.message)}
     elif verdict.message:
         response["warnings"] = [readable(verdict.message)]
     if verdict.allowed and verdict.patch:
@@ -168,16 +192,16 @@ def review_answer(uid: str, verdict: Verdict) -> dict[str, Any]:
 
 
 def _bad(message: str) -> tuple[int, bytes, str, str]:
-    return 400, orjson.dumps({"error": readable(message)}), BAD_REQUEST, "BadRequest"
+    return 400, orjson.dumps({"error": readable(message)}), BAD_REQUEST, REASON_BAD_REQUEST
 
 
-def _unparsed(name: str, body: bytes, message: str) -> tuple[int, bytes, str, str]:
+def _unparsed(body: bytes, refusal: Refusal) -> tuple[int, bytes, str, str]:
     """A refusal of a body that is not parsed: an AdmissionReview when its UID can be read, else a 400."""
     uid = bounds.request_uid(body)
     if not uid:
-        return _bad(message)
-    reason = str(Reason.OVER_LIMIT)
-    return 200, orjson.dumps(review_answer(uid, Verdict.refuse(message, reason=reason))), REFUSED, reason
+        return _bad(refusal.message)
+    verdict = Verdict.refuse(refusal)
+    return 200, orjson.dumps(review_answer(uid, verdict)), REFUSED, metric_reason(verdict.reason, allowed=False)
 
 
 async def respond(name: str, handler: Handler, *, method: str, content_type: str, body: bytes, deadline: float
@@ -191,18 +215,18 @@ async def respond(name: str, handler: Handler, *, method: str, content_type: str
         return _bad(f"{name}: body of {len(body)} bytes exceeds {MAX_BODY}")
     items = await bounds.json_items(body)
     if items > bounds.MAX_JSON_ITEMS:
-        return _unparsed(name, body, refusals.over_limit(
+        return _unparsed(body, refusals.over_limit(
             f"{name}: AdmissionReview", "JSON containers and commas in the body (counted before parsing)",
-            limit=bounds.MAX_JSON_ITEMS, found=items, unit="or more").message)
+            limit=bounds.MAX_JSON_ITEMS, found=items, unit="or more"))
     try:
         request = parse_review(body)
     except TooDeep as error:
-        return _unparsed(name, body, f"{name}: {error}")
+        return _unparsed(body, refusals.json_too_deep(name, limit=bounds.MAX_JSON_DEPTH, problem=str(error)))
     except BadReview as error:
         return _bad(f"{name}: {error}")
     verdict = await answer(name, handler, request, deadline=deadline)
-    outcome = ALLOWED if verdict.allowed else (ERROR if verdict.reason == "InternalError" else REFUSED)
-    reason = metric_reason(verdict.reason or "Refused", allowed=verdict.allowed)
+    outcome = ALLOWED if verdict.allowed else (ERROR if verdict.reason == REASON_INTERNAL_ERROR else REFUSED)
+    reason = metric_reason(verdict.reason or str(Reason.REFUSED), allowed=verdict.allowed)
     return 200, orjson.dumps(review_answer(request.uid, verdict)), outcome, reason
 
 
@@ -212,7 +236,7 @@ def endpoint(name: str, handler: Handler, *, deadline: float, metrics: Admission
 
     async def serve(http: web.Request) -> web.StreamResponse:
         started = time.perf_counter()
-        outcome, reason = BAD_REQUEST, "BadRequest"
+        outcome, reason = BAD_REQUEST, REASON_BAD_REQUEST
         try:
             if http.content_length is not None and http.content_length > MAX_BODY:
                 status, body, outcome, reason = _bad(f"{name}: body of {http.content_length} bytes exceeds {MAX_BODY}")
@@ -241,9 +265,8 @@ async def answer(name: str, handler: Handler, request: Request, *, deadline: flo
             return await handler(request)
     except TimeoutError:
         _log.error("admission handler overran its deadline", webhook=name, uid=request.uid, deadline=deadline)
-        return Verdict.refuse(f"{name}: no answer within {deadline:g} s; nothing was admitted",
-                              reason="InternalError")
+        return Verdict.internal_error(f"{name}: no answer within {deadline:g} s; nothing was admitted")
     except Exception as error:  # fail closed: a crash refuses, with what went wrong
         _log.exception("admission handler failed", webhook=name, uid=request.uid)
-        return Verdict.refuse(f"{name}: internal error ({type(error).__name__}: {error}); nothing was admitted",
-                              reason="InternalError")
+        return Verdict.internal_error(f"{name}: internal error ({type(error).__name__}: {error}); nothing was "
+                                      "admitted")

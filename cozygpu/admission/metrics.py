@@ -19,15 +19,12 @@ from cozygpu.model.refusals import Reason
 #: Seconds: a GPUDevice answer within 20 ms, a VMI answer (with the binder's) within 150 ms at the p99.
 _BUCKETS: Final = (0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.15, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0)
 
-#: The reasons the webhooks refuse with besides the model's ``Reason``: the label's whole set.
-ADMISSION_REASONS: Final = frozenset({
-    "Refused", "Invalid", "NotReady", "InternalError", "BadRequest",
-    # the VMI start (R-ADM-2, R-ADM-3, R-ADM-5)
-    "InvalidDeviceRefs", "DeviceAttached", "DeviceDeleting", "DeviceGone", "RawGPUName", "Conflict",
-    "TemplateRefused", "AttachRefused", "BindTimeout", "BindFailed", "SplitSet",
-    # the launcher pod (R-ADM-4)
-    "NoVMI", "NotAttached", "NotBound",
-})
+#: The envelope's reasons for answers that are not a refusal of the request (``Verdict.not_ready``,
+#: ``Verdict.internal_error``, a 400): every refusal's reason is a ``Reason`` (``model/refusals.py``).
+REASON_NOT_READY: Final = "NotReady"
+REASON_INTERNAL_ERROR: Final = "InternalError"
+REASON_BAD_REQUEST: Final = "BadRequest"
+ADMISSION_REASONS: Final = frozenset({REASON_NOT_READY, REASON_INTERNAL_ERROR, REASON_BAD_REQUEST})
 #: Every value the ``reason`` label takes: the model's reasons, the webhooks' own, "" (allowed), Other.
 METRIC_REASONS: Final = frozenset({str(r) for r in Reason}) | ADMISSION_REASONS | {"", "Other"}
 

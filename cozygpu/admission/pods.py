@@ -24,6 +24,7 @@ from typing import Any
 from cozygpu.admission import bounds
 from cozygpu.admission.envelope import Request, Verdict
 from cozygpu.admission.view import NotReady, SnapshotSource
+from cozygpu.model import refusals
 from cozygpu.model.refusals import Refusal
 from cozygpu.model.snapshot import Toleration
 
@@ -129,34 +130,31 @@ class LauncherPodWebhook:
                                        bounds.MAX_NAMESPACE)
                    or _size_problem(pod, f"launcher pod in {namespace}"))
         if problem is not None:
-            return Verdict.refuse(problem.message, reason=str(problem.reason))
+            return Verdict.refuse(problem)
         owner = _vmi_owner(pod)
         if owner is None or not owner[0]:
-            return Verdict.refuse(f"launcher pod in {namespace}: no controller ownerReference to a "
-                                  "VirtualMachineInstance, so its GPUDevices cannot be found", reason="NoVMI")
+            return Verdict.refuse(refusals.no_vmi_owner(f"launcher pod in {namespace}"))
         vmi, uid = owner
         label = f"launcher pod of VMI {namespace}/{bounds.clip(vmi)}"
         problem = bounds.name_problem(label, "the owner's name", vmi) or bounds.name_problem(
             label, "the owner's uid", uid, bounds.MAX_UID)
         if problem is not None:
-            return Verdict.refuse(problem.message, reason=str(problem.reason))
+            return Verdict.refuse(problem)
         try:
             snapshot = self._source.snapshot()
         except NotReady as error:
-            return Verdict.refuse(f"GPU admission is not ready on this replica: {error}", reason="NotReady")
+            return Verdict.not_ready(str(error))
         devices = [snapshot.devices[k] for k in snapshot.devices_by_vmi.get((namespace, vmi), ())]
         devices = [d for d in devices if d.attachment is not None and (not d.attachment.uid or not uid
                                                                          or d.attachment.uid == uid)]
         if not devices:
-            return Verdict.refuse(f"{label}: no GPUDevice is attached to the VMI", reason="NotAttached")
+            return Verdict.refuse(refusals.not_attached(label))
         unbound = [d for d in devices if not d.holds_units]
         if unbound:
-            shown = ", ".join(f"{d.name} ({d.phase})" for d in sorted(unbound, key=lambda d: d.name))
-            return Verdict.refuse(f"{label}: GPUDevices not Bound: {shown}", reason="NotBound")
+            return Verdict.refuse(refusals.not_bound(label, [(d.name, str(d.phase)) for d in unbound]))
         nodes = sorted({d.node_name or "" for d in devices})
         if len(nodes) != 1:
-            return Verdict.refuse(f"{label}: its GPUDevices are Bound on {len(nodes)} nodes ({', '.join(nodes)}), "
-                                  "not one", reason="SplitSet")
+            return Verdict.refuse(refusals.split_set(label, nodes))
         tolerations: list[dict[str, Any]] = []
         for class_name in sorted({d.class_name for d in devices}):
             gpu_class = snapshot.classes.get(class_name)

@@ -36,7 +36,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Literal
 
 import attrs
 
@@ -52,6 +52,8 @@ from cozygpu.base.logging import get_logger
 from cozygpu.cache.cache import Cache
 from cozygpu.cache.errors import CacheError
 from cozygpu.kube import Client, errors, resource_path
+from cozygpu.model import refusals
+from cozygpu.model.refusals import Refusal
 from cozygpu.views import specs
 
 _log = get_logger("cozygpu.admission.vmi")
@@ -120,12 +122,12 @@ class VMIWebhook:
             versions = self._versions(plan)
         except RefsError as error:
             name = meta.get("name") or request.name
-            return Verdict.refuse(f"VMI {bounds.clip(namespace)}/{bounds.clip(name) if isinstance(name, str) else '?'}"
-                                  f": {error}", reason="InvalidDeviceRefs")
+            label = f"VMI {bounds.clip(namespace)}/{bounds.clip(name) if isinstance(name, str) else '?'}"
+            return Verdict.refuse(refusals.invalid_device_refs(label, str(error)))
         except NotReady as error:
-            return Verdict.refuse(f"GPU admission is not ready on this replica: {error}", reason="NotReady")
+            return Verdict.not_ready(str(error))
         except Refused as error:
-            return Verdict.refuse(str(error), reason=error.reason)
+            return Verdict.refuse(error.refusal)
         if request.dry_run:
             return Verdict.allow(patch)
         return await self._start(plan, patch, versions)
@@ -139,7 +141,7 @@ class VMIWebhook:
                 continue
             obj = store.get(plan.namespace, member.name)
             if obj is None:
-                raise Refused(f"GPUDevice {plan.namespace}/{member.name} does not exist", reason="UnknownDevice")
+                raise Refused(refusals.unknown_device(plan.namespace, member.name))
             found[member.name] = str(obj["metadata"]["resourceVersion"])
         return found
 
@@ -154,7 +156,7 @@ class VMIWebhook:
                 await writes.write(request_id, now=self._clock.wall())
         except Refused as error:
             await asyncio.shield(writes.undo(request_id, self._cache))
-            return Verdict.refuse(str(error), reason=error.reason)
+            return Verdict.refuse(error.refusal)
         except BaseException:
             await asyncio.shield(writes.undo(request_id, self._cache))
             raise
@@ -166,10 +168,10 @@ class VMIWebhook:
         if failure is None:
             return Verdict.allow(patch)
         await asyncio.shield(writes.undo(request_id, self._cache))
-        return Verdict.refuse(failure[1], reason=failure[0])
+        return Verdict.refuse(failure)
 
-    async def _wait(self, plan: StartPlan, request_id: str) -> tuple[str, str] | None:
-        """None when every member's answer is Succeeded on one node; else (reason, message)."""
+    async def _wait(self, plan: StartPlan, request_id: str) -> Refusal | None:
+        """None when every member's answer is Succeeded on one node; else why not."""
         started = time.perf_counter()
         informer = self._cache.informer(specs.GPU_DEVICES)
         trigger = self._cache.trigger(specs.GPU_DEVICES, name="vmi admission")
@@ -179,55 +181,54 @@ class VMIWebhook:
             async with asyncio.timeout(self._config.bind_wait):
                 while True:
                     answers = self._answers(plan, request_id)
-                    if isinstance(answers, tuple):
-                        result = answers[0]
-                        return None if answers[0] == SUCCEEDED else answers
+                    if answers is True:
+                        result = SUCCEEDED
+                        return None
+                    if answers is not None:
+                        result = str(answers.reason)
+                        return answers
                     await trigger.wait()
         except TimeoutError:
-            return "BindTimeout", await self._timeout_message(label)
+            return await self._timed_out(label)
         finally:
             informer.remove_trigger(trigger)
             if self._metrics is not None:
                 self._metrics.bind_wait.labels(result).observe(time.perf_counter() - started)
 
-    def _answers(self, plan: StartPlan, request_id: str) -> tuple[str, str] | None:
-        """(Succeeded, "") or (reason, message) once every member is answered; None while waiting."""
+    def _answers(self, plan: StartPlan, request_id: str) -> Refusal | Literal[True] | None:
+        """True when every member is answered Succeeded on one node, why not once all are answered, else None."""
         store = self._cache.store(specs.GPU_DEVICES)
+        label = f"VMI {plan.namespace}/{plan.vmi}"
         nodes: set[str] = set()
         for member in plan.members:
             obj = store.get(plan.namespace, member.name)
             if obj is None:
-                return ("DeviceGone", f"GPUDevice {plan.namespace}/{member.name} was deleted while VMI "
-                        f"{plan.namespace}/{plan.vmi} was being admitted")
+                return refusals.device_deleted_while_admitting(plan.namespace, member.name, vmi=plan.vmi)
             answer = _field(obj, "bindAnswer")
             if answer.get("id") != request_id:
                 return None
             if answer.get("result") != SUCCEEDED:
-                reason = str(answer.get("reason") or "BindFailed")
-                return (reason, f"VMI {plan.namespace}/{plan.vmi}: the binder refused: "
-                        f"{answer.get('message') or reason}")
+                return refusals.binder_refused(label, reason=str(answer.get("reason") or ""),
+                                               message=str(answer.get("message") or ""))
             nodes.add(str(answer.get("node") or ""))
         if len(nodes) != 1 or "" in nodes:
-            return ("SplitSet", f"VMI {plan.namespace}/{plan.vmi}: the binder's answers name nodes "
-                    f"{sorted(nodes)}, not one")
-        return (SUCCEEDED, "")
+            return refusals.answers_split(label, nodes)
+        return True
 
-    async def _timeout_message(self, label: str) -> str:
-        wait = f"{self._config.bind_wait:g} s"
+    async def _timed_out(self, label: str) -> Refusal:
+        """No answer within the bind wait, with the leader's state read once from its Lease."""
+        lease = f"{self._config.namespace}/{keys.LEADER_LEASE}"
         lease_path = resource_path("coordination.k8s.io", "v1", "leases", namespace=self._config.namespace,
                                    name=keys.LEADER_LEASE)
         try:
-            lease = await self._client.get_or_none(lease_path, timeout=1.0, attempts=1)
+            found = await self._client.get_or_none(lease_path, timeout=1.0, attempts=1)
         except (errors.KubeError, TimeoutError) as error:
-            state = f"the leader Lease could not be read: {error}"
-        else:
-            spec = (lease or {}).get("spec") or {}
-            holder = spec.get("holderIdentity")
-            if not holder:
-                state = f"no replica holds Lease {self._config.namespace}/{keys.LEADER_LEASE}"
-            else:
-                state = f"leader {holder}, lease renewed {spec.get('renewTime') or 'never'}"
-        return f"{label}: no answer from the binder within {wait} ({state}); nothing was kept"
+            return refusals.bind_timeout(label, wait=self._config.bind_wait, lease=lease, lease_error=str(error))
+        spec = (found or {}).get("spec") or {}
+        holder, renewed = spec.get("holderIdentity"), spec.get("renewTime")
+        return refusals.bind_timeout(label, wait=self._config.bind_wait, lease=lease,
+                                     holder=str(holder) if holder else None,
+                                     renewed=str(renewed) if renewed else None)
 
 
 class _Writes:
@@ -297,12 +298,10 @@ class _Writes:
         try:
             made = await self._client.create(_device_path(plan.namespace), body)
         except errors.AlreadyExists:
-            raise Refused(f"GPUDevice {plan.namespace}/{member.name} (a template device of VMI "
-                          f"{plan.namespace}/{plan.vmi}) was created by someone else meanwhile; try again",
-                          reason="Conflict") from None
+            raise Refused(refusals.template_taken(plan.namespace, member.name, vmi=plan.vmi)) from None
         except errors.ApiError as error:
-            raise Refused(f"template device {plan.namespace}/{member.name} of VMI {plan.namespace}/{plan.vmi} "
-                          f"was refused: {error.message}", reason="TemplateRefused") from None
+            raise Refused(refusals.template_create_refused(plan.namespace, member.name, vmi=plan.vmi,
+                                                           problem=error.message)) from None
         self.created[member.name] = str(made["metadata"]["uid"])
         return str(made["metadata"]["resourceVersion"])
 
@@ -322,24 +321,20 @@ class _Writes:
                     break
                 current = await self._client.get_or_none(_device_path(plan.namespace, member.name))
                 if current is None:
-                    raise Refused(f"GPUDevice {plan.namespace}/{member.name} was deleted meanwhile",
-                                  reason="DeviceGone") from None
+                    raise Refused(refusals.device_deleted_meanwhile(plan.namespace, member.name)) from None
                 other = _field(current, "attachment").get("vmi")
                 if other and other != plan.vmi:
-                    raise Refused(f"GPUDevice {plan.namespace}/{member.name} was just attached to VMI "
-                                  f"{plan.namespace}/{other}", reason="DeviceAttached") from None
+                    raise Refused(refusals.device_just_attached(plan.namespace, member.name,
+                                                                vmi=str(other))) from None
                 if (current.get("metadata") or {}).get("deletionTimestamp"):
-                    raise Refused(f"GPUDevice {plan.namespace}/{member.name} is being deleted",
-                                  reason="DeviceDeleting") from None
+                    raise Refused(refusals.device_deleting(plan.namespace, member.name)) from None
                 version = str(current["metadata"]["resourceVersion"])
             except errors.NotFound:
-                raise Refused(f"GPUDevice {plan.namespace}/{member.name} was deleted meanwhile",
-                              reason="DeviceGone") from None
+                raise Refused(refusals.device_deleted_meanwhile(plan.namespace, member.name)) from None
             except errors.ApiError as error:
-                raise Refused(f"attaching GPUDevice {plan.namespace}/{member.name} to VMI {plan.namespace}/"
-                              f"{plan.vmi} was refused: {error.message}", reason="AttachRefused") from None
-        raise Refused(f"GPUDevice {plan.namespace}/{member.name} kept changing while VMI {plan.namespace}/"
-                      f"{plan.vmi} was being attached; try again", reason="Conflict")
+                raise Refused(refusals.attach_refused(plan.namespace, member.name, vmi=plan.vmi,
+                                                      problem=error.message)) from None
+        raise Refused(refusals.device_kept_changing(plan.namespace, member.name, vmi=plan.vmi))
 
     async def undo(self, request_id: str, cache: Cache) -> None:
         """Take back this start's writes; what another request took over meanwhile is left alone.

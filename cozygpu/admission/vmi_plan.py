@@ -1,8 +1,9 @@
 """The VMI webhook's decision before any write (R-ADM-2, R-ADM-3, R-ADM-5): pure, on one Snapshot.
 
 Contract: :func:`plan_start` takes the VMI object, its parsed references and
-the snapshot, and either raises :class:`Refused` (the message names the
-object, the limit and the numbers) or returns a :class:`StartPlan`: the set's
+the snapshot, and either raises :class:`Refused` (a ``Refusal`` of
+``model/refusals.py``: the message names the object, the limit and the
+numbers) or returns a :class:`StartPlan`: the set's
 members (held devices and template devices, existing or to create), where
 the dry check places the set, and whether an earlier invocation for the same
 VMI already recorded a bind request this one takes as its own.
@@ -43,6 +44,7 @@ from cozygpu.model import refusals
 from cozygpu.model.catalog import order_refusal
 from cozygpu.model.naming import template_device_name
 from cozygpu.model.placement import place_set
+from cozygpu.model.refusals import Refusal
 from cozygpu.model.snapshot import DeviceView, Snapshot
 from cozygpu.views.decode import vmi_view
 
@@ -53,11 +55,11 @@ Obj = Mapping[str, Any]
 
 
 class Refused(Exception):
-    """The start is refused before any write; ``str()`` is the message a person reads."""
+    """The start is refused; ``refusal`` says why, and ``str()`` is its message, the one a person reads."""
 
-    def __init__(self, message: str, *, reason: str = "Refused") -> None:
-        super().__init__(message)
-        self.reason = reason
+    def __init__(self, refusal: Refusal) -> None:
+        super().__init__(refusal.message)
+        self.refusal = refusal
 
 
 @attrs.frozen(kw_only=True)
@@ -108,9 +110,9 @@ def gpu_entries(snapshot: Snapshot, members: Sequence[Member]) -> tuple[Mapping[
     return tuple(entries)
 
 
-def _limited(refusal: refusals.Refusal | None) -> None:
+def _limited(refusal: Refusal | None) -> None:
     if refusal is not None:
-        raise Refused(refusal.message, reason=str(refusal.reason))
+        raise Refused(refusal)
 
 
 def check_sizes(vmi: Obj, label: str) -> None:
@@ -162,24 +164,23 @@ def own_gpu_entries(vmi: Obj, effective_names: frozenset[str], ours: Sequence[Ma
     return found
 
 
-def _shown(items: Sequence[str], most: int = 5) -> str:
-    """The first ``most`` of ``items`` for a message, each cut short, and how many more there are."""
-    shown = ", ".join(bounds.clip(item) for item in items[:most])
-    return f"{shown} and {len(items) - most} more" if len(items) > most else shown
+def _shown(items: Sequence[str], most: int = 5) -> list[str]:
+    """The first ``most`` of ``items`` for a message, each cut short."""
+    return [bounds.clip(item) for item in items[:most]]
 
 
 def _attached_elsewhere(snapshot: Snapshot, device: DeviceView, vmi: str, *, now: datetime,
-                        grace: timedelta) -> str | None:
+                        grace: timedelta) -> Refusal | None:
     """Why another VMI holds ``device`` (None when it is free, this VMI's, or its VMI is gone for good)."""
     attachment = device.attachment
     if attachment is None or attachment.vmi == vmi:
         return None
     other = snapshot.vmis.get((device.namespace, attachment.vmi))
     if other is not None and (not attachment.uid or not other.uid or other.uid == attachment.uid):
-        return f"GPUDevice {device.namespace}/{device.name} is attached to VMI {device.namespace}/{attachment.vmi}"
+        return refusals.device_attached(device.namespace, device.name, vmi=attachment.vmi)
     if other is None and (attachment.attached_at is None or now - attachment.attached_at < grace):
-        return (f"GPUDevice {device.namespace}/{device.name} is attached to VMI {device.namespace}/{attachment.vmi}, "
-                f"which is starting (attached {attachment.attached_at or 'just now'})")
+        return refusals.device_attached_to_starting(device.namespace, device.name, vmi=attachment.vmi,
+                                                    attached_at=attachment.attached_at)
     return None
 
 
@@ -206,25 +207,24 @@ def plan_start(snapshot: Snapshot, vmi: Obj, refs: Sequence[Ref], *, namespace: 
     raw_name = _map(vmi.get("metadata")).get("name")
     name = raw_name if isinstance(raw_name, str) else ""
     if not name:
-        raise Refused("a VMI with device references needs metadata.name (generateName is not resolved "
-                      "before admission)")
+        raise Refused(refusals.vmi_unnamed())
     label = f"VMI {bounds.clip(namespace)}/{bounds.clip(name)}"
     _limited(bounds.name_problem(label, "metadata.name", name))
     _limited(bounds.name_problem(label, "namespace", namespace, bounds.MAX_NAMESPACE))
     check_sizes(vmi, label)
     if (namespace, name) in snapshot.vmis:
-        raise Refused(f"{label} exists already")
+        raise Refused(refusals.vmi_exists(label))
     members: list[Member] = []
     for ref in refs:
         if isinstance(ref, DeviceRef):
             device = snapshot.devices.get((namespace, ref.device))
             if device is None:
-                raise Refused(refusals.unknown_device(namespace, ref.device).message, reason="UnknownDevice")
+                raise Refused(refusals.unknown_device(namespace, ref.device))
             if device.deleting:
-                raise Refused(f"GPUDevice {namespace}/{ref.device} is being deleted")
+                raise Refused(refusals.device_deleting(namespace, ref.device))
             held = _attached_elsewhere(snapshot, device, name, now=now, grace=grace)
             if held is not None:
-                raise Refused(held, reason="DeviceAttached")
+                raise Refused(held)
             members.append(Member(name=device.name, class_name=device.class_name, count=device.count,
                                   existing=device, template=device.template))
             continue
@@ -234,13 +234,12 @@ def plan_start(snapshot: Snapshot, vmi: Obj, refs: Sequence[Ref], *, namespace: 
         if existing is not None:
             mine = existing.template and existing.attachment is not None and existing.attachment.vmi == name
             if not mine or existing.deleting:
-                state = "is being deleted" if existing.deleting else "is not a template device of this VMI"
-                raise Refused(f"GPUDevice {namespace}/{device_name} (template {ref.template} of {label}) {state}; "
-                              "try again once it is gone")
+                raise Refused(refusals.template_name_taken(namespace, device_name, template=ref.template,
+                                                           vmi_subject=label, deleting=existing.deleting))
             if (existing.class_name, existing.count) != (ref.class_name, ref.count):
-                raise Refused(f"GPUDevice {namespace}/{device_name} (template {ref.template}) orders "
-                              f"{existing.count} of class {existing.class_name}, the reference "
-                              f"{ref.count} of class {ref.class_name}")
+                raise Refused(refusals.template_differs(
+                    namespace, device_name, template=ref.template, count=existing.count,
+                    class_name=existing.class_name, wanted_count=ref.count, wanted_class=ref.class_name))
         members.append(Member(name=device_name, class_name=ref.class_name, count=ref.count, existing=existing,
                               template=True))
     total = sum(member.count for member in members)
@@ -253,8 +252,7 @@ def plan_start(snapshot: Snapshot, vmi: Obj, refs: Sequence[Ref], *, namespace: 
     if raw_forbidden:
         own = own_gpu_entries(vmi, snapshot.effective_names, entries)
         if own:
-            raise Refused(f"{label}: raw GPU names are forbidden here, so a GPU reaches a VM only through a "
-                          f"GPUDevice reference; remove {_shown(own)}", reason="RawGPUName")
+            raise Refused(refusals.raw_gpu_names(label, _shown(own), total=len(own)))
     adopted = _adopted(members, name, now=now, recent=recent)
     if adopted:
         return StartPlan(namespace=namespace, vmi=name, members=tuple(members), node="",
@@ -268,7 +266,7 @@ def plan_start(snapshot: Snapshot, vmi: Obj, refs: Sequence[Ref], *, namespace: 
                                                          "spec": _map(vmi.get("spec"))}), label=label,
                           count_pending=True)
     if placement.refusal is not None:
-        raise Refused(placement.refusal.message, reason=str(placement.refusal.reason))
+        raise Refused(placement.refusal)
     return StartPlan(namespace=namespace, vmi=name, members=tuple(members), node=placement.node or "",
                      adopted_request="", entries=entries)
 
@@ -279,15 +277,14 @@ def _template_orders(snapshot: Snapshot, namespace: str, label: str, members: Se
         if member.existing is None:
             refusal = order_refusal(snapshot, namespace, member.class_name, member.count)
             if refusal is not None:
-                raise Refused(f"{label}: template device {member.name}: {refusal.message}",
-                              reason=str(refusal.reason))
+                raise Refused(refusals.template_order_refused(label, member.name, refusal))
 
 
 def gpus_patch(vmi: Obj, entries: Sequence[Mapping[str, str]]) -> list[dict[str, Any]]:
     """The JSON patch adding ``entries`` to ``spec.domain.devices.gpus`` (those not there already)."""
     spec = _map(vmi.get("spec"))
     if "domain" not in spec or not isinstance(spec.get("domain"), Mapping):
-        raise Refused("the VMI has no spec.domain")
+        raise Refused(refusals.vmi_without_domain())
     devices = _map(spec["domain"]).get("devices")
     if not isinstance(devices, Mapping):
         return [{"op": "add", "path": "/spec/domain/devices", "value": {"gpus": [dict(e) for e in entries]}}]

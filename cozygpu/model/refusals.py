@@ -15,6 +15,8 @@ never format their own. Reason codes are stable strings (they end up in
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterable, Sequence
+from datetime import datetime
 
 import attrs
 
@@ -44,6 +46,26 @@ class Reason(enum.StrEnum):
     CAPACITY_LOST = "CapacityLost"
     # A request carrying more than admission reads (issue 22): a list, a string, a count, JSON nesting.
     OVER_LIMIT = "OverLimit"
+    # The webhooks' own (R-ADM-1…5): what a GPUDevice, a VMI start or a launcher pod is refused for besides
+    # the order checks above. ``Refused`` is a VMI start refused for what the VMI itself says (no name, a name
+    # taken, a template device's name taken or ordering something else, no spec.domain).
+    REFUSED = "Refused"
+    INVALID = "Invalid"
+    INVALID_DEVICE_REFS = "InvalidDeviceRefs"
+    DEVICE_ATTACHED = "DeviceAttached"
+    DEVICE_DELETING = "DeviceDeleting"
+    DEVICE_GONE = "DeviceGone"
+    RAW_GPU_NAME = "RawGPUName"
+    CONFLICT = "Conflict"
+    TEMPLATE_REFUSED = "TemplateRefused"
+    ATTACH_REFUSED = "AttachRefused"
+    BIND_TIMEOUT = "BindTimeout"
+    #: The binder's answer is not Succeeded and carries no reason this model knows.
+    BIND_FAILED = "BindFailed"
+    SPLIT_SET = "SplitSet"
+    NO_VMI = "NoVMI"
+    NOT_ATTACHED = "NotAttached"
+    NOT_BOUND = "NotBound"
 
 
 @attrs.frozen(kw_only=True)
@@ -255,4 +277,270 @@ def over_limit(subject: str, what: str, *, limit: int, found: int, unit: str = "
         subject=subject,
         limit=limit,
         requested=found,
+    )
+
+
+def json_too_deep(subject: str, *, limit: int, problem: str) -> Refusal:
+    """A body nested past the parser's depth, refused unparsed; ``problem`` is the parser's own words."""
+    return Refusal(
+        reason=Reason.OVER_LIMIT,
+        message=f"{subject}: the body is JSON nested deeper than {limit} levels, the most read ({problem})",
+        subject=subject,
+        limit=limit,
+    )
+
+
+# -- the webhooks' own refusals (R-ADM-1…5) -------------------------------------------------------------------
+#
+# ``subject`` and the names below are what admission read from the request, cut short (``bounds.clip``) where
+# they are not yet known to fit a Kubernetes name; ``problem`` is another component's own words (a parser's,
+# the API server's), quoted as is.
+
+
+def order_refused(subject: str, refusal: Refusal) -> Refusal:
+    """``refusal`` of an order, told about ``subject`` (the GPUDevice): its reason and numbers kept."""
+    return attrs.evolve(refusal, message=f"{subject}: {refusal.message}")
+
+
+def invalid_order(subject: str) -> Refusal:
+    return Refusal(
+        reason=Reason.INVALID,
+        message=f"{subject}: spec.className and an integer spec.count are required",
+        subject=subject,
+    )
+
+
+def invalid_device_refs(subject: str, problem: str) -> Refusal:
+    """The VMI's device-refs annotation cannot be read; ``problem`` names the entry (``admission.refs``)."""
+    return Refusal(reason=Reason.INVALID_DEVICE_REFS, message=f"{subject}: {problem}", subject=subject)
+
+
+def vmi_unnamed() -> Refusal:
+    return Refusal(
+        reason=Reason.REFUSED,
+        message="a VMI with device references needs metadata.name (generateName is not resolved before admission)",
+        subject="VMI",
+    )
+
+
+def vmi_exists(subject: str) -> Refusal:
+    return Refusal(reason=Reason.REFUSED, message=f"{subject} exists already", subject=subject)
+
+
+def vmi_without_domain() -> Refusal:
+    return Refusal(reason=Reason.REFUSED, message="the VMI has no spec.domain", subject="VMI")
+
+
+def device_deleting(namespace: str, name: str) -> Refusal:
+    return Refusal(
+        reason=Reason.DEVICE_DELETING,
+        message=f"GPUDevice {namespace}/{name} is being deleted",
+        subject=f"GPUDevice {namespace}/{name}",
+    )
+
+
+def device_attached(namespace: str, name: str, *, vmi: str) -> Refusal:
+    """``name`` is attached to another VMI, one that exists."""
+    return Refusal(
+        reason=Reason.DEVICE_ATTACHED,
+        message=f"GPUDevice {namespace}/{name} is attached to VMI {namespace}/{vmi}",
+        subject=f"GPUDevice {namespace}/{name}",
+    )
+
+
+def device_attached_to_starting(namespace: str, name: str, *, vmi: str, attached_at: datetime | None) -> Refusal:
+    """``name`` is attached to another VMI that does not exist yet but may still appear (the attachment grace)."""
+    return Refusal(
+        reason=Reason.DEVICE_ATTACHED,
+        message=(
+            f"GPUDevice {namespace}/{name} is attached to VMI {namespace}/{vmi}, "
+            f"which is starting (attached {attached_at or 'just now'})"
+        ),
+        subject=f"GPUDevice {namespace}/{name}",
+    )
+
+
+def device_just_attached(namespace: str, name: str, *, vmi: str) -> Refusal:
+    """Another VMI's start attached ``name`` between this start's decision and its write."""
+    return Refusal(
+        reason=Reason.DEVICE_ATTACHED,
+        message=f"GPUDevice {namespace}/{name} was just attached to VMI {namespace}/{vmi}",
+        subject=f"GPUDevice {namespace}/{name}",
+    )
+
+
+def device_deleted_meanwhile(namespace: str, name: str) -> Refusal:
+    return Refusal(
+        reason=Reason.DEVICE_GONE,
+        message=f"GPUDevice {namespace}/{name} was deleted meanwhile",
+        subject=f"GPUDevice {namespace}/{name}",
+    )
+
+
+def device_deleted_while_admitting(namespace: str, name: str, *, vmi: str) -> Refusal:
+    return Refusal(
+        reason=Reason.DEVICE_GONE,
+        message=f"GPUDevice {namespace}/{name} was deleted while VMI {namespace}/{vmi} was being admitted",
+        subject=f"GPUDevice {namespace}/{name}",
+    )
+
+
+def device_kept_changing(namespace: str, name: str, *, vmi: str) -> Refusal:
+    return Refusal(
+        reason=Reason.CONFLICT,
+        message=f"GPUDevice {namespace}/{name} kept changing while VMI {namespace}/{vmi} was being attached; try again",
+        subject=f"GPUDevice {namespace}/{name}",
+    )
+
+
+def attach_refused(namespace: str, name: str, *, vmi: str, problem: str) -> Refusal:
+    """The API server refused the attachment write; ``problem`` is its message."""
+    return Refusal(
+        reason=Reason.ATTACH_REFUSED,
+        message=f"attaching GPUDevice {namespace}/{name} to VMI {namespace}/{vmi} was refused: {problem}",
+        subject=f"GPUDevice {namespace}/{name}",
+    )
+
+
+def template_name_taken(namespace: str, name: str, *, template: str, vmi_subject: str, deleting: bool) -> Refusal:
+    """A template's device name is held by a device that is not this VMI's template device, or is going."""
+    state = "is being deleted" if deleting else "is not a template device of this VMI"
+    return Refusal(
+        reason=Reason.REFUSED,
+        message=(
+            f"GPUDevice {namespace}/{name} (template {template} of {vmi_subject}) {state}; "
+            "try again once it is gone"
+        ),
+        subject=f"GPUDevice {namespace}/{name}",
+    )
+
+
+def template_differs(
+    namespace: str, name: str, *, template: str, count: int, class_name: str, wanted_count: int, wanted_class: str
+) -> Refusal:
+    """This VMI's template device exists already and orders something else than the reference now says."""
+    return Refusal(
+        reason=Reason.REFUSED,
+        message=(
+            f"GPUDevice {namespace}/{name} (template {template}) orders {count} of class {class_name}, "
+            f"the reference {wanted_count} of class {wanted_class}"
+        ),
+        subject=f"GPUDevice {namespace}/{name}",
+    )
+
+
+def template_order_refused(vmi_subject: str, device: str, refusal: Refusal) -> Refusal:
+    """A template device still to create fails the GPUDevice webhook's check: ``refusal``'s reason and numbers."""
+    return attrs.evolve(refusal, message=f"{vmi_subject}: template device {device}: {refusal.message}")
+
+
+def template_taken(namespace: str, name: str, *, vmi: str) -> Refusal:
+    """Creating a template device found one of its name, created by someone else since the decision."""
+    return Refusal(
+        reason=Reason.CONFLICT,
+        message=(
+            f"GPUDevice {namespace}/{name} (a template device of VMI {namespace}/{vmi}) was created by someone "
+            "else meanwhile; try again"
+        ),
+        subject=f"GPUDevice {namespace}/{name}",
+    )
+
+
+def template_create_refused(namespace: str, name: str, *, vmi: str, problem: str) -> Refusal:
+    """The API server (the GPUDevice webhook, a policy) refused a template device; ``problem`` is its message."""
+    return Refusal(
+        reason=Reason.TEMPLATE_REFUSED,
+        message=f"template device {namespace}/{name} of VMI {namespace}/{vmi} was refused: {problem}",
+        subject=f"GPUDevice {namespace}/{name}",
+    )
+
+
+def raw_gpu_names(subject: str, shown: Sequence[str], *, total: int) -> Refusal:
+    """With raw names forbidden the VMI has GPU entries of its own: ``shown`` are the first of ``total``."""
+    listed = ", ".join(shown)
+    if total > len(shown):
+        listed = f"{listed} and {total - len(shown)} more"
+    return Refusal(
+        reason=Reason.RAW_GPU_NAME,
+        message=(
+            f"{subject}: raw GPU names are forbidden here, so a GPU reaches a VM only through a GPUDevice "
+            f"reference; remove {listed}"
+        ),
+        subject=subject,
+    )
+
+
+_REASONS = {str(r): r for r in Reason}
+
+
+def binder_refused(subject: str, *, reason: str, message: str) -> Refusal:
+    """The binder's answer (read from device status) is not Succeeded.
+
+    Its reason is kept when it is one of ours (the binder writes no other),
+    else it is ``BindFailed``: a reason read from status is never passed on
+    unchecked.
+    """
+    text = reason or str(Reason.BIND_FAILED)
+    return Refusal(
+        reason=_REASONS.get(text, Reason.BIND_FAILED),
+        message=f"{subject}: the binder refused: {message or text}",
+        subject=subject,
+    )
+
+
+def answers_split(subject: str, nodes: Iterable[str]) -> Refusal:
+    """The binder's answers on the set's devices name more than one node, or none."""
+    return Refusal(
+        reason=Reason.SPLIT_SET,
+        message=f"{subject}: the binder's answers name nodes {sorted(nodes)}, not one",
+        subject=subject,
+    )
+
+
+def bind_timeout(
+    subject: str, *, wait: float, lease: str, holder: str | None = None, renewed: str | None = None,
+    lease_error: str | None = None,
+) -> Refusal:
+    """No answer from the binder within ``wait`` seconds, with the leader's state read from its Lease."""
+    if lease_error is not None:
+        state = f"the leader Lease could not be read: {lease_error}"
+    elif not holder:
+        state = f"no replica holds Lease {lease}"
+    else:
+        state = f"leader {holder}, lease renewed {renewed or 'never'}"
+    return Refusal(
+        reason=Reason.BIND_TIMEOUT,
+        message=f"{subject}: no answer from the binder within {wait:g} s ({state}); nothing was kept",
+        subject=subject,
+    )
+
+
+def no_vmi_owner(subject: str) -> Refusal:
+    return Refusal(
+        reason=Reason.NO_VMI,
+        message=(
+            f"{subject}: no controller ownerReference to a VirtualMachineInstance, so its GPUDevices cannot be found"
+        ),
+        subject=subject,
+    )
+
+
+def not_attached(subject: str) -> Refusal:
+    return Refusal(
+        reason=Reason.NOT_ATTACHED, message=f"{subject}: no GPUDevice is attached to the VMI", subject=subject
+    )
+
+
+def not_bound(subject: str, devices: Iterable[tuple[str, str]]) -> Refusal:
+    """The VMI's devices not Bound, as (name, phase)."""
+    shown = ", ".join(f"{name} ({phase})" for name, phase in sorted(devices))
+    return Refusal(reason=Reason.NOT_BOUND, message=f"{subject}: GPUDevices not Bound: {shown}", subject=subject)
+
+
+def split_set(subject: str, nodes: Sequence[str]) -> Refusal:
+    """The VMI's devices are Bound on more than one node (``nodes``, sorted)."""
+    return Refusal(
+        reason=Reason.SPLIT_SET,
+        message=f"{subject}: its GPUDevices are Bound on {len(nodes)} nodes ({', '.join(nodes)}), not one",
+        subject=subject,
     )

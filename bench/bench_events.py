@@ -292,7 +292,7 @@ class Rig:
         self.trigger: Trigger = self.cache.trigger(*self.binder.kinds, name=NAME, when=self.binder.worth_a_pass())
         self.asked: dict[Lane, set[str]] = {Lane.ANSWER: set(), Lane.FULL: set()}
         self.binder.on_request(lambda: self.ask(Lane.ANSWER, "bind request"))
-        self.binder.on_full_pass_due(lambda why: self.ask(Lane.FULL, why))
+        self.binder.reports.on_due(lambda: self.ask(Lane.FULL, "reports due"))
         #: While an event is profiled: one profile per lane of the passes it causes (the fold is not in them).
         self.profiles: dict[Lane, cProfile.Profile] | None = None
 

@@ -1,6 +1,6 @@
 """Attachments that outlived their VMI, and template devices that go with theirs (R-BIND-7, R-BIND-8).
 
-Contract (decided on the model's Snapshot, pure; ``apply_attachments`` writes):
+Contract (decided on the model's Snapshot, pure; ``attachment_writes`` are its writes):
 - An attachment is **kept** while its VMI exists (same name, and the same UID
   when the attachment knows one), and always while that VMI has a running
   launcher pod (``status.activePods`` naming a Running pod: the only proof,
@@ -47,8 +47,10 @@ import attrs
 
 from cozygpu import keys
 from cozygpu.base.logging import get_logger
-from cozygpu.kube import Client, errors, resource_path
+from cozygpu.binder.patcher import Verb, Write, version_of
+from cozygpu.kube import resource_path
 from cozygpu.model.snapshot import DeviceKey, DeviceView, PodPhase, Snapshot
+from cozygpu.views import specs
 
 log = get_logger(__name__)
 
@@ -214,62 +216,29 @@ def plan_attachments(snapshot: Snapshot, *, vmis_served: bool, grace: timedelta,
     return AttachmentPlan(detaches=tuple(detaches), adopts=tuple(adopts))
 
 
-@attrs.frozen(kw_only=True)
-class AttachmentReport:
-    #: resourceVersions the server gave the clears, and the deletions of devices their finalizer keeps.
-    written: tuple[str, ...] = ()
-    dropped: int = 0
-
-    @property
-    def requeue(self) -> bool:
-        return self.dropped > 0
-
-
 def _path(key: DeviceKey, *, subresource: str | None = None) -> str:
     return resource_path(keys.GROUP, keys.VERSION, keys.GPUDEVICE_PLURAL, namespace=key[0], name=key[1],
                          subresource=subresource)
 
 
-async def apply_attachments(client: Client, plan: AttachmentPlan, objects: Mapping[DeviceKey, Obj]) -> AttachmentReport:
-    """Write ``plan``'s detaches and adopted UIDs, each on the resourceVersion of its device in ``objects``."""
-    written: list[str] = []
-    dropped = 0
+def attachment_writes(plan: AttachmentPlan, objects: Mapping[DeviceKey, Obj]) -> list[Write]:
+    """``plan``'s adopted UIDs, then its detaches, as the patcher's writes, each on the resourceVersion of
+    its device in ``objects`` (``tag``: the ``Adopt`` or ``Detach``); a device gone meanwhile is skipped.
+    A detach that deletes answers with the device, now deleting (its finalizer keeps it)."""
+    writes: list[Write] = []
     for adopt in plan.adopts:
-        obj = objects.get(adopt.device)
-        if obj is None:
-            continue
-        version = str((obj.get("metadata") or {}).get("resourceVersion") or "")
-        try:
-            answer = await client.merge_patch(_path(adopt.device, subresource="status"),
-                                              {"status": {"attachment": {"uid": adopt.uid}}},
-                                              resource_version=version)
-        except (errors.Conflict, errors.NotFound) as error:
-            dropped += 1
-            log.info("VMI UID not recorded, requeued", device="/".join(adopt.device), why=type(error).__name__,
-                     resource_version=version)
-            continue
-        written.append(str((answer.get("metadata") or {}).get("resourceVersion") or ""))
-        log.info("VMI UID recorded on the attachment", device="/".join(adopt.device), vmi=adopt.vmi, uid=adopt.uid)
+        if (obj := objects.get(adopt.device)) is not None:
+            writes.append(Write(kind=specs.GPU_DEVICES, path=_path(adopt.device, subresource="status"),
+                                body={"status": {"attachment": {"uid": adopt.uid}}}, resource_version=version_of(obj),
+                                what="/".join(adopt.device), tag=adopt))
     for detach in plan.detaches:
-        obj = objects.get(detach.device)
-        if obj is None:
+        if (obj := objects.get(detach.device)) is None:
             continue
-        version = str((obj.get("metadata") or {}).get("resourceVersion") or "")
-        try:
-            if detach.delete:
-                # The device's finalizer keeps it: the answer is the object, now deleting, at its new version.
-                answer = await client.delete(_path(detach.device), resource_version=version)
-                if answer.get("kind") == keys.GPUDEVICE_KIND:
-                    written.append(str((answer.get("metadata") or {}).get("resourceVersion") or ""))
-            else:
-                answer = await client.merge_patch(_path(detach.device, subresource="status"),
-                                                  {"status": {"attachment": None}}, resource_version=version)
-                written.append(str((answer.get("metadata") or {}).get("resourceVersion") or ""))
-        except (errors.Conflict, errors.NotFound) as error:
-            dropped += 1
-            log.info("detach dropped, requeued", device="/".join(detach.device), why=type(error).__name__,
-                     resource_version=version)
-            continue
-        log.info("detached", device="/".join(detach.device), vmi=detach.vmi, reason=detach.reason,
-                 deleted=detach.delete, message=detach.message)
-    return AttachmentReport(written=tuple(written), dropped=dropped)
+        if detach.delete:
+            writes.append(Write(kind=specs.GPU_DEVICES, path=_path(detach.device), verb=Verb.DELETE,
+                                resource_version=version_of(obj), what="/".join(detach.device), tag=detach))
+        else:
+            writes.append(Write(kind=specs.GPU_DEVICES, path=_path(detach.device, subresource="status"),
+                                body={"status": {"attachment": None}}, resource_version=version_of(obj),
+                                what="/".join(detach.device), tag=detach))
+    return writes

@@ -38,7 +38,9 @@ import attrs
 
 from cozygpu import keys
 from cozygpu.base.logging import get_logger
-from cozygpu.kube import Client, errors, resource_path
+from cozygpu.binder.patcher import Write
+from cozygpu.kube import resource_path
+from cozygpu.views import specs
 
 log = get_logger(__name__)
 
@@ -60,19 +62,6 @@ class FinalizerChange:
     @property
     def path(self) -> str:
         return resource_path(keys.GROUP, keys.VERSION, self.plural, namespace=self.namespace, name=self.name)
-
-
-@attrs.frozen(kw_only=True)
-class FinalizerReport:
-    applied: tuple[FinalizerChange, ...] = ()
-    #: (plural, resourceVersion) the server answered each applied change with: for read-your-writes.
-    versions: tuple[tuple[str, str], ...] = ()
-    #: Changes refused by a Conflict or a vanished object: the next pass decides again.
-    stale: tuple[FinalizerChange, ...] = ()
-
-    @property
-    def requeue(self) -> bool:
-        return bool(self.stale)
 
 
 def _meta(obj: Obj) -> Mapping[str, Any]:
@@ -258,26 +247,11 @@ class FinalizerWork:
         self._unfinished = stale
 
 
-async def apply_finalizers(client: Client, changes: Sequence[FinalizerChange]) -> FinalizerReport:
-    applied: list[FinalizerChange] = []
-    versions: list[tuple[str, str]] = []
-    stale: list[FinalizerChange] = []
-    for change in changes:
-        patch = {"metadata": {"finalizers": list(change.finalizers)}}
-        try:
-            answer = await client.merge_patch(change.path, patch, resource_version=change.resource_version)
-        except errors.NotFound:
-            if not change.add:
-                continue  # released already: the object is gone, which is what the release was for
-            log.info("finalizer change stale, requeued", object=change.path, error="NotFound")
-            stale.append(change)
-            continue
-        except errors.Conflict as error:
-            log.info("finalizer change stale, requeued", object=change.path, error=type(error).__name__)
-            stale.append(change)
-            continue
-        log.info("finalizer added" if change.add else "finalizer released", object=change.path,
-                 finalizer=change.finalizer)
-        applied.append(change)
-        versions.append((change.plural, str((answer.get("metadata") or {}).get("resourceVersion") or "")))
-    return FinalizerReport(applied=tuple(applied), versions=tuple(versions), stale=tuple(stale))
+def finalizer_writes(changes: Sequence[FinalizerChange]) -> list[Write]:
+    """The changes as the patcher's writes: a merge patch of ``metadata.finalizers`` on the resourceVersion
+    the change was decided on; a release of an object already gone is done, anything else refused is
+    requeued (``tag``: the change)."""
+    kinds = {keys.GPUCLASS_PLURAL: specs.GPU_CLASSES, keys.GPUDEVICE_PLURAL: specs.GPU_DEVICES}
+    return [Write(kind=kinds[c.plural], path=c.path, body={"metadata": {"finalizers": list(c.finalizers)}},
+                  resource_version=c.resource_version, gone_is_done=not c.add, what=c.path, tag=c)
+            for c in changes]

@@ -1,50 +1,68 @@
-"""The binder on the pass driver: one task in the leader term (R-BIND-1…3).
+"""The binder on the pass driver: its works as lanes, one pass at a time, in the leader term only.
 
-- The full lane is triggered by every change of the kinds the binder reads
-  (``Binder.kinds``) that moves something a decision reads, coalesced into
-  one pass, with the driver's resync: a Node heartbeat, a quota's usage, a
-  pod that uses no GPU or the binder's own GPUNode report starts none
-  (``Binder.worth_a_pass``, the live snapshot's ``matters``).
-- The answer lane is requested by the device informer's handler the moment a
-  device carries a new unanswered bind request or a new order appears, so
-  the very next placement cycle decides it (R-BIND-3), before the next full
-  pass; a request caught before the term is covered by the answer pass that
-  ``on_request`` requests at once.
+- The lanes go in ``binder.LANES`` order: placement first, then attachments,
+  finalizers, usage records, reports and the read model's check. A
+  housekeeping pass stops between writes when a placement pass is due
+  (``PassDriver.preempted``), so an order waits behind one write, never
+  behind a whole report round.
+- One trigger over every kind the binder reads asks every work but the
+  check for a pass, coalesced; a Node heartbeat, a quota's usage, a pod that
+  uses no GPU or the binder's own GPUNode report asks for none
+  (``Binder.worth_a_pass``). Each work then costs what moved for it.
+- A new bind request or order asks for a placement pass the moment the
+  device informer's handler sees it (R-BIND-3), so does a launcher window
+  closing; reports held back by ``report_every`` ask for a report pass when
+  they are due, and the check for one every ``verify_every``.
+- The works follow the cache's events only while the driver runs (the
+  term): ``Binder.term`` is the driver's scope.
 - The Events of the binder's writes are sent by a companion task beside the
   passes (``EventRecorder``): a placement cycle never waits for them.
-- Reports held back by ``report_every`` ask for the full pass that writes them
-  when they are due.
-- Read-your-writes (R-BIND-2) is the driver's: it waits until the cache has
-  seen every write the last pass recorded before the next pass snapshots.
-- No pass starts before the cache knows every kind the binder reads (listed,
-  or known not to be served): a kind that syncs late holds the first pass
-  until it has synced, and no pass fails or backs off meanwhile.
+- Read-your-writes (R-BIND-2) is the driver's; no pass starts before the
+  cache knows every kind the binder reads.
 """
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 from prometheus_client import CollectorRegistry
 
 from cozygpu.base.clock import Clock, LoopClock
-from cozygpu.binder.binder import Binder
+from cozygpu.binder.binder import LANES, PLACEMENT, REPORTS, VERIFY, Binder
+from cozygpu.binder.housekeeping import Stop
 from cozygpu.cache.cache import Cache
-from cozygpu.passes.driver import DriverConfig, Lane, LaneWork, PassDriver
+from cozygpu.passes.driver import DriverConfig, Lane, LanePass, LaneWork, PassDriver, Progress
 from cozygpu.passes.metrics import PassMetrics
+from cozygpu.passes.writes import Writes
 
 NAME = "binder"
 
 
+def _bound(run: Callable[[Writes, Stop], Awaitable[Progress | None]], stop: Stop) -> LanePass:
+    async def lane_pass(writes: Writes) -> Progress | None:
+        return await run(writes, stop)
+
+    return lane_pass
+
+
 def binder_driver(binder: Binder, cache: Cache, *, registry: CollectorRegistry, clock: Clock | None = None,
                   config: DriverConfig | None = None) -> PassDriver[Lane, Lane]:
-    """The driver that runs ``binder``'s passes; ``run()`` it in the leader term."""
+    """The driver that runs ``binder``'s works; ``run()`` it in the leader term."""
     needs = [spec.key for spec in binder.kinds]
-    driver: PassDriver[Lane, Lane] = PassDriver(
-        NAME, LaneWork({Lane.FULL: binder.full_pass, Lane.ANSWER: binder.answer_pass}), cache=cache,
-        triggers={Lane.FULL: [cache.trigger(*binder.kinds, name=NAME, when=binder.worth_a_pass())]},
-        clock=clock or LoopClock(),
-        metrics=PassMetrics.on(registry), config=config, needs={Lane.FULL: needs, Lane.ANSWER: needs},
-        companions=[("events", binder.events.run)],
+    world = cache.trigger(*binder.kinds, name=NAME, when=binder.worth_a_pass())
+    driver: PassDriver[Lane, Lane]
+
+    def stop(lane: Lane) -> Stop:
+        return lambda: driver.preempted(lane)
+
+    passes = {lane: _bound(run, stop(lane)) for lane, run in binder.lanes().items()}
+    driver = PassDriver(
+        NAME, LaneWork(passes), cache=cache, lanes=LANES,
+        triggers={lane: [world] for lane in LANES if lane is not VERIFY},
+        clock=clock or LoopClock(), metrics=PassMetrics.on(registry), config=config,
+        needs={lane: needs for lane in LANES}, companions=[("events", binder.events.run)], scope=binder.term,
     )
-    binder.on_request(lambda: driver.request(Lane.ANSWER, "bind request"))
-    binder.on_full_pass_due(lambda why: driver.request(Lane.FULL, why))
+    binder.on_request(lambda: driver.request(PLACEMENT, "bind request"))
+    binder.reports.on_due(lambda: driver.request(REPORTS, "reports due"))
+    binder.verifier.on_due(lambda: driver.request(VERIFY, "check due"))
     return driver

@@ -31,9 +31,11 @@ import attrs
 
 from cozygpu import keys
 from cozygpu.base.logging import get_logger
-from cozygpu.kube import Client, errors, resource_path
+from cozygpu.binder.patcher import OnRefusal, Write
+from cozygpu.kube import resource_path
 from cozygpu.model import capacity as cap
 from cozygpu.model.snapshot import GPUClassView, NodeCapacity, Snapshot
+from cozygpu.views import specs
 
 log = get_logger(__name__)
 
@@ -236,26 +238,9 @@ def report_writes(snapshot: Snapshot, classes: Iterable[Obj], gpunodes: Iterable
     return tuple(writes)
 
 
-@attrs.frozen(kw_only=True)
-class ReportResult:
-    written: int = 0
-    dropped: int = 0
-    #: (kind, resourceVersion) of every write the server took: for read-your-writes.
-    versions: tuple[tuple[str, str], ...] = ()
-
-
-async def apply_reports(client: Client, writes: Sequence[StatusWrite]) -> ReportResult:
-    """Send ``writes``, each on its resourceVersion; a Conflict or a vanished object is left to the next pass."""
-    written = dropped = 0
-    versions: list[tuple[str, str]] = []
-    for write in writes:
-        try:
-            answer = await client.merge_patch(write.path, {"status": dict(write.status)},
-                                              resource_version=write.resource_version)
-        except (errors.Conflict, errors.NotFound) as error:
-            dropped += 1
-            log.info("report dropped", object=write.what, why=type(error).__name__)
-            continue
-        written += 1
-        versions.append((write.kind, str((answer.get("metadata") or {}).get("resourceVersion") or "")))
-    return ReportResult(written=written, dropped=dropped, versions=tuple(versions))
+def report_sends(writes: Iterable[StatusWrite]) -> list[Write]:
+    """The reports as the patcher's writes: a merge patch of the status on the version it was judged on;
+    a refused one is let go (the change that beat it is itself an event, which asks for a pass)."""
+    kinds = {keys.GPUCLASS_KIND: specs.GPU_CLASSES, keys.GPUNODE_KIND: specs.GPU_NODES}
+    return [Write(kind=kinds[w.kind], path=w.path, body={"status": dict(w.status)}, resource_version=w.resource_version,
+                  on_refusal=OnRefusal.IGNORE, what=w.what, tag=w) for w in writes]

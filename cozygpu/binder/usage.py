@@ -21,16 +21,16 @@ Contract:
   (so the lineage webhook leaves them alone) and no usage-monitor key.
 - The monitor is created before the first record of its namespace and
   deleted after the last one.
-- ``usage_plan`` is pure over raw objects; ``apply_usage`` creates, replaces
-  (preconditioned on the resourceVersion read) and deletes (idem). A
-  Conflict, an AlreadyExists or a vanished object is left to the next pass.
+- ``usage_plan`` is pure over raw objects; ``usage_writes`` turns it into
+  the patcher's creates, replaces (preconditioned on the resourceVersion
+  read) and deletes (idem). A Conflict, an AlreadyExists or a vanished
+  object requeues the work.
 """
 
 from __future__ import annotations
 
-import functools
 import hashlib
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final
 
 import attrs
@@ -38,7 +38,9 @@ import attrs
 from cozygpu import keys
 from cozygpu.base.logging import get_logger
 from cozygpu.binder.finalizers import holds
-from cozygpu.kube import Client, errors, resource_path
+from cozygpu.binder.patcher import Verb, Write
+from cozygpu.cache.kinds import KindSpec
+from cozygpu.kube import resource_path
 
 log = get_logger(__name__)
 
@@ -54,6 +56,10 @@ MANAGED_VALUE: Final = "true"
 MONITOR_SELECTOR_VALUE: Final = "gpu"
 WORKLOAD_PREFIX: Final = "gpudevice-"
 _MAX_NAME: Final = 253
+
+#: Cozystack's usage kinds (``../shared/reference/cozystack.md`` §3); cached once served.
+WORKLOAD_MONITORS: Final = KindSpec("cozystack.io", "v1alpha1", "workloadmonitors", "WorkloadMonitor", True)
+WORKLOADS: Final = KindSpec("cozystack.io", "v1alpha1", "workloads", "Workload", True)
 
 
 def workload_name(device: str) -> str:
@@ -189,64 +195,22 @@ def usage_plan(devices: Iterable[Obj], classes: Iterable[Obj], monitors: Iterabl
                      remove_workloads=tuple(remove_workloads), remove_monitors=tuple(remove_monitors))
 
 
-@attrs.frozen(kw_only=True)
-class UsageReport:
-    written: int = 0
-    stale: int = 0
-    #: (kind, resourceVersion) of each create or replace the server answered: for read-your-writes.
-    versions: tuple[tuple[str, str], ...] = ()
+def usage_writes(plan: UsagePlan) -> list[Write]:
+    """``plan`` as the patcher's writes, in its order: monitors, then Workloads put (replaced on the
+    version seen, or created), then the records no device wants removed, each on its version."""
+    def put(spec: KindSpec, body: Obj, path_of: Callable[..., str]) -> Write:
+        meta = body["metadata"]
+        namespace, name = meta["namespace"], meta["name"]
+        version = str(meta.get("resourceVersion") or "")
+        if version:
+            return Write(kind=spec, path=path_of(namespace, name), verb=Verb.PUT, body=body, resource_version=version,
+                         what=f"{spec.kind} {namespace}/{name}")
+        return Write(kind=spec, path=path_of(namespace), verb=Verb.CREATE, body=body,
+                     what=f"{spec.kind} {namespace}/{name}")
 
-    @property
-    def requeue(self) -> bool:
-        return self.stale > 0
-
-
-async def _put(client: Client, body: Obj, path_of: Callable[..., str]) -> Obj:
-    namespace, name = _key(body)
-    if body["metadata"].get("resourceVersion"):
-        answer = await client.replace(path_of(namespace, name), dict(body))
-    else:
-        answer = await client.create(path_of(namespace), dict(body))
-    log.info("usage record written", object=f"{namespace}/{name}", kind=body.get("kind"))
-    return answer
-
-
-async def _remove(client: Client, removal: Removal) -> Obj | None:
-    await client.delete(removal.path, resource_version=removal.resource_version or None)
-    log.info("usage record removed", object=removal.path)
-    return None
-
-
-async def apply_usage(client: Client, plan: UsagePlan) -> UsageReport:
-    """Write ``plan`` in its order; a stale step is counted and the rest still run."""
-    steps: list[Callable[[], Awaitable[Obj | None]]] = [
-        *(functools.partial(_put, client, body, monitor_path) for body in plan.put_monitors),
-        *(functools.partial(_put, client, body, workload_path) for body in plan.put_workloads),
-        *(functools.partial(_remove, client, r) for r in (*plan.remove_workloads, *plan.remove_monitors)),
-    ]
-    written = stale = 0
-    versions: list[tuple[str, str]] = []
-    for step in steps:
-        try:
-            answer = await step()
-            written += 1
-        except (errors.Conflict, errors.AlreadyExists, errors.NotFound) as error:
-            log.info("usage record change stale, requeued", error=str(error))
-            stale += 1
-            continue
-        except errors.Forbidden as error:
-            if not _namespace_terminating(error):
-                raise
-            # Its namespace is being deleted, and the records with it: nothing to keep, nothing to retry.
-            log.info("usage record skipped: its namespace is being deleted", error=str(error))
-            continue
-        if answer is not None:
-            versions.append((str(answer.get("kind") or ""),
-                             str((answer.get("metadata") or {}).get("resourceVersion") or "")))
-    return UsageReport(written=written, stale=stale, versions=tuple(versions))
-
-
-def _namespace_terminating(error: errors.Forbidden) -> bool:
-    """The API server's refusal to create in a namespace being deleted (its NamespaceLifecycle admission)."""
-    causes = {str(c.get("type") or c.get("reason") or "") for c in error.causes}
-    return "NamespaceTerminating" in causes or "because it is being terminated" in error.message
+    return [*(put(WORKLOAD_MONITORS, body, monitor_path) for body in plan.put_monitors),
+            *(put(WORKLOADS, body, workload_path) for body in plan.put_workloads),
+            *(Write(kind=WORKLOADS, path=r.path, verb=Verb.DELETE, resource_version=r.resource_version or None,
+                    what=r.path) for r in plan.remove_workloads),
+            *(Write(kind=WORKLOAD_MONITORS, path=r.path, verb=Verb.DELETE, resource_version=r.resource_version or None,
+                    what=r.path) for r in plan.remove_monitors)]

@@ -248,8 +248,11 @@ class PassDriver(Generic[ViewT, PlanT]):
         needs: Mapping[Lane, Sequence[str]] | None = None,
         companions: Sequence[tuple[str, Callable[[], Coroutine[Any, Any, None]]]] = (),
         lanes: Sequence[Lane] = (Lane.ANSWER, Lane.FULL),
+        scope: Callable[[], contextlib.AbstractContextManager[object]] | None = None,
     ) -> None:
         self.name = name
+        #: Entered for as long as ``run()`` runs (the binder's term: its works follow the cache's events).
+        self._scope = scope
         #: (name, task) run beside the passes for as long as the driver runs (the binder's Event sender).
         self._companions = tuple(companions)
         self._work = work
@@ -344,16 +347,18 @@ class PassDriver(Generic[ViewT, PlanT]):
                 if (reasons := trigger.poll()) is not None:
                     for lane in lanes:
                         self.request(lane, ",".join(sorted(reasons)))
-            async with asyncio.TaskGroup() as group:
-                self._group = group
-                for companion, run in self._companions:
-                    group.create_task(run(), name=f"{self.name} {companion}")
-                for trigger, lanes in self._triggers.values():
-                    group.create_task(self._forward(trigger, lanes), name=f"{self.name} {trigger.name}")
-                for lane, needed in self._needs.items():
-                    for key in needed:
-                        self._wait_for_sync(self._lanes[lane], key)
-                await self._loop()
+            scope = self._scope() if self._scope is not None else contextlib.nullcontext()
+            with scope:
+                async with asyncio.TaskGroup() as group:
+                    self._group = group
+                    for companion, run in self._companions:
+                        group.create_task(run(), name=f"{self.name} {companion}")
+                    for trigger, lanes in self._triggers.values():
+                        group.create_task(self._forward(trigger, lanes), name=f"{self.name} {trigger.name}")
+                    for lane, needed in self._needs.items():
+                        for key in needed:
+                            self._wait_for_sync(self._lanes[lane], key)
+                    await self._loop()
         finally:
             self._group = None
             self._watching.clear()

@@ -19,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cozygpu import keys
-from cozygpu.binder.binder import Planned, cycle_view, plan_cycle
+from cozygpu.binder.cycle import Planned, cycle_view, plan_cycle
 from cozygpu.model.placement import Bind, KeepPending, MarkLost, PassPlan, plan_pass
 from tests.views.test_live_snapshot import RESOURCES, World, apply, seed, steps
 

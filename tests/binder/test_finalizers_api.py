@@ -4,25 +4,26 @@ from __future__ import annotations
 
 from cozygpu import keys
 from cozygpu.binder.finalizers import (
-    FinalizerReport,
-    apply_finalizers,
     class_finalizer_changes,
     device_finalizer_changes,
+    finalizer_writes,
     vmi_uids,
 )
+from cozygpu.binder.patcher import Sent, send
 from cozygpu.kube import Client, resource_path
+from cozygpu.passes.writes import Writes
 from tests.binder.support import VMI_CRD, VMIS, class_path, device_path, items, offer, order, unique
 from tests.support.crds import install_fixture_crd
 
 
-async def reconcile(admin: Client, *, vmis_served: bool = True) -> FinalizerReport:
+async def reconcile(admin: Client, *, vmis_served: bool = True) -> Sent:
     """One run of both finalizer reconcilers over what the server holds now (VMIs: None while not served)."""
     classes = await items(admin, class_path())
     devices = await items(admin, device_path(None))
     listed = await admin.get_or_none(resource_path(*VMIS)) if vmis_served else None
     vmis = vmi_uids(listed["items"]) if listed is not None else None
     changes = class_finalizer_changes(classes, devices) + device_finalizer_changes(devices, vmis)
-    return await apply_finalizers(admin, changes)
+    return await send(admin, finalizer_writes(changes), Writes())
 
 
 async def test_a_class_deletion_waits_for_the_devices_that_hold_it(admin: Client, namespace: str) -> None:
@@ -64,7 +65,7 @@ async def test_a_finalizer_change_on_a_stale_version_is_left_to_the_next_pass(ad
     devices = await items(admin, device_path(namespace))
     changes = device_finalizer_changes(devices, {})
     await admin.merge_patch(device_path(namespace, "d1"), {"metadata": {"finalizers": ["someone/else"]}})
-    report = await apply_finalizers(admin, changes)
+    report = await send(admin, finalizer_writes(changes), Writes())
     assert report.requeue
     assert (await admin.get(device_path(namespace, "d1")))["metadata"]["finalizers"] == ["someone/else"]
     await admin.merge_patch(device_path(namespace, "d1"), {"metadata": {"finalizers": None}})

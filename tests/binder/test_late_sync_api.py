@@ -19,7 +19,7 @@ from prometheus_client import CollectorRegistry
 
 from cozygpu import keys
 from cozygpu.base.clock import LoopClock
-from cozygpu.binder.binder import Binder, BinderConfig
+from cozygpu.binder.binder import LANES, PLACEMENT, Binder, BinderConfig
 from cozygpu.binder.loop import binder_driver
 from cozygpu.binder.metrics import BinderMetrics
 from cozygpu.cache.cache import Cache
@@ -88,11 +88,11 @@ async def test_a_kind_that_syncs_late_holds_the_first_pass_until_listed_and_no_p
             await cache.wait_synced(*others, timeout=60)
 
             async def held() -> bool:
-                return late.held > 0 and driver.waiting_for(Lane.FULL) == {specs.TENANT_QUOTAS.key}
+                return late.held > 0 and driver.waiting_for(PLACEMENT) == {specs.TENANT_QUOTAS.key}
 
             await eventually(held, interval=0.05, what="the driver is not waiting for the held ResourceQuota list")
             assert not cache.has_synced(specs.TENANT_QUOTAS)
-            ran = {(lane, outcome): passes(registry, lane, outcome) for lane in Lane
+            ran = {(lane, outcome): passes(registry, lane, outcome) for lane in LANES
                    for outcome in ("ok", "requeued", "waiting", "failed")}
             assert not any(ran.values()), f"a pass ran before every binder kind was listed: {ran}"
 
@@ -101,13 +101,13 @@ async def test_a_kind_that_syncs_late_holds_the_first_pass_until_listed_and_no_p
             async def bound() -> bool:
                 phase = ((await world.device("a")).get("status") or {}).get("phase")
                 # The pass is counted when it ends, after its writes.
-                return phase == "Bound" and passes(registry, Lane.FULL, "ok") >= 1
+                return phase == "Bound" and passes(registry, PLACEMENT, "ok") >= 1
 
             await eventually(bound, interval=0.05, what="the order was not bound once the kind was listed")
-            for lane in Lane:
+            for lane in LANES:
                 assert passes(registry, lane, "waiting") == 0, f"a {lane.value} pass waited on the failure backoff"
                 assert passes(registry, lane, "failed") == 0
-            assert driver.waiting_for(Lane.FULL) == frozenset()
+            assert all(driver.waiting_for(lane) == frozenset() for lane in LANES)
             runner.cancel()
     finally:
         binder.close()

@@ -7,11 +7,11 @@ conflicting: the class's nodeSelector narrows to zone b, so device A moves from
 n1 to n2 (order B still has no room, so B is not written); the selector then
 widens to both zones, so a stale view keeps A on n1, sees n2 free and binds B
 there. B's resourceVersion is current, its write would succeed, and n2 would
-hold four units of its two. (From the true view B goes to n1.) A full pass
-waits for the binder's own writes until the watch catches up; the wait times
-out (counted) and starts over, never deciding. An answer pass (a placement
-cycle) does not wait: it reads its own placement writes back (assume) and
-decides from the true view at once.
+hold four units of its two. (From the true view B goes to n1.) A housekeeping
+pass waits for the binder's own writes until the watch catches up; the wait
+times out (counted) and starts over, never deciding. A placement pass does
+not wait: it reads its own placement writes back (assume) and decides from
+the true view at once.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from prometheus_client import CollectorRegistry
 
 from cozygpu import keys
 from cozygpu.base.clock import LoopClock
-from cozygpu.binder.binder import Binder, BinderConfig
+from cozygpu.binder.binder import PLACEMENT, REPORTS, Binder, BinderConfig
 from cozygpu.binder.loop import binder_driver
 from cozygpu.binder.metrics import BinderMetrics
 from cozygpu.cache.cache import Cache
@@ -51,21 +51,21 @@ async def select_zones(world: World, *zones: str) -> None:
     await world.admin.merge_patch(class_path(world.gpu_class), {"spec": {"nodeSelector": selector}})
 
 
-def full_passes(registry: CollectorRegistry) -> float:
-    return counted(registry, "cozygpu_passes_total", loop="binder", lane="full", outcome="ok")
+def passes(registry: CollectorRegistry, lane: Lane = PLACEMENT) -> float:
+    return counted(registry, "cozygpu_passes_total", loop="binder", lane=lane.value, outcome="ok")
 
 
 async def quiet(world: World, driver: PassDriver[Lane, Lane], registry: CollectorRegistry) -> None:
-    """Full passes until one writes no device, so nothing is unseen when the watch is held."""
+    """Placement passes until one writes no device, so nothing is unseen when the watch is held."""
     while True:
         before = [(await world.device(n))["metadata"]["resourceVersion"] for n in ("a", "b")]
-        done = full_passes(registry)
-        driver.request(Lane.FULL, "test")
+        done = passes(registry)
+        driver.request(PLACEMENT, "test")
 
         async def ran(done: float = done) -> bool:
-            return full_passes(registry) > done
+            return passes(registry) > done
 
-        await eventually(ran, interval=0.05, what="the requested full pass did not run")
+        await eventually(ran, interval=0.05, what="the requested placement pass did not run")
         if [(await world.device(n))["metadata"]["resourceVersion"] for n in ("a", "b")] == before:
             return
 
@@ -139,33 +139,37 @@ async def moved_behind_a_held_watch(plane: ControlPlane, world: World) -> AsyncI
             runner.cancel()
 
 
-async def test_a_pass_waits_for_its_own_writes_behind_a_late_watch_and_books_no_unit_twice(
+async def test_housekeeping_waits_for_the_placement_writes_behind_a_late_watch_and_placement_does_not(
         plane: ControlPlane, world: World) -> None:
+    """Read-your-writes per work: the move of a is unseen while the watch is held. The housekeeping works
+    (attachments, reports, ...) wait for the cache to show it before they decide — their waits time out,
+    counted, again and again — while placement, asked by the same event, reads its own write back and
+    decides at once: b binds on n1, which a left, and no unit is booked twice."""
     async with moved_behind_a_held_watch(plane, world) as rig:
         timeouts = counted(rig.registry, "cozygpu_pass_write_sync_timeouts_total", loop="binder")
+        reports = passes(rig.registry, REPORTS)
 
-        # A reason for a pass that the stale view would answer wrongly; the driver must wait instead.
-        await select_zones(world, "a", "b")
+        await select_zones(world, "a", "b")  # a reason for every work's pass
 
-        async def decided_or_waited() -> bool:
-            if ((await world.device("b")).get("status") or {}).get("phase") == "Bound":
-                return True  # a pass decided (from the stale view, as the watch is still held)
+        async def decided() -> bool:
+            return ((await world.device("b")).get("status") or {}).get("phase") == "Bound"
+
+        await eventually(decided, interval=0.05, what="placement waited behind the housekeeping works' wait")
+
+        async def waited() -> bool:
             return counted(rig.registry, "cozygpu_pass_write_sync_timeouts_total", loop="binder") >= timeouts + 2
 
-        await eventually(decided_or_waited, interval=0.05, what="the driver neither decided nor waited")
+        await eventually(waited, interval=0.05, what="no housekeeping pass waited for the unseen move")
+        assert passes(rig.registry, REPORTS) == reports, "a report pass decided from a view missing the move"
         units = await bound_units(world)
         assert all(held <= 2 for held in units.values()), f"units booked twice from a stale view: {units}"
-        assert ((await world.device("b")).get("status") or {}).get("phase") != "Bound"
 
         rig.proxy.release_watch_events(DEVICES_WATCH)
-        passes = full_passes(rig.registry)
 
         async def caught_up() -> bool:
-            seen: Mapping[str, Any] = rig.cache.store(specs.GPU_DEVICES).get(world.namespace, "a") or {}
-            ran = full_passes(rig.registry) > passes
-            return ran and (seen.get("status") or {}).get("nodeName") == world.node_name("n2")
+            return passes(rig.registry, REPORTS) > reports
 
-        await eventually(caught_up, interval=0.05, what="no pass ran once the watch caught up")
+        await eventually(caught_up, interval=0.05, what="no report pass ran once the watch caught up")
 
     # From the true view: a stays on n2, b takes n1; no node holds more than its two units.
     units = await bound_units(world)
@@ -178,7 +182,7 @@ async def test_an_answer_pass_reads_its_own_placement_writes_back_behind_a_late_
     """Assume (R-BIND-2): the next placement cycle decides behind a held watch, from the binder's own writes.
 
     The same world, up to the move; then the class widens to both zones and the answer lane is asked
-    for. The answer pass does not wait for the watch to echo the move: it reads its own write back
+    for. The placement pass does not wait for the watch to echo the move: it reads its own write back
     (``binder.Assumed``) and, from the true view, binds b on n1. Without the assumption it would wait for
     the watch (no decision until it is released), and deciding from the cache alone it books n2 twice.
     """
@@ -186,12 +190,12 @@ async def test_an_answer_pass_reads_its_own_placement_writes_back_behind_a_late_
         widened = await world.admin.merge_patch(class_path(world.gpu_class), {"spec": {"nodeSelector": {
             "matchExpressions": [{"key": "zone", "operator": "In", "values": ["a", "b"]}]}}})
         await rig.cache.wait_for_resource_version(specs.GPU_CLASSES.key, widened["metadata"]["resourceVersion"])
-        rig.driver.request(Lane.ANSWER, "test")
+        rig.driver.request(PLACEMENT, "test")
 
         async def decided() -> bool:
             return ((await world.device("b")).get("status") or {}).get("phase") == "Bound"
 
-        await eventually(decided, interval=0.05, what="the answer pass did not decide behind the held watch")
+        await eventually(decided, interval=0.05, what="the placement pass did not decide behind the held watch")
         units = await bound_units(world)
         assert all(held <= 2 for held in units.values()), f"units booked twice from a stale view: {units}"
         assert (await world.device("b"))["status"]["nodeName"] == world.node_name("n1")

@@ -1,18 +1,20 @@
-"""The always-on reconcilers run in a full pass only when a store they read moved (R-BIND-9, R-BIND-3).
+"""The always-on reconcilers decide only when a store they read moved (R-BIND-9, R-BIND-3).
 
 Finalizers and usage records read classes, devices, VMIs and Cozystack's usage
-kinds. A full pass caused by a Node label has nothing for them: they are not
-run, so the pass does not walk every device of the fleet for them. A device
+kinds. A pass caused by a Node label has nothing for them: they decide
+nothing, so the pass does not walk every device of the fleet for them. A device
 that changes makes them run again.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import pytest
 
-from cozygpu.binder.binder import Binder
+from cozygpu.binder import finalizers
 from cozygpu.kube import Client
-from cozygpu.passes.writes import Writes
 from cozygpu.views import specs
 from tests.binder.world import NODES, World, running_binder, seen_by
 
@@ -24,13 +26,13 @@ async def test_a_node_label_runs_no_reconciler_and_a_new_order_does(
     try:
         async with running_binder(admin) as running:
             ran: list[int] = []
-            real = Binder._reconcile_all
+            real: Callable[..., Any] = finalizers.FinalizerWork.changes
 
-            async def counted(self: Binder, writes: Writes) -> None:
+            def counted(self: finalizers.FinalizerWork, *args: Any, **kw: Any) -> Any:
                 ran.append(1)
-                await real(self, writes)
+                return real(self, *args, **kw)
 
-            monkeypatch.setattr(Binder, "_reconcile_all", counted)
+            monkeypatch.setattr(finalizers.FinalizerWork, "changes", counted)
             for _ in range(10):  # settled: what earlier tests left in the shared plane may take passes to settle
                 ran.clear()
                 await running.full_pass()

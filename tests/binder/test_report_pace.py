@@ -1,4 +1,4 @@
-"""How many reports one full pass writes, and when it asks for the next (no API server: nothing is sent)."""
+"""How many reports one report pass writes, and when it asks for the next (no API server: nothing is sent)."""
 
 from __future__ import annotations
 
@@ -29,11 +29,11 @@ def test_a_fleets_first_reports_go_out_a_few_a_pass_and_each_pass_asks_at_once_f
     clock = FakeClock()
     paced = binder(clock, reports_per_pass=2, report_every=timedelta(seconds=1))
     asked: list[float] = []
-    paced.on_full_pass_due(lambda _why: asked.append(clock.now()))
+    paced.reports.on_due(lambda: asked.append(clock.now()))
     fleet = [report(f"n{i}") for i in range(5)]
     written: list[str] = []
     for _ in range(3):
-        due = paced._due_reports([w for w in fleet if w.what not in written])
+        due = paced.reports._due([w for w in fleet if w.what not in written])
         written += [w.what for w in due]
         assert len(due) <= 2
         clock.advance(0)  # the reminder, if one was set, is due at once
@@ -45,15 +45,15 @@ def test_a_report_changed_again_within_the_interval_waits_for_its_end() -> None:
     clock = FakeClock()
     paced = binder(clock, report_every=timedelta(seconds=1))
     asked: list[float] = []
-    paced.on_full_pass_due(lambda _why: asked.append(clock.now()))
-    assert paced._due_reports([report("n0")]) == [report("n0")]
+    paced.reports.on_due(lambda: asked.append(clock.now()))
+    assert paced.reports._due([report("n0")]) == [report("n0")]
     clock.advance(0.25)
-    assert paced._due_reports([report("n0")]) == [], "written again within the interval"
+    assert paced.reports._due([report("n0")]) == [], "written again within the interval"
     clock.advance(0.5)
     assert asked == []
     clock.advance(0.25)
     assert asked == [1.0], "the reminder came when the interval after the last write was over"
-    assert paced._due_reports([report("n0")]) == [report("n0")]
+    assert paced.reports._due([report("n0")]) == [report("n0")]
 
 
 def test_a_pass_whose_judgement_left_gpunodes_for_later_asks_at_once_for_the_next() -> None:
@@ -62,8 +62,8 @@ def test_a_pass_whose_judgement_left_gpunodes_for_later_asks_at_once_for_the_nex
     clock = FakeClock()
     paced = binder(clock, reports_per_pass=2, report_every=timedelta(seconds=1))
     asked: list[float] = []
-    paced.on_full_pass_due(lambda _why: asked.append(clock.now()))
-    paced._report_memo.left = 3
-    assert paced._due_reports([report("n0")]) == [report("n0")]
+    paced.reports.on_due(lambda: asked.append(clock.now()))
+    paced.reports._memo.left = 3
+    assert paced.reports._due([report("n0")]) == [report("n0")]
     clock.advance(0)
     assert asked == [0.0], "three GPUNodes were not judged: the next pass is asked for at once"

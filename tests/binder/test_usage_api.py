@@ -5,18 +5,20 @@ from __future__ import annotations
 from typing import Any
 
 from cozygpu import keys
-from cozygpu.binder.usage import MONITOR_NAME, UsageReport, apply_usage, monitor_path, usage_plan, workload_path
+from cozygpu.binder.patcher import Sent, send
+from cozygpu.binder.usage import MONITOR_NAME, monitor_path, usage_plan, usage_writes, workload_path
 from cozygpu.kube import Client
+from cozygpu.passes.writes import Writes
 from tests.binder.support import class_path, device_path, items, offer, order, unique
 from tests.support.crds import install_fixture_crd
 
 
-async def reconcile(admin: Client, namespace: str) -> UsageReport:
+async def reconcile(admin: Client, namespace: str) -> Sent:
     await install_fixture_crd(admin, "workloadmonitors.cozystack.io")
     await install_fixture_crd(admin, "workloads.cozystack.io")
     plan = usage_plan(await items(admin, device_path(namespace)), await items(admin, class_path()),
                       await items(admin, monitor_path(namespace)), await items(admin, workload_path(namespace)))
-    return await apply_usage(admin, plan)
+    return await send(admin, usage_writes(plan), Writes())
 
 
 async def records(admin: Client, namespace: str) -> dict[str, Any]:
@@ -40,7 +42,7 @@ async def test_records_follow_holds_and_go_with_the_device(admin: Client, namesp
     await reconcile(admin, namespace)
     assert (await records(admin, namespace))["gpudevice-d1"]["operational"] is False
 
-    assert (await reconcile(admin, namespace)).written == 0
+    assert (await reconcile(admin, namespace)).written == ()
     await admin.delete(device_path(namespace, "d1"))
     await reconcile(admin, namespace)
     assert await records(admin, namespace) == {}
@@ -61,7 +63,7 @@ async def test_a_namespace_being_deleted_gets_no_record_and_fails_no_pass(admin:
     await admin.delete(f"/api/v1/namespaces/{doomed}")
     plan = usage_plan(devices, await items(admin, class_path()), [], [])
     assert plan.put_monitors  # the pass would write there
-    report = await apply_usage(admin, plan)
-    assert (report.written, report.stale) == (0, 0)
+    report = await send(admin, usage_writes(plan), Writes())
+    assert (report.written, report.refused) == ((), ())
     assert await items(admin, monitor_path(doomed)) == []
     await admin.delete(class_path(name))

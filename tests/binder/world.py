@@ -168,8 +168,8 @@ async def running_binder(admin: Client, *, gpu_enabled: bool = True, through: Cl
     async with cache.running():
         running = RunningBinder(binder, cache, metrics)
         await running.synced()
-        yield running
-    binder.close()
+        with binder.term():  # the works follow the cache's events, as in a leader term
+            yield running
 
 
 async def seen_by(running: RunningBinder, spec_key: str, obj: Mapping[str, Any]) -> None:

@@ -1,0 +1,113 @@
+"""What the binder's works share in a leader term: the cache, the client, the read model kept by the
+cache's events, the placement writes assumed, the Event sender, the clock and the metrics."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import timedelta
+
+import attrs
+
+from cozygpu import keys
+from cozygpu.base.clock import Clock
+from cozygpu.binder.assumed import Assumed, Objects
+from cozygpu.binder.metrics import BinderMetrics
+from cozygpu.binder.patcher import Sent, Write, send
+from cozygpu.binder.recorder import DEFAULT_CAPACITY, EventRecorder
+from cozygpu.cache.cache import Cache
+from cozygpu.cache.errors import KindNotServed
+from cozygpu.cache.kinds import KindSpec
+from cozygpu.kube import Client
+from cozygpu.kube.client import Obj
+from cozygpu.model.capacity import DEFAULT_LAUNCHER_GRACE, DEFAULT_REPORT_STALE_AFTER
+from cozygpu.model.snapshot import DeviceKey, Snapshot
+from cozygpu.passes.writes import Writes
+from cozygpu.views import specs
+from cozygpu.views.live import LiveSnapshot, Source
+
+
+@attrs.frozen(kw_only=True)
+class BinderConfig:
+    identity: str
+    gpu_enabled: bool = True
+    attachment_grace: timedelta = timedelta(minutes=2)
+    #: How long a pod that claims to be a VMI's launcher may go unproven before it can move a hold (R-MOD-7).
+    launcher_grace: timedelta = DEFAULT_LAUNCHER_GRACE
+    hoster_names: tuple[str, ...] = ()
+    report_stale_after: timedelta = DEFAULT_REPORT_STALE_AFTER
+    #: A placement pass plans over every set at least this often (otherwise over what could have changed).
+    whole_plan_every: timedelta = timedelta(minutes=5)
+    #: The live read model is checked against a build from the stores at least this often.
+    verify_every: timedelta = timedelta(minutes=5)
+    #: One GPUClass or GPUNode report is written at most this often; a change within it is written when
+    #: it is over, by a report pass asked for then. Reports are for people: under a stream of orders, a
+    #: report per order doubled the binder's writes.
+    report_every: timedelta = timedelta(seconds=1)
+    #: At most this many reports are judged due by one report pass; the rest by the next, which a reminder
+    #: asks for at once (a fleet's first reports are thousands of GPUNodes).
+    reports_per_pass: int = 32
+    #: Events queued at most for sending off the placement path; more are dropped and counted.
+    event_queue: int = DEFAULT_CAPACITY
+
+
+def optional(cache: Cache, spec: KindSpec) -> Sequence[Obj] | None:
+    """The kind's objects, or None while it is not served (never an empty list then)."""
+    try:
+        return cache.store(spec).list()
+    except KindNotServed:
+        return None
+
+
+@attrs.define
+class Context:
+    """Shared by the works of one binder (see the module docstring). ``live`` is replaced at each term's
+    start: the model follows the cache's events only while the binder leads."""
+
+    cache: Cache
+    client: Client
+    config: BinderConfig
+    clock: Clock
+    metrics: BinderMetrics | None
+    events: EventRecorder
+    assumed: Assumed
+    live: LiveSnapshot
+
+    def assume(self, write: Write, answer: Obj) -> bool:
+        """A device the binder wrote, read back by every work until the cache shows it (``Assumed``): a
+        work after the writer decides on it without waiting for the watch; other kinds are not assumed."""
+        if write.kind != specs.GPU_DEVICES:
+            return False
+        meta = answer.get("metadata") or {}
+        self.assumed.add((str(meta.get("namespace") or ""), str(meta.get("name") or "")), answer)
+        self.live.changed(keys.GPUDEVICE_KIND, None, answer)
+        return True
+
+    async def send(self, writes: Iterable[Write], record: Writes, *, stop: Callable[[], bool] | None = None) -> Sent:
+        """``patcher.send`` through this binder's client, its device writes assumed."""
+        return await send(self.client, writes, record, stop=stop or (lambda: False), assume=self.assume)
+
+    def sources(self) -> dict[str, Source | None]:
+        """Each snapshot kind's store (None while the VMI or KubeVirt kind is not served)."""
+        sources: dict[str, Source | None] = {}
+        for kind, spec in specs.SNAPSHOT_SPECS.items():
+            try:
+                store = self.cache.store(spec)
+            except KindNotServed:
+                if spec not in (specs.VMIS, specs.KUBEVIRTS):
+                    raise
+                sources[kind] = None
+                continue
+            if spec == specs.GPU_DEVICES:  # the binder's own writes assumed
+                sources[kind] = Source(store, self.assumed.objects, self.assumed.get)
+            else:
+                sources[kind] = Source(store, store.list, store.get)
+        return sources
+
+    def snapshot(self) -> tuple[Snapshot, Mapping[DeviceKey, Obj], bool]:
+        """The snapshot of this instant, the raw devices it was built from (the store read by key, the
+        binder's own writes assumed), and whether VMIs are served. Kept up to date from the cache's
+        events (``LiveSnapshot``): a pass converts and re-derives only what changed."""
+        sources = self.sources()
+        snapshot = self.live.snapshot(now=self.clock.wall(), sources=sources)
+        devices = self.cache.store(specs.GPU_DEVICES)
+        return snapshot, Objects(devices, self.assumed), sources["VirtualMachineInstance"] is not None

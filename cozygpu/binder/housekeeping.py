@@ -1,0 +1,342 @@
+"""The binder's housekeeping works, each a lane of its own on the driver after placement.
+
+- ``AttachmentsWork``: attachments whose VMI is gone or never came, UIDs to
+  adopt (R-BIND-8), and ``AttachmentVerified`` back to True once VMIs are
+  served (R-BIND-7);
+- ``FinalizersWork``: device and class finalizers (R-BIND-9);
+- ``UsageWork``: Cozystack usage records (R-BIND-9);
+- ``ReportsWork``: GPUClass status and GPUNode conditions (R-BIND-10), paced
+  by ``report_every`` and ``reports_per_pass``;
+- ``VerifyWork``: the safety net, the read model checked against a build
+  from the stores every ``verify_every``.
+
+Each writes through the patcher (``patcher.send``) and stops between writes
+when the driver says a lane before it is due (``stop``): it then answers
+``Progress.MORE`` and its next pass plans again from a fresh view, so a bind
+request waits behind one write of housekeeping, never behind all of it. A
+write refused on its resourceVersion requeues the work (``StaleWrites``),
+except a report's, which the next report pass makes again if still due.
+Each decides on what moved only (the incremental watches of its module), so
+a pass asked for by an unrelated event costs next to nothing.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import datetime
+
+from cozygpu.base.clock import Cancellable
+from cozygpu.base.logging import get_logger
+from cozygpu.binder import attachments, finalizers, reports, usage
+from cozygpu.binder.assumed import StaleWrites
+from cozygpu.binder.context import Context, optional
+from cozygpu.binder.patcher import Sent
+from cozygpu.binder.place import device_key, unverified, verified_write
+from cozygpu.cache.errors import KindNotServed
+from cozygpu.cache.kinds import KindSpec
+from cozygpu.cache.store import Event
+from cozygpu.kube.client import Obj
+from cozygpu.model.snapshot import DeviceKey
+from cozygpu.passes.driver import Progress
+from cozygpu.passes.writes import Writes
+from cozygpu.views import specs
+
+log = get_logger("cozygpu.binder")
+
+#: Stops a pass between two writes when true (the driver: a lane before this one is due).
+Stop = Callable[[], bool]
+
+
+def _never() -> bool:
+    return False
+
+
+def _settle(sent: Sent) -> Progress:
+    """The pass's answer once ``sent``: requeued when a write was refused on a stale view, MORE when its
+    slice ended first."""
+    if sent.requeue:
+        raise StaleWrites(len(sent.refused))
+    return Progress.MORE if sent.left else Progress.DONE
+
+
+class _Inputs:
+    """The stores a work reads, by identity and resourceVersion: unchanged since a clean run, nothing to do."""
+
+    def __init__(self, context: Context, kinds: Sequence[KindSpec]) -> None:
+        self._context = context
+        self._kinds = tuple(kinds)
+        self.clean: tuple[object, ...] | None = None
+
+    def now(self) -> tuple[object, ...]:
+        found: list[object] = []
+        for spec in self._kinds:
+            try:
+                store = self._context.cache.store(spec)
+            except KindNotServed:
+                found += [None, None]
+                continue
+            found += [store, store.resource_version]
+        return tuple(found)
+
+    def replaced(self, now: tuple[object, ...]) -> bool:
+        """A first run, or a store replaced since the last clean one: no event says what moved."""
+        return self.clean is None or now[0::2] != self.clean[0::2]
+
+
+class AttachmentsWork:
+    def __init__(self, context: Context) -> None:
+        self._context = context
+        self._watch = attachments.AttachmentWatch()
+        #: When the binder first saw an attachment that carries no time (R-BIND-8's grace starts then).
+        self._first_seen: dict[DeviceKey, datetime] = {}
+        #: Devices whose ``AttachmentVerified`` is False, kept from the device events (no scan of every device).
+        self._unverified: set[DeviceKey] = set()
+
+    def started(self, devices: Iterable[Obj]) -> None:
+        self._unverified = {device_key(obj) for obj in devices if unverified(obj)}
+
+    def stopped(self) -> None:
+        self._watch, self._first_seen, self._unverified = attachments.AttachmentWatch(), {}, set()
+
+    def device_changed(self, event: Event) -> None:
+        if event.type != "DELETED" and unverified(event.obj):
+            self._unverified.add(device_key(event.obj))
+        else:
+            self._unverified.discard(device_key(event.obj))
+
+    async def run(self, writes: Writes, stop: Stop = _never) -> Progress:
+        context = self._context
+        if not context.config.gpu_enabled:
+            return Progress.DONE
+        snapshot, objects, served = context.snapshot()
+        if not served:
+            return Progress.DONE  # nothing can be judged: the placement work says so on the devices (R-BIND-7)
+        # Only the attached devices whose verdict may have moved (the rest are settled: see attachments).
+        judged = attachments.attached_devices(snapshot, self._watch.candidates(snapshot))
+        for device in judged:
+            if device.attachment is not None and device.attachment.attached_at is None:
+                self._first_seen.setdefault(device.key, snapshot.now)
+        for key in [k for k in self._first_seen if (d := snapshot.devices.get(k)) is None or d.attachment is None]:
+            del self._first_seen[key]
+        plan = attachments.plan_attachments(snapshot, vmis_served=True, grace=context.config.attachment_grace,
+                                            first_seen=self._first_seen, attached=judged)
+        self._watch.judged(snapshot, judged, plan, (), clean=False)  # until its writes are done
+        done = {*(d.device for d in plan.detaches), *(a.device for a in plan.adopts)}
+        verified = [verified_write(k, objects[k], verified=True, now=snapshot.now)
+                    for k in sorted(self._unverified) if k not in done and k in objects]
+        sent = await context.send([*attachments.attachment_writes(plan, objects), *verified], writes,
+                          stop=stop)
+        self._watch.judged(snapshot, judged, plan, (), clean=sent.clean)
+        for write, _answer in sent.written:
+            if isinstance(write.tag, attachments.Detach):
+                detach = write.tag
+                log.info("detached", device=write.what, vmi=detach.vmi, reason=detach.reason, deleted=detach.delete,
+                         message=detach.message)
+                if context.metrics is not None:
+                    context.metrics.detaches.labels(reason=detach.reason, deleted=str(detach.delete).lower()).inc()
+            elif isinstance(write.tag, attachments.Adopt):
+                log.info("VMI UID recorded on the attachment", device=write.what, vmi=write.tag.vmi, uid=write.tag.uid)
+        return _settle(sent)
+
+
+class FinalizersWork:
+    #: What the finalizers read: unchanged since a clean run, there is nothing to do.
+    KINDS = (specs.GPU_CLASSES, specs.GPU_DEVICES, specs.VMIS)
+
+    def __init__(self, context: Context) -> None:
+        self._context = context
+        self._work = finalizers.FinalizerWork()
+        self._inputs = _Inputs(context, self.KINDS)
+
+    def stopped(self) -> None:
+        self._work, self._inputs.clean = finalizers.FinalizerWork(), None
+
+    def device_changed(self, event: Event) -> None:
+        self._work.device(event.old, None if event.type == "DELETED" else event.obj)
+
+    def vmi_changed(self, _event: Event) -> None:
+        self._work.vmi()
+
+    async def run(self, writes: Writes, stop: Stop = _never) -> Progress:
+        context = self._context
+        inputs = self._inputs.now()
+        if inputs == self._inputs.clean:
+            return Progress.DONE
+        if self._inputs.replaced(inputs):
+            self._work.everything()
+        self._inputs.clean = None
+        classes = context.cache.store(specs.GPU_CLASSES).list()
+        vmis: Mapping[tuple[str, str], str] | None = None
+        try:
+            store = context.cache.store(specs.VMIS)
+        except KindNotServed:
+            pass  # every attachment counts as in use while the kind is not served (R-BIND-7)
+        else:
+            vmis = finalizers.VmiUids(store.get, store.list)
+        # The binder's own placement writes read back (assumed): a finalizer patched on the version the
+        # cache still shows would be refused by the status placement just wrote.
+        changes = self._work.changes(classes, context.cache.store(specs.GPU_DEVICES).list, context.assumed.get,
+                                     vmis, assumed=context.assumed.pending())
+        sent = await context.send(finalizers.finalizer_writes(changes), writes, stop=stop)
+        self._work.done(stale=not sent.clean)
+        for write, _answer in sent.written:
+            change = write.tag
+            assert isinstance(change, finalizers.FinalizerChange)
+            log.info("finalizer added" if change.add else "finalizer released", object=write.what,
+                     finalizer=change.finalizer)
+        if sent.clean:
+            self._inputs.clean = inputs
+        return _settle(sent)
+
+
+class UsageWork:
+    KINDS = (specs.GPU_CLASSES, specs.GPU_DEVICES, usage.WORKLOAD_MONITORS, usage.WORKLOADS)
+
+    def __init__(self, context: Context) -> None:
+        self._context = context
+        self._inputs = _Inputs(context, self.KINDS)
+
+    def stopped(self) -> None:
+        self._inputs.clean = None
+
+    async def run(self, writes: Writes, stop: Stop = _never) -> Progress:
+        context = self._context
+        inputs = self._inputs.now()
+        if inputs == self._inputs.clean:
+            return Progress.DONE
+        monitors, workloads = optional(context.cache, usage.WORKLOAD_MONITORS), optional(context.cache, usage.WORKLOADS)
+        if monitors is None or workloads is None:
+            return Progress.DONE  # Cozystack's usage kinds are not served here: nothing to record into
+        plan = usage.usage_plan(context.assumed.objects(), context.cache.store(specs.GPU_CLASSES).list(), monitors,
+                                workloads)
+        sent = await context.send(usage.usage_writes(plan), writes, stop=stop)
+        for write, _answer in sent.written:
+            log.info("usage record removed" if write.body is None else "usage record written", object=write.what)
+        self._inputs.clean = inputs if sent.clean else None
+        return _settle(sent)
+
+
+class ReportsWork:
+    def __init__(self, context: Context) -> None:
+        self._context = context
+        #: When each object's report was last sent (its status path -> clock).
+        self._reported: dict[str, float] = {}
+        self._memo = reports.ReportMemo()
+        self._reminder: Cancellable | None = None
+        self._on_due: Callable[[], None] | None = None
+        self._whole_at: datetime | None = None
+
+    def on_due(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` (the driver's report lane) when reports held back by ``report_every`` are due."""
+        self._on_due = callback
+
+    def stopped(self) -> None:
+        self._reported, self._memo, self._whole_at = {}, reports.ReportMemo(), None
+        if self._reminder is not None:
+            self._reminder.cancel()
+            self._reminder = None
+
+    def gpunode_changed(self, event: Event) -> None:
+        self._memo.changed(device_key(event.obj)[1])
+
+    async def run(self, writes: Writes, stop: Stop = _never) -> Progress:
+        context = self._context
+        if not context.config.gpu_enabled:
+            return Progress.DONE
+        snapshot, _objects, _served = context.snapshot()
+        if self._whole_at is None or snapshot.now - self._whole_at >= context.config.whole_plan_every:
+            self._whole_at = snapshot.now
+            self._memo.forget()  # now and then every GPUNode judged again, whatever the change log says
+        gpunodes = context.cache.store(specs.GPU_NODES)
+        due = self._due(reports.report_writes(
+            snapshot, context.cache.store(specs.GPU_CLASSES).list(), gpunodes.list(), now=snapshot.now,
+            memo=self._memo, lookup=lambda name: gpunodes.get(None, name), limit=context.config.reports_per_pass))
+        # A report refused on its resourceVersion is not a reason to requeue: the agent reports often, and
+        # the change that beat it is itself an event of a watched kind, which asks for a pass.
+        sent = await context.send(reports.report_sends(due), writes, stop=stop)
+        for write in sent.left:  # not sent: due again at once
+            self._reported.pop(write.path, None)
+        if context.metrics is not None:
+            context.metrics.observe_units(snapshot)
+        return Progress.MORE if sent.left else Progress.DONE
+
+    def _due(self, candidates: Sequence[reports.StatusWrite]) -> list[reports.StatusWrite]:
+        """The report writes due now (at most ``reports_per_pass``); the others wait for the reminder."""
+        config = self._context.config
+        every, now = config.report_every.total_seconds(), self._context.clock.now()
+        self._reported = {path: at for path, at in self._reported.items() if now - at < every}
+        due: list[reports.StatusWrite] = []
+        # GPUNodes the judgement left for later (its limit reached): the next pass judges more of them.
+        wait = 0.0 if self._memo.left else math.inf
+        for write in candidates:
+            last = self._reported.get(write.path)
+            if last is not None:
+                wait = min(wait, last + every - now)
+            elif len(due) < config.reports_per_pass:
+                due.append(write)
+                self._reported[write.path] = now
+            else:
+                wait = 0.0  # the next pass writes more, after the placement passes waiting
+        if wait < math.inf and self._reminder is None:
+            self._reminder = self._context.clock.call_later(max(wait, 0.0), self._due_now)
+        return due
+
+    def _due_now(self) -> None:
+        self._reminder = None
+        if self._on_due is not None:
+            self._on_due()
+
+
+class VerifyWork:
+    """The safety net (R-BIND-1): every ``verify_every`` the model is built again from the stores and
+    compared with the live one; a difference is counted (``cozygpu_read_model_drift_total``), logged with
+    the first differing field and key, and repaired (the next snapshot is built from the stores)."""
+
+    def __init__(self, context: Context) -> None:
+        self._context = context
+        self._verified_at: float | None = None
+        self._reminder: Cancellable | None = None
+        self._on_due: Callable[[], None] | None = None
+
+    def on_due(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` (the driver's verify lane) when the next check is due."""
+        self._on_due = callback
+
+    def stopped(self) -> None:
+        self._verified_at = None
+        if self._reminder is not None:
+            self._reminder.cancel()
+            self._reminder = None
+
+    def _remind(self, after: float) -> None:
+        if self._reminder is None and self._on_due is not None:
+            self._reminder = self._context.clock.call_later(max(after, 0.0), self._due_now)
+
+    def _due_now(self) -> None:
+        self._reminder = None
+        if self._on_due is not None:
+            self._on_due()
+
+    async def run(self, writes: Writes, stop: Stop = _never) -> Progress:
+        context = self._context
+        now = context.clock.now()
+        if not context.config.gpu_enabled:
+            return Progress.DONE
+        every = context.config.verify_every.total_seconds()
+        if self._verified_at is None:
+            self._verified_at = now  # the term's model is built from the stores by its first pass
+        elif now - self._verified_at >= every:
+            self._verified_at = now
+            await self.verify()
+        self._remind(self._verified_at + every - now)
+        return Progress.DONE
+
+    async def verify(self) -> str | None:
+        context = self._context
+        drift = await context.live.verify(now=context.clock.wall(), sources=context.sources())
+        if drift is not None:
+            log.warning("the live read model drifted from the stores; rebuilt", first_difference=drift)
+            if context.metrics is not None:
+                context.metrics.drift.inc()
+        return drift

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
 
 from cozygpu.cache.informer import resource_version_at_least
 from cozygpu.cache.store import Store
@@ -11,7 +12,8 @@ from cozygpu.kube.client import Obj
 from cozygpu.model.snapshot import DeviceKey
 
 
-def _key(obj: Obj) -> DeviceKey:
+def object_key(obj: Mapping[str, Any]) -> DeviceKey:
+    """(namespace, name) of an object ("" for a missing part)."""
     meta = obj.get("metadata") or {}
     return (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
 
@@ -59,7 +61,7 @@ class Assumed:
         listed = self._store().list()
         if not self._written:
             return listed
-        return [found for obj in listed if (found := self.get(*_key(obj))) is not None]
+        return [found for obj in listed if (found := self.get(*object_key(obj))) is not None]
 
 
 def _version(obj: Obj) -> str:
@@ -81,7 +83,7 @@ class Objects(Mapping[DeviceKey, Obj]):
         return found
 
     def __iter__(self) -> Iterator[DeviceKey]:
-        return iter([_key(o) for o in self._store.list()])
+        return iter([object_key(o) for o in self._store.list()])
 
     def __len__(self) -> int:
         return len(self._store)

@@ -46,13 +46,10 @@ from typing import Any
 import attrs
 
 from cozygpu import keys
-from cozygpu.base.logging import get_logger
 from cozygpu.binder.patcher import Verb, Write, version_of
 from cozygpu.kube import resource_path
 from cozygpu.model.snapshot import DeviceKey, DeviceView, PodPhase, Snapshot
 from cozygpu.views import specs
-
-log = get_logger(__name__)
 
 Obj = Mapping[str, Any]
 

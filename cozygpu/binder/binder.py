@@ -137,11 +137,6 @@ class Binder:
         finally:
             self.close()
 
-    @property
-    def following(self) -> bool:
-        """Whether the works follow the cache's events (a term is running)."""
-        return bool(self._unsubscribe)
-
     def _device_changed(self, event: Event) -> None:
         self.finalizers.device_changed(event)
         self.attachments.device_changed(event)

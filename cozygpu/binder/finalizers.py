@@ -37,12 +37,9 @@ from typing import Any
 import attrs
 
 from cozygpu import keys
-from cozygpu.base.logging import get_logger
 from cozygpu.binder.patcher import Write
 from cozygpu.kube import resource_path
 from cozygpu.views import specs
-
-log = get_logger(__name__)
 
 Obj = Mapping[str, Any]
 HOLDING_PHASES = frozenset({"Bound", "Lost"})

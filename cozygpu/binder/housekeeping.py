@@ -29,10 +29,10 @@ from datetime import datetime
 from cozygpu.base.clock import Cancellable
 from cozygpu.base.logging import get_logger
 from cozygpu.binder import attachments, finalizers, reports, usage
-from cozygpu.binder.assumed import StaleWrites
+from cozygpu.binder.assumed import StaleWrites, object_key
 from cozygpu.binder.context import Context, optional
 from cozygpu.binder.patcher import Sent
-from cozygpu.binder.place import device_key, unverified, verified_write
+from cozygpu.binder.place import unverified, verified_write
 from cozygpu.cache.errors import KindNotServed
 from cozygpu.cache.kinds import KindSpec
 from cozygpu.cache.store import Event
@@ -94,16 +94,16 @@ class AttachmentsWork:
         self._unverified: set[DeviceKey] = set()
 
     def started(self, devices: Iterable[Obj]) -> None:
-        self._unverified = {device_key(obj) for obj in devices if unverified(obj)}
+        self._unverified = {object_key(obj) for obj in devices if unverified(obj)}
 
     def stopped(self) -> None:
         self._watch, self._first_seen, self._unverified = attachments.AttachmentWatch(), {}, set()
 
     def device_changed(self, event: Event) -> None:
         if event.type != "DELETED" and unverified(event.obj):
-            self._unverified.add(device_key(event.obj))
+            self._unverified.add(object_key(event.obj))
         else:
-            self._unverified.discard(device_key(event.obj))
+            self._unverified.discard(object_key(event.obj))
 
     async def run(self, writes: Writes, stop: Stop = _never) -> Progress:
         context = self._context
@@ -238,7 +238,7 @@ class ReportsWork:
             self._reminder = None
 
     def gpunode_changed(self, event: Event) -> None:
-        self._memo.changed(device_key(event.obj)[1])
+        self._memo.changed(object_key(event.obj)[1])
 
     async def run(self, writes: Writes, stop: Stop = _never) -> Progress:
         context = self._context

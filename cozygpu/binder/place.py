@@ -29,7 +29,7 @@ from typing import Any, Final
 from cozygpu import keys
 from cozygpu.base.clock import Cancellable
 from cozygpu.binder import attachments
-from cozygpu.binder.assumed import StaleWrites
+from cozygpu.binder.assumed import StaleWrites, object_key
 from cozygpu.binder.context import Context
 from cozygpu.binder.cycle import Planned, plan_cycle
 from cozygpu.binder.patcher import Write, version_of
@@ -69,11 +69,6 @@ def unverified(obj: Mapping[str, Any]) -> bool:
     conditions = (obj.get("status") or {}).get("conditions") or ()
     return any(isinstance(c, Mapping) and c.get("type") == ATTACHMENT_VERIFIED and c.get("status") == "False"
                for c in conditions)
-
-
-def device_key(obj: Mapping[str, Any]) -> DeviceKey:
-    meta = obj.get("metadata") or {}
-    return (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
 
 
 def verified_write(key: DeviceKey, obj: Obj, *, verified: bool, now: datetime) -> Write:
@@ -130,7 +125,7 @@ class PlacementWork:
     def device_changed(self, event: Event) -> None:
         request_id = unanswered(event.obj) if event.type != "DELETED" else ""
         if request_id and request_id != unanswered(event.old):
-            self._requests.setdefault((device_key(event.obj), request_id), self._context.clock.now())
+            self._requests.setdefault((object_key(event.obj), request_id), self._context.clock.now())
         elif not (event.old is None and new_order(event.obj)):
             return  # neither a new request nor a new order: nothing for the very next cycle
         if self._on_request is not None and self._context.config.gpu_enabled:

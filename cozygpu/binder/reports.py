@@ -30,14 +30,11 @@ from typing import Any, Final
 import attrs
 
 from cozygpu import keys
-from cozygpu.base.logging import get_logger
 from cozygpu.binder.patcher import OnRefusal, Write
 from cozygpu.kube import resource_path
 from cozygpu.model import capacity as cap
 from cozygpu.model.snapshot import GPUClassView, NodeCapacity, Snapshot
 from cozygpu.views import specs
-
-log = get_logger(__name__)
 
 Obj = Mapping[str, Any]
 

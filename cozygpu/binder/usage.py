@@ -36,13 +36,10 @@ from typing import Any, Final
 import attrs
 
 from cozygpu import keys
-from cozygpu.base.logging import get_logger
 from cozygpu.binder.finalizers import holds
 from cozygpu.binder.patcher import Verb, Write
 from cozygpu.cache.kinds import KindSpec
 from cozygpu.kube import resource_path
-
-log = get_logger(__name__)
 
 Obj = Mapping[str, Any]
 

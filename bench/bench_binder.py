@@ -16,9 +16,12 @@ taken through its own watch of GPUDevices:
 
 - answer latency: a bind request written (``status.bindRequest`` on a Bound
   device) → its answer seen in the watch, 200 requests one at a time, idle
-  (no pass running) and during a full pass (written the moment a full pass
-  starts, so the answer waits for the rest of it: passes never overlap);
-- full-pass duration (the binder process's own clock);
+  (no pass running) and during a housekeeping pass (written the moment one
+  starts; passes never overlap, but a housekeeping work stops between writes
+  when placement is due);
+- "full pass": one housekeeping work's pass (attachments, finalizers, usage,
+  reports, verify; each its own lane on the driver), its duration on the
+  binder process's own clock; the "answer pass" is the placement work's;
 - a storm: 200 requests written at once;
 - new orders: a Pending GPUDevice created → Bound seen in the watch, by the
   very next placement cycle (the binder process says which lane bound it);
@@ -155,8 +158,8 @@ async def run_binder(kubeconfig: str, *, profile: bool) -> None:
 
     from prometheus_client import CollectorRegistry
 
-    import cozygpu.binder.binder as binder_module
     from cozygpu.base.clock import LoopClock
+    from cozygpu.binder import cycle, place
     from cozygpu.binder.binder import Binder, BinderConfig
     from cozygpu.binder.loop import binder_driver
     from cozygpu.binder.metrics import BinderMetrics
@@ -184,7 +187,7 @@ async def run_binder(kubeconfig: str, *, profile: bool) -> None:
                 current[name] = current.get(name, 0.0) + time.monotonic() - started
         return wrapper
 
-    real_plan_pass = getattr(binder_module, "plan_pass")  # noqa: B009 - patched below, so looked up by name
+    real_plan_pass = getattr(cycle, "plan_pass")  # noqa: B009 - patched below, so looked up by name
 
     def plan_pass(*args: Any, **kw: Any) -> Any:
         started = time.monotonic()
@@ -195,15 +198,16 @@ async def run_binder(kubeconfig: str, *, profile: bool) -> None:
         return plan
 
     # The binder's module globals, timed where the binder calls them (the bench's probes, nothing else).
-    setattr(binder_module, "plan_pass", plan_pass)  # noqa: B010
-    setattr(binder_module, "plan_writes", timed(current, "plan_writes", getattr(binder_module, "plan_writes")))  # noqa: B009,B010
-    setattr(binder_module, "write_sets", timed_async("writes", getattr(binder_module, "write_sets")))  # noqa: B009,B010
+    setattr(cycle, "plan_pass", plan_pass)  # noqa: B010
+    setattr(place, "plan_writes", timed(current, "plan_writes", getattr(place, "plan_writes")))  # noqa: B009,B010
+    setattr(place, "write_sets", timed_async("writes", getattr(place, "write_sets")))  # noqa: B009,B010
 
     async with await Client.from_kubeconfig(kubeconfig) as client:
         cache = Cache(client, registry=registry)
         binder = Binder(cache, client, BinderConfig(identity="bench", report_stale_after=timedelta(hours=6)),
                         clock=LoopClock(), metrics=BinderMetrics.on(registry))
-        binder.snapshot = timed(current, "snapshot", binder.snapshot)  # type: ignore[method-assign]
+        context = getattr(binder, "_context")  # noqa: B009 - the works' shared context, timed where they call it
+        context.snapshot = timed(current, "snapshot", context.snapshot)
 
         def seen(event: Any) -> None:
             request = ((event.obj.get("status") or {}).get("bindRequest") or {}).get("id")
@@ -211,39 +215,49 @@ async def run_binder(kubeconfig: str, *, profile: bool) -> None:
                 seen_at[request] = time.monotonic()
 
         cache.informer(known.GPU_DEVICES).subscribe(seen)
-        answer_pass, full_pass = binder.answer_pass, binder.full_pass
+        placement_pass = binder.placement.run
 
-        async def answer(writes: Any) -> None:
+        async def answer(writes: Any, **kw: Any) -> None:
             nonlocal current
             current = {"started": time.monotonic()}
             if profiler is not None and profiling:
                 profiler.enable()
             try:
-                await answer_pass(writes)
+                await placement_pass(writes, **kw)
             finally:
                 if profiler is not None and profiling:
                     profiler.disable()
                 current["ended"] = time.monotonic()
                 emit(lane="answer", **current)
 
-        async def full(writes: Any) -> None:
+        def housekeeping(work: str, run: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+            async def full(writes: Any, stop: Any) -> Any:
+                return await timed_full(work, lambda: run(writes, stop), writes)
+            return full
+
+        async def timed_full(work: str, run: Callable[[], Awaitable[Any]], writes: Any) -> Any:
+            """A housekeeping work's pass: the bench's "full" lane (every work but placement)."""
             nonlocal current
             current = {"started": time.monotonic()}
             nodes_rv = cache.informer(known.NODES).resource_version
-            emit(lane="full", phase="start")
+            emit(lane="full", phase="start", work=work)
             if full_profiler is not None and profiling_full:
                 full_profiler.enable()
             try:
-                await full_pass(writes)
+                return await run()
             finally:
                 if full_profiler is not None and profiling_full:
                     full_profiler.disable()
                 current["ended"] = time.monotonic()
-                emit(lane="full", phase="end", duration=current["ended"] - current["started"], nodes_rv=nodes_rv,
-                     wrote=len(writes.as_dict()), **{
+                emit(lane="full", phase="end", work=work, duration=current["ended"] - current["started"],
+                     nodes_rv=nodes_rv, wrote=len(writes.as_dict()), **{
                          k: v for k, v in current.items() if k in ("snapshot", "plan", "writes", "binds")})
 
-        binder.answer_pass, binder.full_pass = answer, full  # type: ignore[method-assign]
+        # The driver's lanes call these (``Binder.lanes`` reads the works' ``run`` when the driver is built).
+        binder.placement.run = answer  # type: ignore[method-assign]
+        for work in ("attachments", "finalizers", "usage", "reports", "verifier"):
+            each = getattr(binder, work)
+            each.run = housekeeping(work, each.run)
         driver = binder_driver(binder, cache, registry=registry)
         async with cache.running():
             await cache.wait_synced(*[s for s in binder.kinds if s.group in ("", keys.GROUP, "kubevirt.io")

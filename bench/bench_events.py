@@ -590,6 +590,7 @@ async def measure(n: int, *, reps: int, profile: bool = False) -> SizeResult:
     async with rig.cache.running():
         started = time.perf_counter()
         await rig.synced()
+        rig.binder.start()  # the works follow events in the term, as on the driver
         synced = time.perf_counter() - started
         rig.ask(Lane.FULL, "start")  # the driver's first pass
         warmup = tuple(await rig.settle())

@@ -93,6 +93,8 @@ NODE_LEASE_SECONDS = 600
 SYSTEMS = ("floor", "A", "B", "C")
 #: Where the controller leaves its binder's pass records (in the plane's directory).
 RECORDS = "compare-binder-passes.json"
+#: The lane of the binder's placement work (``binder.binder.PLACEMENT``); every other lane is housekeeping.
+PLACEMENT = "placement"
 LABELS = {"floor": "floor (ConfigMap → watch)", "A": "A kube-scheduler", "B": "B binder", "C": "C VM start"}
 
 NODES = resource_path("", "v1", "nodes")
@@ -141,18 +143,21 @@ class TokenBucket:
 def instrument(records: list[dict[str, Any]]) -> None:
     """Time the binder's passes where the binder calls them (module globals and methods: the bench's probes).
 
-    Each pass leaves one record: lane, start and end, its snapshot, plan,
-    plan_writes and writes, the devices it bound, and when the binder's cache
-    first saw each of them; one monotonic clock, the same as the bench's.
+    Each pass of each work leaves one record: its lane, start and end; a
+    placement pass also its snapshot, plan, plan_writes and writes, the
+    devices it bound, and when the binder's cache first saw each of them; one
+    monotonic clock, the same as the bench's.
     """
-    import cozygpu.binder.binder as binder_module
+    from cozygpu.binder import cycle, housekeeping, place
+    from cozygpu.binder.binder import Binder
+    from cozygpu.binder.context import Context
     from cozygpu.model.placement import Answer, Bind
 
-    Binder = binder_module.Binder
     current: dict[str, Any] = {}
     first_seen: dict[tuple[str, str], float] = {}
 
-    real_plan_pass, real_write_sets = binder_module.plan_pass, binder_module.write_sets
+    # Module globals the binder calls, looked up by name: each is patched below.
+    real_plan_pass, real_write_sets = getattr(cycle, "plan_pass"), getattr(place, "write_sets")  # noqa: B009
 
     def plan_pass(*args: Any, **kw: Any) -> Any:
         started = time.monotonic()
@@ -170,12 +175,12 @@ def instrument(records: list[dict[str, Any]]) -> None:
         finally:
             current["writes"] = current.get("writes", 0.0) + time.monotonic() - started
 
-    def lane(name: str, fn: Callable[..., Awaitable[None]]) -> Callable[..., Awaitable[None]]:
-        async def wrapper(self: Any, writes: Any) -> None:
+    def lane(name: str, fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+        async def wrapper(self: Any, *args: Any, **kw: Any) -> Any:
             current.clear()
             current.update(lane=name, started=time.monotonic())
             try:
-                await fn(self, writes)
+                return await fn(self, *args, **kw)
             finally:
                 current["ended"] = time.monotonic()
                 current["saw"] = {key: first_seen[tuple(key.split("/", 1))] for key in current.get("binds", ())
@@ -191,12 +196,15 @@ def instrument(records: list[dict[str, Any]]) -> None:
             first_seen.setdefault((meta.get("namespace", ""), meta.get("name", "")), time.monotonic())
         real_changed(self, event)
 
-    setattr(binder_module, "plan_pass", plan_pass)  # noqa: B010
-    setattr(binder_module, "plan_writes", timed(current, "plan_writes", binder_module.plan_writes))  # noqa: B010
-    setattr(binder_module, "write_sets", write_sets)  # noqa: B010
-    setattr(Binder, "snapshot", timed(current, "snapshot", Binder.snapshot))  # noqa: B010
-    setattr(Binder, "full_pass", lane("full", Binder.full_pass))  # noqa: B010
-    setattr(Binder, "answer_pass", lane("answer", Binder.answer_pass))  # noqa: B010
+    setattr(cycle, "plan_pass", plan_pass)  # noqa: B010
+    setattr(place, "plan_writes", timed(current, "plan_writes", getattr(place, "plan_writes")))  # noqa: B009,B010
+    setattr(place, "write_sets", write_sets)  # noqa: B010
+    setattr(Context, "snapshot", timed(current, "snapshot", Context.snapshot))  # noqa: B010
+    works: dict[str, Any] = {PLACEMENT: place.PlacementWork, "attachments": housekeeping.AttachmentsWork,
+                              "finalizers": housekeeping.FinalizersWork, "usage": housekeeping.UsageWork,
+                              "reports": housekeeping.ReportsWork, "verify": housekeeping.VerifyWork}
+    for name, work in works.items():
+        setattr(work, "run", lane(name, work.run))  # noqa: B010
     setattr(Binder, "_device_changed", device_changed)  # noqa: B010
 
 
@@ -390,7 +398,7 @@ class Bench:
         took = await bounded(self.admin.merge_patch(f"{GPUNODES}/{name}/status", body) for name in self.nodes)
         self.refreshed = time.monotonic()
         print(f"    reports refreshed on {len(self.nodes)} GPUNodes in {took:.1f}s", flush=True)
-        await asyncio.sleep(2.0)  # the binder's full passes over the refreshed reports, before any timing
+        await asyncio.sleep(2.0)  # the binder's passes over the refreshed reports, before any timing
 
     async def frozen(self, controller: asyncio.subprocess.Process, count: int) -> dict[str, list[float]]:
         """Floor and A again with the controller frozen (SIGSTOP, for a few seconds): what it costs them."""
@@ -412,7 +420,7 @@ class Bench:
             while self.pods.live:
                 self.pods.changed.clear()
                 await self.pods.changed.wait()
-        await asyncio.sleep(2.0)  # the binder's full passes over the deletions, before any timing
+        await asyncio.sleep(2.0)  # the binder's passes over the deletions, before any timing
 
     # -- one sample of each ------------------------------------------------------------------------
 
@@ -618,25 +626,25 @@ async def warm_up(bench: Bench) -> None:
 
 STEPS = ("create → binder's cache saw it", "waiting for its pass", "snapshot", "plan", "plan_writes",
          "other in pass before writes", "status write → Bound seen here", "total")
-#: The part of "waiting for its pass" spent while another (full) pass ran: passes never overlap.
-WAIT_IN_FULL = "  of the wait, another full pass running"
+#: The part of "waiting for its pass" spent while a housekeeping work's pass ran (passes never overlap):
+#: what placement waits behind another work (one write at most per pass, by design).
+WAIT_IN_OTHER = "  of the wait, another work's pass running"
 
 
 def answer_path(records: list[dict[str, Any]], orders: list[dict[str, Any]]) -> dict[str, dict[str, list[float]]]:
-    """Per phase ("N one"), each step of every timed order's path, in ms; and by which lane it was bound."""
-    fulls = sorted((r for r in records if r["lane"] == "full"), key=lambda r: float(r["started"]))
-    starts = [r["started"] for r in fulls]
+    """Per phase ("N one"), each step of every timed order's path, in ms."""
+    others = sorted((r for r in records if r["lane"] != PLACEMENT), key=lambda r: float(r["started"]))
+    starts = [r["started"] for r in others]
     by_device: dict[str, dict[str, Any]] = {}
     for record in records:
         for key in record.get("binds", ()):
             by_device.setdefault(key, record)
     out: dict[str, dict[str, list[float]]] = {}
     for order in orders:
-        record = by_device.get(order["key"])
-        if not order["phase"] or record is None or order["key"] not in record.get("saw", {}):
+        found = by_device.get(order["key"])
+        if not order["phase"] or found is None or order["key"] not in record.get("saw", {}):
             continue
-        steps = out.setdefault(order["phase"], {step: [] for step in (*STEPS, WAIT_IN_FULL,
-                                                                        "bound by an answer pass")})
+        steps = out.setdefault(order["phase"], {step: [] for step in (*STEPS, WAIT_IN_OTHER)})
         saw, started = record["saw"][order["key"]], record["started"]
         writes_started = record.get("writes_started", record["ended"])
         inside = sum(record.get(k, 0.0) for k in ("snapshot", "plan", "plan_writes"))
@@ -645,13 +653,11 @@ def answer_path(records: list[dict[str, Any]], orders: list[dict[str, Any]]) -> 
                   order["seen"] - order["sent"]]
         for step, value in zip(STEPS, values, strict=True):
             steps[step].append(value * 1000)
-        steps["bound by an answer pass"].append(1.0 if record["lane"] == "answer" else 0.0)
         waited, j = 0.0, bisect.bisect_left(starts, started) - 1
-        while j >= 0 and fulls[j]["ended"] > saw:  # passes never overlap: walk back over those in the way
-            if fulls[j] is not record:
-                waited += max(0.0, min(fulls[j]["ended"], started) - max(fulls[j]["started"], saw))
+        while j >= 0 and others[j]["ended"] > saw:  # passes never overlap: walk back over those in the way
+            waited += max(0.0, min(others[j]["ended"], started) - max(others[j]["started"], saw))
             j -= 1
-        steps[WAIT_IN_FULL].append(waited * 1000)
+        steps[WAIT_IN_OTHER].append(waited * 1000)
     return out
 
 
@@ -707,7 +713,7 @@ def picture(results: dict[int, dict[str, Any]], path: Path) -> None:
     for axis, n in zip(axes[0], sizes, strict=True):
         data = [results[n]["one"][s] for s in SYSTEMS]
         parts = axis.violinplot(data, showmedians=True, showextrema=False)
-        for body, system in zip(parts["bodies"], SYSTEMS, strict=True):  # type: ignore[call-overload]
+        for body, system in zip(parts["bodies"], SYSTEMS, strict=True):
             body.set_facecolor(colours[system])
             body.set_alpha(0.6)
         for i, system in enumerate(SYSTEMS, start=1):
@@ -840,18 +846,21 @@ def report(run: dict[str, Any], args: argparse.Namespace, sizes: list[int], run_
             print(f"  N={n} {key}: {value:.1f}")
     for phase, steps in profile.items():
         n_orders = len(steps["total"])
-        answered = sum(steps["bound by an answer pass"])
         how = "one at a time" if phase.endswith("one") else "in the burst"
         print(f"\n## where an order's time goes (B), N={phase.split()[0]}, {n_orders} orders {how}"
-              f" (median / p90 / p99 ms; {answered:.0f} bound by an answer pass, {n_orders - answered:.0f} by a"
-              f" full pass)")
-        for step in (*STEPS[:2], WAIT_IN_FULL, *STEPS[2:]):
+              f" (median / p90 / p99 ms)")
+        for step in (*STEPS[:2], WAIT_IN_OTHER, *STEPS[2:]):
             values = steps[step]
             print(f"  {step:<58} {statistics.median(values):7.2f} {percentile(values, 90):7.2f}"
                   f" {percentile(values, 99):7.2f}")
-    fulls = [r for r in run.get("records", []) if r["lane"] == "full"]
-    if fulls:
-        print(f"  (full passes over the whole run: {len(fulls)})")
+    by_lane: dict[str, list[float]] = {}
+    for record in run.get("records", []):
+        by_lane.setdefault(record["lane"], []).append((record["ended"] - record["started"]) * 1000)
+    if by_lane:
+        print("\n## the binder's passes over the whole run, by work (count; median / p99 / max ms)")
+        for name, spans in by_lane.items():
+            print(f"  {name:<14} {len(spans):7d}  {statistics.median(spans):7.2f} {percentile(spans, 99):7.2f}"
+                  f" {max(spans):7.2f}")
     requests = run.get("requests") or {}
     if requests:
         seconds = float(requests["seconds"])

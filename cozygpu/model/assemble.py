@@ -369,14 +369,14 @@ class Assembly:
     """The Snapshot of a set of views, kept up to date change by change (the binder's, every pass).
 
     ``rebuild`` takes every view and derives everything; ``update`` takes the
-    devices, VMIs (keeping their active pods), reports (keeping their names),
+    devices, VMIs (keeping which pods it holds), reports (keeping their names),
     Nodes and pods that changed since, and the reports whose time ran out
     (a deadline queue), and re-derives only what they touch: their indexes,
     the units held on their nodes, the usage of their namespace's ancestry,
     the launcher pods of the VMIs they are attached to, those nodes'
     capacity and room buckets, and the availability of the classes served
     there; each touched node, device and VMI goes into the change log.
-    Anything else (a class, a VMI's active pods, a budget, a namespace,
+    Anything else (a class, which pods the VMIs' active pods make it hold, a budget, a namespace,
     KubeVirt, a report's names, a launcher window closing) is a
     ``rebuild`` — views are not converted again either way (that is the
     caller's memo). Both give what :func:`assemble` gives, except that the
@@ -451,7 +451,7 @@ class Assembly:
         for gpu_class in self._classes.values():
             self._classes_of[gpu_class.resource_name].append(gpu_class)
         self._launchers = launcher_index(self._vmis.values())
-        #: Pod UID -> every VMI listing it active (fixed until a rebuild: an update keeps active pods).
+        #: Pod UID -> every VMI listing it active (an update patches it with the launcher index).
         self._listing: defaultdict[str, set[VmiKey]] = defaultdict(set)
         for vmi_view in self._vmis.values():
             for uid in vmi_view.active_pods:
@@ -582,9 +582,12 @@ class Assembly:
                pods: Mapping[tuple[str, str], PodView | None] | None = None) -> Snapshot:
         """The Snapshot after these device, VMI, report and Node changes (a view, or None when it is gone).
 
-        A VMI change must keep its ``active_pods`` (absent counts as none): the
-        launcher index and which pods the snapshot holds follow from them, and
-        a change of those takes a rebuild. A report change must keep the
+        A VMI change may change its ``active_pods`` (absent counts as none) when
+        which pods the snapshot holds stays the same (the caller's to know: the
+        pods that start or stop being its launchers ask for extended resources,
+        or are gone): their usage is judged again with the launcher index
+        patched; a pod that two VMIs list takes a rebuild (``ValueError``). A
+        report change must keep the
         node's names (``same_names``): its units, its time and its freshness
         move that one node's capacity and the availability there (a first report
         too, when its names are known GPU names: ``takes_report``). A Node's
@@ -631,16 +634,27 @@ class Assembly:
         if vmis:
             for vmi_key, view in vmis.items():
                 before = self._vmis.get(vmi_key)
-                if (before.active_pods if before else frozenset()) != (view.active_pods if view else frozenset()):
-                    raise ValueError(f"VMI {vmi_key[0]}/{vmi_key[1]}: its active pods changed; rebuild")
-                either = view if view is not None else before
-                launchers = [self._pods[uid] for uid in (either.active_pods if either else ()) if uid in self._pods]
+                was = before.active_pods if before else frozenset()
+                now_active = view.active_pods if view else frozenset()
+                moved = was ^ now_active
+                if any(self._listing.get(uid, set()) - {vmi_key} for uid in moved):
+                    # Two VMIs list one pod: which one it launches is the index's order (a rebuild's).
+                    raise ValueError(f"VMI {vmi_key[0]}/{vmi_key[1]}: a pod it lists or listed is another's too")
+                launchers = [self._pods[uid] for uid in sorted(was | now_active) if uid in self._pods]
                 for launcher in launchers:
                     self._pod(launcher, -1)
                 if view is None:
                     self._vmis.pop(vmi_key, None)
                 else:
                     self._vmis[vmi_key] = view
+                if moved:
+                    self._launchers = dict(self._launchers)  # a snapshot handed out keeps its own index
+                    for uid in was - now_active:
+                        self._launchers.pop(uid, None)
+                        self._listing.pop(uid, None)
+                    for uid in now_active - was:
+                        self._launchers[uid] = vmi_key
+                        self._listing[uid].add(vmi_key)
                 touch(log.vmis, vmi_key, generation)
                 for launcher in launchers:
                     self._pod(launcher, +1)

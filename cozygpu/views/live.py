@@ -207,19 +207,20 @@ class LiveSnapshot:
     a heartbeat would otherwise count) and asks :meth:`snapshot` with each
     kind's current store. Then:
 
-    - only devices changed, or VMIs whose active pods stayed the same (a VMI
-      coming before its launcher, changing phase or node, going without
-      one): each is converted again and ``Assembly.update`` re-derives what
-      it touches (a device's indexes, the units it holds, its namespace's
-      ancestry, the launchers of its VMI; a VMI's launchers' usage; the
-      capacity and availability on their nodes) — what a bind request, an
-      answer or a VM start costs;
-    - anything else changed that a view reads (a class, a Node's labels or
-      Ready or taints, a report, a GPU pod or a launcher, a VMI's active
-      pods, a budget, a namespace, KubeVirt), a report turned stale with
-      ``now``, or a kind's store was replaced (served again): every view is
-      taken again through the memo (unchanged objects are not converted)
-      and ``Assembly.rebuild`` derives everything;
+    - devices, VMIs, a report that keeps its names, a Node's view, a GPU
+      pod or a launcher changed, or a VM started or stopped (a VMI's active
+      pods moved and each pod that starts or stops being its launcher asks
+      for GPUs, or is gone): each is converted again and
+      ``Assembly.update`` re-derives what it touches (a device's indexes,
+      the units it holds, its namespace's ancestry, a VMI's launchers'
+      usage, the capacity and availability on their nodes) — what a bind
+      request, an answer, a VM start or a kubelet's report costs;
+    - anything else changed that a view reads (a class, a budget, a
+      namespace, KubeVirt, a report's names, a VMI's active pods naming a
+      pod that asks for no GPU), a launcher window closed, or a kind's
+      store was replaced (served again): every view is taken again through
+      the memo (unchanged objects are not converted) and
+      ``Assembly.rebuild`` derives everything;
     - nothing changed: the last snapshot, with ``now`` moved on.
 
     The result equals :func:`build_snapshot` over the same objects, up to
@@ -252,6 +253,8 @@ class LiveSnapshot:
         self._nodes: set[tuple[str, str]] = set()
         #: GPU pods and launchers that changed, came or went: each one's contribution, swapped.
         self._pods: set[tuple[str, str]] = set()
+        #: Pod UIDs a VMI started or stopped listing as active: their launcher (and so their usage) moved.
+        self._launching: set[str] = set()
         self._rebuild = True
         #: Why the last snapshot was rebuilt or updated, and how many objects it converted (for benches, logs).
         self.last_step = ""
@@ -301,7 +304,8 @@ class LiveSnapshot:
         return not (kind == "Pod" and not self._wanted_pod(old) and not self._wanted_pod(new))
 
     def _vmi_changed(self, old: Obj | None, new: Obj | None) -> None:
-        """Nothing when its view stayed the same; an update when its active pods did; else a rebuild."""
+        """Nothing when its view stayed the same, else an update; the pods that start or stop being its
+        launchers are judged when the snapshot is taken (``_launchers_moved``)."""
         try:
             before = vmi_view(old) if old is not None else None
             after = vmi_view(new) if new is not None else None
@@ -310,9 +314,8 @@ class LiveSnapshot:
             return
         if before is not None and before == after:
             return  # nothing a decision reads moved
-        if (before.active_pods if before else frozenset()) != (after.active_pods if after else frozenset()):
-            self._rebuild = True  # which pods the snapshot holds follows from them
-            return
+        self._launching |= (before.active_pods if before else frozenset()) ^ (after.active_pods if after
+                                                                               else frozenset())
         self._vmis.add(_key_of(new or old or EMPTY_OBJECT))
 
     def handler(self, kind: str) -> Callable[[Event], None]:
@@ -326,7 +329,8 @@ class LiveSnapshot:
     @property
     def dirty(self) -> bool:
         """Whether a change was noted since the last snapshot (heartbeats are not)."""
-        return self._rebuild or any((self._devices, self._vmis, self._reports, self._nodes, self._pods))
+        return self._rebuild or any((self._devices, self._vmis, self._reports, self._nodes, self._pods,
+                                     self._launching))
 
     def _wanted_pod(self, pod: Obj | None) -> bool:
         if pod is None:
@@ -352,6 +356,8 @@ class LiveSnapshot:
         nodes: dict[tuple[str, str], NodeView | None] = self._views(
             "Node", self._nodes, sources.get("Node"), node_view)
         pod_source = sources.get("Pod")
+        if self._launching and not self._launchers_moved(pod_source):
+            return self._build(now, sources)
         pods: dict[tuple[str, str], PodView | None] = self._views(
             "Pod", (k for k in self._pods if pod_source is None or self._wanted_pod(pod_source.get(*k))),
             pod_source, pod_view)
@@ -370,6 +376,29 @@ class LiveSnapshot:
                                          nodes={key[1]: view for key, view in nodes.items()}, pods=pods)
         except ValueError:  # a report's names changed after all: its later state is what the stores hold
             return self._build(now, sources)
+
+    def _launchers_moved(self, pods: Source | None) -> bool:
+        """Note the pods VMIs started or stopped listing as active, when which pods the snapshot holds stays
+        the same (each asks for extended resources, or is gone); False when it may not (a rebuild's).
+
+        A VM's launcher asks for its GPUs, so a VM start or stop is an update: the launcher was noted when
+        it came (or is held already) and only its usage moves.
+        """
+        current = self._assembly.current
+        if pods is None or current is None:
+            return False
+        noted = {as_str(as_map(obj.get("metadata")).get("uid")): key
+                 for key in self._pods if (obj := pods.get(*key)) is not None}
+        for uid in self._launching:
+            held = current.pods.get(uid)
+            key = (held.namespace, held.name) if held is not None else noted.get(uid)
+            if key is None:
+                return False  # a pod neither held nor noted: it may be one the snapshot would now hold
+            obj = pods.get(*key)
+            if obj is not None and not asks_extended(as_map(obj.get("spec"))):
+                return False  # held only while it launches a VMI
+            self._pods.add(key)
+        return True
 
     async def verify(self, *, now: datetime, sources: Mapping[str, Source | None],
                      slice_size: int = 2000) -> str | None:
@@ -407,6 +436,7 @@ class LiveSnapshot:
     def _forget_changes(self) -> None:
         for noted in (self._devices, self._vmis, self._reports, self._nodes, self._pods):
             noted.clear()
+        self._launching.clear()
 
     def _views(self, kind: str, wanted: Iterable[tuple[str, str]], source: Source | None,
                convert: Callable[[Obj], ViewT]) -> dict[tuple[str, str], ViewT | None]:

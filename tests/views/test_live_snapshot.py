@@ -333,7 +333,7 @@ def test_a_device_attached_to_a_running_vmi_takes_its_launchers_units_off_raw_us
         assert world.live.last_step == "update of 1 device(s)"
 
 
-def test_a_vmi_that_keeps_its_active_pods_is_an_update_and_one_whose_pods_change_is_a_rebuild() -> None:
+def test_a_vmi_change_is_an_update_and_a_launcher_asking_for_no_gpu_coming_or_going_is_a_rebuild() -> None:
     world = World()
     seed(world)
     world.put("VirtualMachineInstance", vmi("vm1", "tenant-a", uid="vmi-uid-vm1", active=("p1",), node_name="n1"))
@@ -351,9 +351,26 @@ def test_a_vmi_that_keeps_its_active_pods_is_an_update_and_one_whose_pods_change
         step()
         assert_same(world)
         assert world.live.last_step == "update of 0 device(s) and 1 VMI(s)"
+    # A VM stopping and starting again: its launcher asks for GPUs, so the snapshot holds it either way and
+    # only its usage moves (raw use while it launches nothing, the VMI's devices' while it does).
     world.put("VirtualMachineInstance", vmi("vm1", "tenant-a", uid="vmi-uid-vm1", active=(), node_name="n1"))
     assert_same(world)
-    assert world.live.last_step == "rebuild", "its launcher left: which pods the snapshot holds changes"
+    assert world.live.last_step == "update of 0 device(s) and 1 VMI(s) and 1 pod(s)"
+    world.put("VirtualMachineInstance", vmi("vm1", "tenant-a", uid="vmi-uid-vm1", active=("p1",), node_name="n1"))
+    assert_same(world)
+    assert world.live.last_step == "update of 0 device(s) and 1 VMI(s) and 1 pod(s)"
+    # A launcher asking for no GPU is held only while a VMI lists it: which pods the snapshot holds changes.
+    plain = pod("p2", "tenant-a", resource=RESOURCES[0], units=1, node_name="n1", phase="Running")
+    plain["spec"]["containers"] = [{"resources": {"limits": {"cpu": "1"}}}]
+    world.put("Pod", plain)
+    assert_same(world)
+    world.put("VirtualMachineInstance", vmi("vm1", "tenant-a", uid="vmi-uid-vm1", active=("p1", "p2"),
+                                            node_name="n1"))
+    assert_same(world)
+    assert world.live.last_step == "rebuild"
+    world.put("VirtualMachineInstance", vmi("vm1", "tenant-a", uid="vmi-uid-vm1", active=("p1",), node_name="n1"))
+    assert_same(world)
+    assert world.live.last_step == "rebuild"
 
 
 def test_a_claimed_launchers_window_opens_with_its_vmis_devices_and_closes_with_time() -> None:

@@ -27,6 +27,7 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import Any
 
 from cozygpu import keys
+from cozygpu.api import meta
 from cozygpu.base.clock import Clock
 from cozygpu.base.logging import get_logger
 from cozygpu.binder import usage
@@ -68,9 +69,8 @@ def _class_changed(event: Event) -> bool:
     old, new = event.old, event.obj
     if old is None or event.type == "DELETED":
         return True
-    before, after = old.get("metadata") or {}, new.get("metadata") or {}
-    return (old.get("spec") != new.get("spec") or before.get("finalizers") != after.get("finalizers")
-            or before.get("deletionTimestamp") != after.get("deletionTimestamp"))
+    return (meta.spec(old) != meta.spec(new) or meta.finalizers(old) != meta.finalizers(new)
+            or meta.deletion_time(old) != meta.deletion_time(new))
 
 
 class Binder:
@@ -195,6 +195,11 @@ class Binder:
 
     # -- the passes, for a caller without a driver (tests, benchmarks) -------------------------
 
+    async def prepare(self) -> None:
+        """The read model brought up to date, a rebuild in slices (``Context.prepare``): the driver's, before
+        each pass."""
+        await self._context.prepare()
+
     def snapshot(self) -> tuple[Snapshot, Mapping[DeviceKey, Obj], bool]:
         """The snapshot of this instant, the raw devices it was built from, and whether VMIs are served."""
         return self._context.snapshot()
@@ -232,6 +237,5 @@ class Binder:
             self._context.metrics.events_dropped.labels(reason=reason).inc(count)
 
     def _invalid(self, kind: str, obj: Mapping[str, Any], problem: str) -> None:
-        meta = obj.get("metadata") or {}
-        log.warning("object left out of the snapshot", kind=kind, namespace=meta.get("namespace"),
-                    name=meta.get("name"), problem=problem)
+        namespace, name = meta.key(obj)
+        log.warning("object left out of the snapshot", kind=kind, namespace=namespace, name=name, problem=problem)

@@ -9,6 +9,7 @@ from datetime import timedelta
 import attrs
 
 from cozygpu import keys
+from cozygpu.api import meta
 from cozygpu.base.clock import Clock
 from cozygpu.binder.assumed import Assumed, Objects
 from cozygpu.binder.metrics import BinderMetrics
@@ -77,8 +78,7 @@ class Context:
         work after the writer decides on it without waiting for the watch; other kinds are not assumed."""
         if write.kind != specs.GPU_DEVICES:
             return False
-        meta = answer.get("metadata") or {}
-        self.assumed.add((str(meta.get("namespace") or ""), str(meta.get("name") or "")), answer)
+        self.assumed.add(meta.key(answer), answer)
         self.live.changed(keys.GPUDEVICE_KIND, None, answer)
         return True
 
@@ -103,6 +103,14 @@ class Context:
                 sources[kind] = Source(store, store.list, store.get)
         return sources
 
+    async def prepare(self) -> None:
+        """Bring the live model up to date before a pass takes its snapshot: a rebuild (a first list, a
+        class change) runs in slices with the event loop let go between them (``LiveSnapshot.refreshed``),
+        so the replica's watches and webhooks are not stalled behind it; ``snapshot`` right after (no
+        await between) takes what is left as an update."""
+        if self.config.gpu_enabled:
+            await self.live.refreshed(now=self.clock.wall(), sources=self.sources())
+
     def snapshot(self) -> tuple[Snapshot, Mapping[DeviceKey, Obj], bool]:
         """The snapshot of this instant, the raw devices it was built from (the store read by key, the
         binder's own writes assumed), and whether VMIs are served. Kept up to date from the cache's
@@ -110,4 +118,4 @@ class Context:
         sources = self.sources()
         snapshot = self.live.snapshot(now=self.clock.wall(), sources=sources)
         devices = self.cache.store(specs.GPU_DEVICES)
-        return snapshot, Objects(devices, self.assumed), sources["VirtualMachineInstance"] is not None
+        return snapshot, Objects(devices, self.assumed), sources[specs.VMIS.kind] is not None

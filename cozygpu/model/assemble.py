@@ -25,7 +25,7 @@ from __future__ import annotations
 import bisect
 import heapq
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, MutableMapping
+from collections.abc import Generator, Iterable, Mapping, MutableMapping
 from datetime import datetime, timedelta
 from typing import Any, Final, TypeVar
 
@@ -117,18 +117,45 @@ def _lost(entries: Mapping[str, NodeCapacity]) -> bool:
     return any(entry.fresh and entry.free < 0 for entry in entries.values())
 
 
+_R = TypeVar("_R")
+#: Items a derivation in steps (``Assembly.rebuilding``) does between two of them: well under a ms each.
+STEP: Final = 256
+
+
+def drain(steps: Generator[None, None, _R]) -> _R:
+    """Run steps to their end, at once: their value."""
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            value: _R = done.value
+            return value
+
+
 def _availability(
     gpu_class: GPUClassView,
     serving: tuple[str, ...],
     nodes: Mapping[str, NodeView],
     capacity: Mapping[str, Mapping[str, NodeCapacity]],
 ) -> ClassAvailability:
+    return drain(_availability_steps(gpu_class, serving, nodes, capacity))
+
+
+def _availability_steps(
+    gpu_class: GPUClassView,
+    serving: tuple[str, ...],
+    nodes: Mapping[str, NodeView],
+    capacity: Mapping[str, Mapping[str, NodeCapacity]],
+) -> Generator[None, None, ClassAvailability]:
+    """A class's availability over the nodes serving its name, yielding every ``STEP`` nodes."""
     node_free: dict[str, int] = {}
     best_node: str | None = None
     best = 0
     total = 0
     served = 0
-    for node_name in serving:
+    for i, node_name in enumerate(serving, 1):
+        if i % STEP == 0:
+            yield
         if node_problem(
             nodes.get(node_name),
             node_name=node_name,
@@ -429,6 +456,28 @@ class Assembly:
         quotas: Mapping[str, Mapping[str, object]] | None = None,
         permitted: PermittedHostDevices | None = None,
     ) -> Snapshot:
+        """Everything derived from these views, in one go (``rebuilding`` is the same in steps)."""
+        return drain(self.rebuilding(now=now, classes=classes, devices=devices, nodes=nodes,
+                                      inventories=inventories, pods=pods, vmis=vmis, namespaces=namespaces,
+                                      quotas=quotas, permitted=permitted))
+
+    def rebuilding(
+        self,
+        *,
+        now: datetime,
+        classes: Iterable[GPUClassView],
+        devices: Iterable[DeviceView],
+        nodes: Iterable[NodeView],
+        inventories: Iterable[NodeInventory],
+        pods: Iterable[PodView],
+        vmis: Iterable[VMIView],
+        namespaces: Iterable[NamespaceView],
+        quotas: Mapping[str, Mapping[str, object]] | None = None,
+        permitted: PermittedHostDevices | None = None,
+    ) -> Generator[None, None, Snapshot]:
+        """``rebuild`` as steps: it yields after every ``STEP`` items derived, so a caller on an event loop
+        can let the loop go between them; its value is the Snapshot. Nothing but the caller may touch the
+        assembly until it is done (``current`` stays the last snapshot meanwhile)."""
         self._classes = {c.name: c for c in classes}
         self._nodes: MutableMapping[str, NodeView] = {n.name: n for n in nodes}
         self._inventories: MutableMapping[str, NodeInventory] = {}
@@ -489,14 +538,18 @@ class Assembly:
         bulk: dict[str, defaultdict[Any, list[DeviceKey]]] = {
             name: defaultdict(list) for name in ("_by_vmi", "_by_node")}
         self._local.bulk = self._pending.bulk = True
-        for device in devices:
+        for i, device in enumerate(devices, 1):
             self._device(device, +1, bulk=bulk)
+            if i % STEP == 0:
+                yield
         for name, lists in bulk.items():
             setattr(self, name, {bucket: tuple(sorted(keys)) for bucket, keys in lists.items()})
         #: (namespace, name) -> the UID of the pod of that name the snapshot holds (a pod's update finds it).
         self._pod_keys: dict[tuple[str, str], str] = {}
-        for pod in pods:
+        for i, pod in enumerate(pods, 1):
             self._add_pod(pod)
+            if i % STEP == 0:
+                yield
         self._local.summed()
         self._pending.summed()
         self._subtree: MutableMapping[str, Usage] = {}
@@ -507,8 +560,11 @@ class Assembly:
         self._namespaces_moved = False
         self._capacity: MutableMapping[str, Mapping[str, NodeCapacity]] = {}
         self._over: frozenset[str] = frozenset()
-        for node in set(self._inventories) | set(self._held) | set(self._raw_on_node) | set(self._window_on_node):
+        for i, node in enumerate(set(self._inventories) | set(self._held) | set(self._raw_on_node)
+                                 | set(self._window_on_node), 1):
             self._capacity[node] = self._node_capacity(node)
+            if i % STEP == 0:
+                yield
         self._over = frozenset(n for n, entries in self._capacity.items() if _lost(entries))
         serving: defaultdict[str, list[str]] = defaultdict(list)
         for node, entries in self._capacity.items():
@@ -524,10 +580,11 @@ class Assembly:
                     rooms[name][entry.room].append(node)
         self._rooms: MutableMapping[str, Mapping[int, tuple[str, ...]]] = {
             name: {room: tuple(sorted(nodes)) for room, nodes in buckets.items()} for name, buckets in rooms.items()}
-        self._availability: MutableMapping[str, ClassAvailability] = {
-            c.name: _availability(c, self._serving.get(c.resource_name, ()), self._nodes, self._capacity)
-            for c in self._classes.values()
-        }
+        yield
+        self._availability: MutableMapping[str, ClassAvailability] = {}
+        for gpu_class in self._classes.values():
+            self._availability[gpu_class.name] = yield from _availability_steps(
+                gpu_class, self._serving.get(gpu_class.resource_name, ()), self._nodes, self._capacity)
         self._touched_nodes.clear()
         for attribute in self._SHARED:
             setattr(self, attribute, CowMap(getattr(self, attribute)))

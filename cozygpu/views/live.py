@@ -25,7 +25,8 @@ Contract:
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable, Mapping
+import time
+from collections.abc import Callable, Generator, Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
@@ -34,7 +35,7 @@ import attrs
 from cozygpu import keys
 from cozygpu.cache.collector import collector_paused
 from cozygpu.cache.store import Event
-from cozygpu.model.assemble import Assembly, assemble
+from cozygpu.model.assemble import STEP, Assembly, assemble, drain
 from cozygpu.model.capacity import DEFAULT_LAUNCHER_GRACE, DEFAULT_REPORT_STALE_AFTER
 from cozygpu.model.snapshot import (
     DeviceView,
@@ -62,6 +63,9 @@ from cozygpu.views.decode import (
     vmi_view,
 )
 from cozygpu.views.specs import SNAPSHOT_SPECS
+
+#: How long a slice of a rebuild runs before the event loop is let go (``LiveSnapshot.refreshed``).
+DEFAULT_SLICE = 0.004
 
 #: Called with (kind, object, problem) for an object left out of the snapshot.
 InvalidHandler = Callable[[str, Obj, str], None]
@@ -341,11 +345,7 @@ class LiveSnapshot:
 
     def snapshot(self, *, now: datetime, sources: Mapping[str, Source | None]) -> Snapshot:
         """The snapshot of ``now`` over ``sources`` (kind -> its store; None while the kind is not served)."""
-        identities = {kind: (source.identity if source is not None else None) for kind, source in sources.items()}
-        if identities != self._identities:
-            self._identities = identities
-            self._rebuild = True
-        if self._rebuild or self._assembly.needs_rebuild(now):
+        if self._needs_rebuild(now, sources):
             return self._build(now, sources)
         changes: dict[tuple[str, str], DeviceView | None] = self._views(
             keys.GPUDEVICE_KIND, self._devices, sources.get(keys.GPUDEVICE_KIND), device_view)
@@ -401,34 +401,19 @@ class LiveSnapshot:
         return True
 
     async def verify(self, *, now: datetime, sources: Mapping[str, Source | None],
-                     slice_size: int = 2000) -> str | None:
+                     budget: float = DEFAULT_SLICE) -> str | None:
         """Build the model again from the stores and compare it with the live one (R-BIND-1's safety net).
 
         The live snapshot and the stores' objects are taken in one step of the event loop, so both are
-        of the same instant; the views are then converted afresh (no memo: a memo fault must not hide),
-        ``slice_size`` objects at a time with the loop let go between. On a difference the next
-        snapshot is rebuilt from the stores; the first differing field and key are returned.
+        of the same instant; the views are then converted afresh (no memo: a memo fault must not hide)
+        and derived by a new assembly, in slices of about ``budget`` seconds with the loop let go
+        between. On a difference the next snapshot is rebuilt from the stores; the first differing
+        field and key are returned.
         """
-        live = self.snapshot(now=now, sources=sources)
+        live = await self.refreshed(now=now, sources=sources, budget=budget)
         objects = {kind: list(source.objects()) if source is not None else [] for kind, source in sources.items()}
-        views: dict[str, list[Any]] = {}
-        for kind, convert in _VIEWS.items():
-            found: list[Any] = []
-            listed = objects.get(kind, [])
-            if kind == "Pod":
-                wanted = _pods_wanted(views["VirtualMachineInstance"])
-                listed = [p for p in listed if wanted(p)]
-            for start in range(0, len(listed), slice_size):
-                found += _convert(kind, listed[start:start + slice_size], convert, None, None)
-                await asyncio.sleep(0)
-            views[kind] = found
-        fresh = Assembly(hoster_names=self._hoster, report_stale_after=self._stale_after,
-                         launcher_grace=self._grace).rebuild(
-            now=now, classes=views[keys.GPUCLASS_KIND], devices=views[keys.GPUDEVICE_KIND], nodes=views["Node"],
-            inventories=views[keys.GPUNODE_KIND], pods=views["Pod"], vmis=views["VirtualMachineInstance"],
-            namespaces=views["Namespace"], quotas=tenant_quotas(objects.get("ResourceQuota", [])),
-            permitted=permitted_host_devices(objects.get("KubeVirt", [])))
-        drift = first_difference(live, fresh)
+        fresh = Assembly(hoster_names=self._hoster, report_stale_after=self._stale_after, launcher_grace=self._grace)
+        drift = first_difference(live, await in_slices(_derived(fresh, now, objects, None, None), budget))
         if drift is not None:
             self._rebuild = True
         return drift
@@ -455,33 +440,98 @@ class LiveSnapshot:
         return out
 
     def _build(self, now: datetime, sources: Mapping[str, Source | None]) -> Snapshot:
-        def objects(kind: str) -> Iterable[Obj]:
-            source = sources.get(kind)
-            return source.objects() if source is not None else ()
+        return drain(self._building(now, sources))
 
+    async def refreshed(self, *, now: datetime, sources: Mapping[str, Source | None],
+                        budget: float = DEFAULT_SLICE) -> Snapshot:
+        """:meth:`snapshot`, with a rebuild done in slices of about ``budget`` seconds, the event loop let go
+        between them (a first list, a class change: a few hundred ms at 10,000 nodes, which would stall
+        every watch and webhook of the replica).
+
+        The rebuild converts the stores' objects of the instant it starts; what the stores are told after
+        is noted as usual and taken by the update that ends this call, so the result is the snapshot of
+        the stores as they are when it returns. A change that needs a rebuild again during the slices
+        starts another one (up to three; then the last is done at once).
+        """
+        for _ in range(3):
+            if not self._needs_rebuild(now, sources):
+                break
+            await in_slices(self._building(now, sources), budget)
+        return self.snapshot(now=now, sources=sources)
+
+    def _needs_rebuild(self, now: datetime, sources: Mapping[str, Source | None]) -> bool:
+        identities = {kind: (source.identity if source is not None else None) for kind, source in sources.items()}
+        return identities != self._identities or self._rebuild or self._assembly.needs_rebuild(now)
+
+    def _building(self, now: datetime, sources: Mapping[str, Source | None]) -> Generator[None, None, Snapshot]:
+        """The rebuild, in steps: the objects of this instant converted through the memo, then derived."""
+        self._identities = {kind: (source.identity if source is not None else None)
+                            for kind, source in sources.items()}
+        objects = {kind: list(source.objects()) if source is not None else [] for kind, source in sources.items()}
         self._rebuild = False
         self._forget_changes()
-        memo, on_invalid = self._memo, self._on_invalid
-        with collector_paused():
-            vmi_views: list[VMIView] = _convert("VirtualMachineInstance", objects("VirtualMachineInstance"), vmi_view,
-                                                on_invalid, memo)
-            wanted = _pods_wanted(vmi_views)
-            snapshot = self._assembly.rebuild(
-                now=now,
-                classes=_convert(keys.GPUCLASS_KIND, objects(keys.GPUCLASS_KIND), gpu_class_view, on_invalid, memo),
-                devices=_convert(keys.GPUDEVICE_KIND, objects(keys.GPUDEVICE_KIND), device_view, on_invalid, memo),
-                nodes=_convert("Node", objects("Node"), node_view, on_invalid, memo),
-                inventories=_convert(keys.GPUNODE_KIND, objects(keys.GPUNODE_KIND), node_inventory, on_invalid,
-                                     memo),
-                pods=_convert("Pod", (p for p in objects("Pod") if wanted(p)), pod_view, on_invalid, memo),
-                vmis=vmi_views,
-                namespaces=_convert("Namespace", objects("Namespace"), namespace_view, on_invalid, memo),
-                quotas=tenant_quotas(objects("ResourceQuota")),
-                permitted=permitted_host_devices(objects("KubeVirt")),
-            )
-            memo.forget_unseen()
+        done = False
+        try:
+            snapshot = yield from _derived(self._assembly, now, objects, self._on_invalid, self._memo)
+            done = True
+        finally:
+            if not done:  # left half-way (cancelled, or a view raised): the assembly is not a snapshot's
+                self._rebuild = True
         self.last_step = "rebuild"
         return snapshot
+
+
+def _derived(assembly: Assembly, now: datetime, objects: Mapping[str, list[Obj]], on_invalid: InvalidHandler | None,
+             memo: ViewMemo | None) -> Generator[None, None, Snapshot]:
+    """Every object converted (through ``memo`` when given) and derived by ``assembly``, in steps."""
+    with collector_paused():  # tens of thousands of acyclic, long-lived views
+        views: dict[str, list[Any]] = {}
+        for kind, convert in _VIEWS.items():
+            listed: Iterable[Obj] = objects.get(kind, ())
+            if kind == "Pod":
+                wanted = _pods_wanted(views["VirtualMachineInstance"])
+                listed = (p for p in listed if wanted(p))
+            views[kind] = yield from _converting(kind, listed, convert, on_invalid, memo)
+        snapshot = yield from assembly.rebuilding(
+            now=now, classes=views[keys.GPUCLASS_KIND], devices=views[keys.GPUDEVICE_KIND], nodes=views["Node"],
+            inventories=views[keys.GPUNODE_KIND], pods=views["Pod"], vmis=views["VirtualMachineInstance"],
+            namespaces=views["Namespace"], quotas=tenant_quotas(objects.get("ResourceQuota", ())),
+            permitted=permitted_host_devices(objects.get("KubeVirt", ())))
+        if memo is not None:
+            memo.forget_unseen()
+        return snapshot
+
+
+def _converting(kind: str, objects: Iterable[Obj], convert: Callable[[Obj], Any], on_invalid: InvalidHandler | None,
+                memo: ViewMemo | None) -> Generator[None, None, list[Any]]:
+    """``_convert`` in steps of ``STEP`` objects."""
+    views: list[Any] = []
+    chunk: list[Obj] = []
+    for obj in objects:
+        chunk.append(obj)
+        if len(chunk) == STEP:
+            views += _convert(kind, chunk, convert, on_invalid, memo)
+            chunk = []
+            yield
+    views += _convert(kind, chunk, convert, on_invalid, memo)
+    return views
+
+
+async def in_slices(steps: Generator[None, None, ViewT], budget: float = DEFAULT_SLICE) -> ViewT:
+    """Run steps to their end, letting the event loop go whenever about ``budget`` seconds have passed."""
+    started = time.perf_counter()
+    try:
+        while True:
+            try:
+                next(steps)
+            except StopIteration as done:
+                value: ViewT = done.value
+                return value
+            if time.perf_counter() - started >= budget:
+                await asyncio.sleep(0)
+                started = time.perf_counter()
+    finally:
+        steps.close()  # cancelled between slices: the steps' own cleanup runs now, not when collected
 
 
 def _pods_wanted(vmis: Iterable[VMIView]) -> Callable[[Obj], bool]:

@@ -11,6 +11,7 @@ incremental snapshot is compared with the reference.
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import itertools
 from collections.abc import Callable, Mapping
@@ -23,7 +24,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cozygpu import keys
-from cozygpu.model.assemble import Assembly
+from cozygpu.model.assemble import STEP, Assembly
 from cozygpu.model.snapshot import Snapshot
 from cozygpu.views.live import LIVE_KINDS, LiveSnapshot, Source, build_snapshot
 
@@ -427,12 +428,64 @@ async def test_the_safety_net_finds_a_broken_delta_names_where_and_the_next_snap
     world = World()
     seed(world)
     assert_same(world)
-    assert await world.live.verify(now=world.now, sources=world.sources(), slice_size=2) is None
+    assert await world.live.verify(now=world.now, sources=world.sources(), budget=0) is None
     # A delta broken on purpose: a node's capacity is no longer refreshed when a device changes it.
     monkeypatch.setattr(Assembly, "_refresh_node", lambda self, node: None)
     apply(world, ("device", "d0", "tenant-a", "a", 2, "Bound", "n1", None, False, False, False))
-    drift = await world.live.verify(now=world.now, sources=world.sources(), slice_size=2)
+    drift = await world.live.verify(now=world.now, sources=world.sources(), budget=0)
     assert drift == "capacity['n1']"
     monkeypatch.undo()
     assert_same(world)
     assert world.live.last_step == "rebuild", "the drift was repaired by a build from the stores"
+
+
+async def test_a_rebuild_runs_in_slices_and_takes_what_changed_during_them() -> None:
+    """``refreshed`` lets the loop go between slices of a rebuild; a change made meanwhile is in its result."""
+    world = World()
+    seed(world)
+    for i in range(3 * STEP):  # enough devices and pods for several slices
+        apply(world, ("device", f"bulk-{i}", "tenant-a", "a", 1, "Bound", NODES[i % len(NODES)], None, False,
+                      False, False))
+    assert_same(world)
+    world.put(keys.GPUCLASS_KIND, gpu_class("a", RESOURCES[0], selector=True))  # a class change: a rebuild
+    ticks = 0
+    changed = False
+
+    async def meanwhile() -> None:
+        nonlocal ticks, changed
+        while True:
+            await asyncio.sleep(0)
+            ticks += 1
+            if ticks == 2:  # during the rebuild: a device and a node change, as a watch would deliver them
+                apply(world, ("device", "d0", "tenant-a", "a", 2, "Bound", "n1", None, False, False, False))
+                apply(world, ("node", "n2", False, False, True, 1))
+                changed = True
+
+    async with asyncio.TaskGroup() as group:
+        ticker = group.create_task(meanwhile())
+        snapshot = await world.live.refreshed(now=world.now, sources=world.sources(), budget=0)
+        ticker.cancel()
+    assert changed, "the loop ran between slices"
+    assert ticks > 3
+    assert world.live.last_step.startswith("update"), "what changed during the slices came as an update after"
+    live, reference = normal(snapshot), normal(world.reference())
+    for name in reference:
+        assert live[name] == reference[name], name
+
+
+async def test_a_rebuild_left_half_way_is_done_again() -> None:
+    world = World()
+    seed(world)
+    for i in range(2 * STEP):
+        apply(world, ("device", f"bulk-{i}", "tenant-a", "a", 1, "Bound", "n1", None, False, False, False))
+    assert_same(world)
+    world.put(keys.GPUCLASS_KIND, gpu_class("a", RESOURCES[0], selector=True))
+    task = asyncio.create_task(world.live.refreshed(now=world.now, sources=world.sources(), budget=0))
+    for _ in range(3):
+        await asyncio.sleep(0)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert world.live.dirty, "a rebuild cut short leaves the next snapshot to rebuild"
+    assert_same(world)
+    assert world.live.last_step == "rebuild"

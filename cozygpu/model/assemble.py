@@ -119,7 +119,7 @@ def _lost(entries: Mapping[str, NodeCapacity]) -> bool:
 
 _R = TypeVar("_R")
 #: Items a derivation in steps (``Assembly.rebuilding``) does between two of them: well under a ms each.
-STEP: Final = 256
+STEP: Final = 128
 
 
 def drain(steps: Generator[None, None, _R]) -> _R:
@@ -486,6 +486,7 @@ class Assembly:
         self._deadlines = [(i.last_report + self._stale_after, name) for name, i in self._inventories.items()
                            if i.fresh and i.last_report is not None]
         heapq.heapify(self._deadlines)
+        yield
         self._vmis: MutableMapping[VmiKey, VMIView] = {v.key: v for v in vmis}
         self._namespaces = {n.name: n for n in namespaces}
         self._names = derive_effective_names(hoster=self._hoster, classes=self._classes.values(),
@@ -538,18 +539,21 @@ class Assembly:
         bulk: dict[str, defaultdict[Any, list[DeviceKey]]] = {
             name: defaultdict(list) for name in ("_by_vmi", "_by_node")}
         self._local.bulk = self._pending.bulk = True
+        yield
         for i, device in enumerate(devices, 1):
             self._device(device, +1, bulk=bulk)
             if i % STEP == 0:
                 yield
         for name, lists in bulk.items():
             setattr(self, name, {bucket: tuple(sorted(keys)) for bucket, keys in lists.items()})
+            yield
         #: (namespace, name) -> the UID of the pod of that name the snapshot holds (a pod's update finds it).
         self._pod_keys: dict[tuple[str, str], str] = {}
         for i, pod in enumerate(pods, 1):
             self._add_pod(pod)
             if i % STEP == 0:
                 yield
+        yield
         self._local.summed()
         self._pending.summed()
         self._subtree: MutableMapping[str, Usage] = {}
@@ -557,6 +561,7 @@ class Assembly:
         self._local.usage(self._subtree)
         self._pending.usage(self._pending_usage)
         self._children = self._make_children()
+        yield
         self._namespaces_moved = False
         self._capacity: MutableMapping[str, Mapping[str, NodeCapacity]] = {}
         self._over: frozenset[str] = frozenset()
@@ -565,19 +570,23 @@ class Assembly:
             self._capacity[node] = self._node_capacity(node)
             if i % STEP == 0:
                 yield
-        self._over = frozenset(n for n, entries in self._capacity.items() if _lost(entries))
+        over: list[str] = []
         serving: defaultdict[str, list[str]] = defaultdict(list)
-        for node, entries in self._capacity.items():
+        rooms: defaultdict[str, defaultdict[int, list[str]]] = defaultdict(lambda: defaultdict(list))
+        for i, (node, entries) in enumerate(self._capacity.items(), 1):
+            if _lost(entries):
+                over.append(node)
             for name, entry in entries.items():
                 if entry.fresh and entry.served > 0:
                     serving[name].append(node)
-        self._serving: MutableMapping[str, tuple[str, ...]] = {
-            name: tuple(sorted(found)) for name, found in serving.items()}
-        rooms: defaultdict[str, defaultdict[int, list[str]]] = defaultdict(lambda: defaultdict(list))
-        for node, entries in self._capacity.items():
-            for name, entry in entries.items():
                 if entry.fresh and entry.room > 0:
                     rooms[name][entry.room].append(node)
+            if i % STEP == 0:
+                yield
+        self._over = frozenset(over)
+        self._serving: MutableMapping[str, tuple[str, ...]] = {
+            name: tuple(sorted(found)) for name, found in serving.items()}
+        yield
         self._rooms: MutableMapping[str, Mapping[int, tuple[str, ...]]] = {
             name: {room: tuple(sorted(nodes)) for room, nodes in buckets.items()} for name, buckets in rooms.items()}
         yield

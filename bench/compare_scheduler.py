@@ -642,8 +642,9 @@ def answer_path(records: list[dict[str, Any]], orders: list[dict[str, Any]]) -> 
     out: dict[str, dict[str, list[float]]] = {}
     for order in orders:
         found = by_device.get(order["key"])
-        if not order["phase"] or found is None or order["key"] not in record.get("saw", {}):
+        if not order["phase"] or found is None or order["key"] not in found.get("saw", {}):
             continue
+        record = found
         steps = out.setdefault(order["phase"], {step: [] for step in (*STEPS, WAIT_IN_OTHER)})
         saw, started = record["saw"][order["key"]], record["started"]
         writes_started = record.get("writes_started", record["ended"])

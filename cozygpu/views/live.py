@@ -413,7 +413,8 @@ class LiveSnapshot:
         live = await self.refreshed(now=now, sources=sources, budget=budget)
         objects = {kind: list(source.objects()) if source is not None else [] for kind, source in sources.items()}
         fresh = Assembly(hoster_names=self._hoster, report_stale_after=self._stale_after, launcher_grace=self._grace)
-        drift = first_difference(live, await in_slices(_derived(fresh, now, objects, None, None), budget))
+        built = await in_slices(_derived(fresh, now, objects, None, None), budget)
+        drift = await in_slices(_differences(live, built), budget)
         if drift is not None:
             self._rebuild = True
         return drift
@@ -557,16 +558,26 @@ def first_difference(live: Snapshot, fresh: Snapshot) -> str | None:
     Device index tuples are compared as sets: the order of a bucket means nothing. A model's history (its
     generation and change log) is not compared.
     """
+    return drain(_differences(live, fresh))
+
+
+def _differences(live: Snapshot, fresh: Snapshot) -> Generator[None, None, str | None]:
+    """``first_difference`` in steps of ``STEP`` keys."""
     for field in (f for f in attrs.fields(Snapshot) if f.eq):
         a, b = getattr(live, field.name), getattr(fresh, field.name)
         if isinstance(a, Mapping) and isinstance(b, Mapping):
             unordered = field.name.startswith("devices_by_")
-            for key in sorted(set(a) | set(b), key=repr):
+            differing = [key for key in set(a) | set(b) if a.get(key) != b.get(key)] if not unordered else None
+            yield
+            candidates = sorted(differing if differing is not None else set(a) | set(b), key=repr)
+            for i, key in enumerate(candidates, 1):
                 x, y = a.get(key), b.get(key)
                 if unordered and x is not None and y is not None:
                     x, y = frozenset(x), frozenset(y)
                 if x != y:
                     return f"{field.name}[{key!r}]"
+                if i % STEP == 0:
+                    yield
         elif a != b:
             return field.name
     return None

@@ -27,6 +27,7 @@ from cozygpu.commands import common
 from cozygpu.commands.common import Cluster, Obj
 from cozygpu.commands.status import condition
 from cozygpu.kube import Client
+from cozygpu.model import refusals
 from cozygpu.model.eligibility import node_problem
 from cozygpu.model.placement import Bind, KeepPending, MarkLost, Stay, device_sets, place_set, plan_pass
 from cozygpu.model.refusals import Reason, Refusal
@@ -116,8 +117,7 @@ def _node_hints(snapshot: Snapshot, members: Sequence[DeviceView], vmi_key: tupl
                 node_selector=vmi.node_selector if vmi else None, node_affinity=vmi.node_affinity if vmi else None)
             inventory = snapshot.inventories.get(node)
             if problem is None and inventory is not None and not inventory.fresh:
-                problem = Refusal(reason=Reason.REPORT_STALE, subject=f"node {node}",
-                                  message=f"node {node}: the agent's report is stale, its units count as unknown")
+                problem = refusals.report_stale(node)
             room = f"{free} of {entry.served} {resource} free for this set, it needs {needs}"
             if free >= needs and problem is not None:
                 hints.append(f"node {node} has room ({room}) but {problem.message.removeprefix(f'node {node}: ')}")

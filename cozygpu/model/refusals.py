@@ -256,6 +256,11 @@ def node_refusal(reason: Reason, node: str, detail: str) -> Refusal:
     return Refusal(reason=reason, message=f"node {node}: {detail}", subject=f"node {node}")
 
 
+def report_stale(node: str) -> Refusal:
+    """A node whose agent report is stale: its units count as unknown until the next one."""
+    return node_refusal(Reason.REPORT_STALE, node, "the agent's report is stale, its units count as unknown")
+
+
 def capacity_lost(node: str, *, resource_name: str, served: int, in_use: int) -> Refusal:
     return Refusal(
         reason=Reason.CAPACITY_LOST,

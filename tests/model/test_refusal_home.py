@@ -4,7 +4,8 @@ Why: a person reads the same decision in a webhook's 403, a ``bindAnswer``,
 a condition and ``cozygpu why``; a message or a reason code written at a call
 site drifts from the others (the module contract of ``model/refusals.py``).
 
-The rule, over every module of ``cozygpu/admission/`` and ``cozygpu/binder/``:
+The rule, over every module of ``cozygpu/admission/``, ``cozygpu/binder/`` and ``cozygpu/commands/`` (what
+``cozygpu why`` prints is the same refusal):
 
 1. No ``Refusal(...)`` is constructed there, and no ``evolve(...)`` rewrites
    a ``message`` or ``reason``: a refusal comes from a constructor of
@@ -37,7 +38,7 @@ from cozygpu.admission.vmi_plan import Refused
 from cozygpu.model.refusals import Reason, Refusal
 
 PACKAGE = Path(__file__).resolve().parents[2] / "cozygpu"
-SCOPES = ("admission", "binder")
+SCOPES = ("admission", "binder", "commands")
 #: Where rule 3 applies.
 REASON_LITERAL_SCOPES = ("admission",)
 REFUSALS_MODULE = "cozygpu.model.refusals"

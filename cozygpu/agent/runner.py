@@ -22,7 +22,6 @@ import asyncio
 import contextlib
 import math
 from collections.abc import Awaitable, Callable, Sequence
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
 
@@ -33,6 +32,7 @@ from cozygpu.agent.inventory import PodKey, PodState, build_inventory, pods_to_l
 from cozygpu.agent.kubelet import KubeletUnavailable, KubeletView, read_kubelet
 from cozygpu.agent.report import StatusWriter
 from cozygpu.agent.sysfs import SysfsUnavailable, SysfsView, read_sysfs
+from cozygpu.api.times import rfc3339
 from cozygpu.base.backoff import Backoff
 from cozygpu.base.clock import Clock, LoopClock
 from cozygpu.base.deadline import deadline
@@ -45,10 +45,6 @@ _log = get_logger(__name__)
 MAX_PROBLEMS: Final = 50
 
 PodLookup = Callable[[Sequence[PodKey]], Awaitable[dict[PodKey, PodState]]]
-
-
-def rfc3339(moment: datetime) -> str:
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def cap_problems(problems: Sequence[str], limit: int = MAX_PROBLEMS) -> list[str]:

@@ -193,16 +193,6 @@ def duration(seconds: float | None) -> str:
     return f"{whole // 86400}d"
 
 
-def parse_time(value: object) -> datetime | None:
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
-
-
 def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     """Columns padded to their widest cell, three spaces apart; the last column unpadded."""
     lines = [list(headers), *[list(r) for r in rows]]

@@ -30,6 +30,7 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
+from cozygpu.api.times import parse_time
 from cozygpu.binder.reports import AVAILABLE, ELIGIBLE, class_status, node_conditions
 from cozygpu.binder.status import BOUND_CONDITION, plan_writes
 from cozygpu.commands import common
@@ -65,7 +66,7 @@ def leader(cluster: Cluster) -> dict[str, Any] | None:
     if lease is None:
         return None
     spec = lease.get("spec") or {}
-    renewed = common.parse_time(spec.get("renewTime") or spec.get("acquireTime"))
+    renewed = parse_time(spec.get("renewTime") or spec.get("acquireTime"))
     duration = spec.get("leaseDurationSeconds")
     holder = spec.get("holderIdentity") or None
     current = bool(holder) and renewed is not None and isinstance(duration, int) and \

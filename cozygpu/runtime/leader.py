@@ -57,6 +57,7 @@ from typing import Any, Final, Protocol
 
 import attrs
 
+from cozygpu.api.times import micro_time
 from cozygpu.base.backoff import JITTER_FACTOR, Random, jittered, new_random
 from cozygpu.base.clock import Clock, LoopClock
 from cozygpu.base.deadline import deadline
@@ -92,13 +93,6 @@ class TermGuard(Protocol):
     def arm(self, seconds: float, reason: str) -> None: ...
 
     def disarm(self) -> None: ...
-
-
-def micro_time(when: dt.datetime) -> str:
-    """Kubernetes MicroTime: RFC 3339 in UTC with microseconds."""
-    if when.tzinfo is None:
-        raise ValueError("a naive datetime has no defined UTC time")
-    return when.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 @attrs.frozen(kw_only=True)

@@ -20,10 +20,10 @@ Contract:
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from datetime import datetime
 from typing import Any, TypeGuard
 
 from cozygpu import keys
+from cozygpu.api.times import parse_time
 from cozygpu.model.capacity import served_units
 from cozygpu.model.pods import InitContainer, PodResources, container_requests, pod_requests, whole_requests
 from cozygpu.model.snapshot import (
@@ -81,15 +81,6 @@ def _list(value: object) -> list[Any]:
 
 def as_str(value: object) -> str:
     return value if type(value) is str else ""
-
-
-def _time(value: object) -> datetime | None:
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        return datetime.fromisoformat(value)
-    except ValueError:
-        return None
 
 
 def _int(value: object) -> int | None:
@@ -172,14 +163,15 @@ def device_view(obj: Obj) -> DeviceView:
         attachment = Attachment(
             vmi=as_str(raw_attachment.get("vmi")),
             uid=as_str(raw_attachment.get("uid")),
-            attached_at=_time(raw_attachment.get("attachedAt")),
+            attached_at=parse_time(raw_attachment.get("attachedAt")),
             request_id=as_str(raw_attachment.get("requestId")),
         )
     request = None
     raw_request = status.get("bindRequest")
     if raw_request is not None and _is_map(raw_request) and raw_request.get("id"):
         request = BindRequest(
-            id=as_str(raw_request.get("id")), vmi=as_str(raw_request.get("vmi")), time=_time(raw_request.get("time"))
+            id=as_str(raw_request.get("id")), vmi=as_str(raw_request.get("vmi")),
+            time=parse_time(raw_request.get("time")),
         )
     answer = None
     raw_answer = status.get("bindAnswer")
@@ -190,7 +182,7 @@ def device_view(obj: Obj) -> DeviceView:
             reason=as_str(raw_answer.get("reason")),
             message=as_str(raw_answer.get("message")),
             node=as_str(raw_answer.get("node")),
-            time=_time(raw_answer.get("time")),
+            time=parse_time(raw_answer.get("time")),
         )
     namespace = meta.get("namespace")
     name = meta.get("name")
@@ -210,7 +202,7 @@ def device_view(obj: Obj) -> DeviceView:
         bind_answer=answer,
         template=labels is not None and _is_map(labels) and keys.TEMPLATE_DEVICE_LABEL in labels,
         deleting=bool(meta.get("deletionTimestamp")),
-        created=_time(meta.get("creationTimestamp")),
+        created=parse_time(meta.get("creationTimestamp")),
     )
 
 
@@ -229,7 +221,7 @@ def node_inventory(obj: Obj) -> NodeInventory:
         name=as_str(meta.get("name")),
         served=served_units(entries),
         resource_names=frozenset(n for n in _list(status.get("resourceNames")) if isinstance(n, str) and n),
-        last_report=_time(agent.get("lastReport")),
+        last_report=parse_time(agent.get("lastReport")),
     )
 
 
@@ -357,7 +349,7 @@ def pod_view(obj: Obj) -> PodView:
         phase=_POD_PHASES.get(as_str(status.get("phase")), PodPhase.PENDING),
         requests=requests,
         claims_vmi=_claimed_vmi(meta.get("ownerReferences")),
-        created=_time(meta.get("creationTimestamp")),
+        created=parse_time(meta.get("creationTimestamp")),
     )
 
 

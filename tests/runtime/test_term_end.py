@@ -11,8 +11,8 @@ from __future__ import annotations
 import datetime as dt
 
 from cozygpu import keys
+from cozygpu.api.times import micro_time
 from cozygpu.kube import Client, resource_path
-from cozygpu.runtime.leader import micro_time
 from cozygpu.runtime.process import HARD_EXIT_CODE
 from tests.runtime.processes import (
     LEASE_DURATION,

@@ -8,7 +8,7 @@ from typing import Any
 
 import attrs
 
-from cozygpu.api.meta import items
+from cozygpu.api.meta import Obj, items, status
 from cozygpu.api.times import rfc3339
 
 
@@ -24,6 +24,11 @@ class Condition:
     def as_json(self) -> dict[str, Any]:
         return {"type": self.type, "status": "True" if self.status else "False", "reason": self.reason,
                 "message": self.message}
+
+
+def of(obj: Obj | None) -> tuple[Mapping[str, Any], ...]:
+    """An object's ``status.conditions`` (the mappings of it)."""
+    return items(status(obj).get("conditions"))
 
 
 def find(current: object, kind: str) -> Mapping[str, Any] | None:

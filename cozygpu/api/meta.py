@@ -41,6 +41,11 @@ def text(mapping: Mapping[str, Any], field: str) -> str:
     return value if isinstance(value, str) else ""
 
 
+def kind(obj: Obj | None) -> str:
+    """The object's ``kind`` ("" for none: a delete may answer with a Status rather than the object)."""
+    return text(obj, "kind") if obj is not None else ""
+
+
 def name(obj: Obj | None) -> str:
     return text(metadata(obj), "name")
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
+from cozygpu.api import meta
 from cozygpu.cache.informer import resource_version_at_least
 from cozygpu.cache.store import Store
 from cozygpu.kube import errors
@@ -14,8 +15,7 @@ from cozygpu.model.snapshot import DeviceKey
 
 def object_key(obj: Mapping[str, Any]) -> DeviceKey:
     """(namespace, name) of an object ("" for a missing part)."""
-    meta = obj.get("metadata") or {}
-    return (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+    return meta.key(obj)
 
 
 class Assumed:
@@ -48,7 +48,7 @@ class Assumed:
         written = self._written.get((namespace, name))
         if written is None:
             return found
-        if found is None or resource_version_at_least(_version(found), _version(written)):
+        if found is None or resource_version_at_least(meta.resource_version(found), meta.resource_version(written)):
             del self._written[(namespace, name)]  # confirmed, superseded, or gone
             return found
         return written
@@ -62,10 +62,6 @@ class Assumed:
         if not self._written:
             return listed
         return [found for obj in listed if (found := self.get(*object_key(obj))) is not None]
-
-
-def _version(obj: Obj) -> str:
-    return str((obj.get("metadata") or {}).get("resourceVersion") or "")
 
 
 class Objects(Mapping[DeviceKey, Obj]):

@@ -8,11 +8,15 @@ orders left out (``tests/binder/test_cycle_view.py`` holds it so).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Final
 
 import attrs
 
 from cozygpu.model.placement import Bind, KeepPending, PassPlan, Stay, plan_pass
 from cozygpu.model.snapshot import DeviceKey, Snapshot, VmiKey
+
+#: ``Snapshot.unsettled_by_name``'s key for the orders of a class without a resource name.
+NO_RESOURCE_NAME: Final = ""
 
 
 def _with_whole_sets(snapshot: Snapshot, keep: set[DeviceKey]) -> Snapshot:
@@ -100,7 +104,7 @@ def cycle_view(snapshot: Snapshot, last: Planned | None, *, unsettled: bool = Fa
         keep.update(snapshot.unsettled)
     else:
         by_name = snapshot.unsettled_by_name
-        keep.update(by_name.get("", ()))
+        keep.update(by_name.get(NO_RESOURCE_NAME, ()))
         for name in changes.names:
             keep.update(by_name.get(name, ()))
     keep.update(k for k in last.acted if k in devices)

@@ -37,12 +37,17 @@ from typing import Any
 import attrs
 
 from cozygpu import keys
+from cozygpu.api import devices, meta
 from cozygpu.binder.patcher import Write
 from cozygpu.kube import resource_path
 from cozygpu.views import specs
 
 Obj = Mapping[str, Any]
-HOLDING_PHASES = frozenset({"Bound", "Lost"})
+HOLDING_PHASES = devices.HOLDING_PHASES
+#: The device holds its class: accepted by the binder (Bound or Lost).
+holds = devices.holds
+_class_name = devices.class_name
+_device_key = meta.key
 
 
 @attrs.frozen(kw_only=True)
@@ -61,54 +66,37 @@ class FinalizerChange:
         return resource_path(keys.GROUP, keys.VERSION, self.plural, namespace=self.namespace, name=self.name)
 
 
-def _meta(obj: Obj) -> Mapping[str, Any]:
-    meta = obj.get("metadata")
-    return meta if isinstance(meta, Mapping) else {}
-
-
-def _status(obj: Obj) -> Mapping[str, Any]:
-    status = obj.get("status")
-    return status if isinstance(status, Mapping) else {}
-
-
 def _change(obj: Obj, plural: str, finalizer: str, *, keep: bool) -> FinalizerChange | None:
     """The change that makes ``finalizer`` present (``keep``) or absent on ``obj``, if any."""
-    meta = _meta(obj)
-    current = tuple(str(f) for f in meta.get("finalizers") or ())
-    deleting = bool(meta.get("deletionTimestamp"))
-    if keep == (finalizer in current) or (keep and deleting):
+    current = meta.finalizers(obj)
+    if keep == (finalizer in current) or (keep and meta.deleting(obj)):
         return None
     new = (*current, finalizer) if keep else tuple(f for f in current if f != finalizer)
-    return FinalizerChange(plural=plural, namespace=meta.get("namespace"), name=str(meta.get("name")),
-                           resource_version=str(meta.get("resourceVersion")), finalizers=new,
-                           finalizer=finalizer, add=keep)
-
-
-def holds(device: Obj) -> bool:
-    """The device holds its class: accepted by the binder (Bound or Lost)."""
-    return _status(device).get("phase") in HOLDING_PHASES
+    namespace, name = meta.key(obj)
+    return FinalizerChange(plural=plural, namespace=namespace or None, name=name,
+                           resource_version=meta.resource_version(obj), finalizers=new, finalizer=finalizer, add=keep)
 
 
 def class_finalizer_changes(classes: Iterable[Obj], devices: Iterable[Obj]) -> tuple[FinalizerChange, ...]:
-    held = {str((d.get("spec") or {}).get("className")) for d in devices if holds(d)}
+    held = {_class_name(d) for d in devices if holds(d)}
     return class_changes_held(classes, held.__contains__)
 
 
 def vmi_uids(vmis: Iterable[Obj]) -> dict[tuple[str, str], str]:
     """(namespace, name) -> UID of the VMIs that exist."""
-    return {(str(_meta(v).get("namespace")), str(_meta(v).get("name"))): str(_meta(v).get("uid") or "")
-            for v in vmis}
+    return {meta.key(v): meta.uid(v) for v in vmis}
 
 
 def in_use(device: Obj, vmis: Mapping[tuple[str, str], str] | None) -> bool:
     """A VMI uses the device; with ``vmis`` None (kind not served) every attachment counts as in use."""
-    attachment = _status(device).get("attachment")
-    if not isinstance(attachment, Mapping) or not attachment.get("vmi"):
+    vmi = devices.attachment_vmi(device)
+    if not vmi:
         return False
     if vmis is None:
         return True
-    uid = vmis.get((str(_meta(device).get("namespace")), str(attachment["vmi"])))
-    return uid is not None and (not attachment.get("uid") or attachment.get("uid") == uid)
+    uid = vmis.get((meta.namespace(device), vmi))
+    recorded = devices.attachment_uid(device)
+    return uid is not None and (not recorded or recorded == uid)
 
 
 def device_finalizer_changes(devices: Iterable[Obj], vmis: Mapping[tuple[str, str], str] | None
@@ -116,7 +104,7 @@ def device_finalizer_changes(devices: Iterable[Obj], vmis: Mapping[tuple[str, st
     """``vmis`` from :func:`vmi_uids`, or None while the VMI kind is not served."""
     changes = []
     for device in devices:
-        keep = not _meta(device).get("deletionTimestamp") or in_use(device, vmis)
+        keep = not meta.deleting(device) or in_use(device, vmis)
         change = _change(device, keys.GPUDEVICE_PLURAL, keys.DEVICE_FINALIZER, keep=keep)
         if change is not None:
             changes.append(change)
@@ -127,8 +115,7 @@ def class_changes_held(classes: Iterable[Obj], held: Callable[[str], bool]) -> t
     """:func:`class_finalizer_changes` with ``held(name)``: whether some device holds that class."""
     changes = []
     for gpu_class in classes:
-        meta = _meta(gpu_class)
-        keep = not meta.get("deletionTimestamp") or held(str(meta.get("name")))
+        keep = not meta.deleting(gpu_class) or held(meta.name(gpu_class))
         change = _change(gpu_class, keys.GPUCLASS_PLURAL, keys.CLASS_FINALIZER, keep=keep)
         if change is not None:
             changes.append(change)
@@ -148,7 +135,7 @@ class VmiUids(Mapping[tuple[str, str], str]):
         found = self._lookup(*key)
         if found is None:
             raise KeyError(key)
-        return str(_meta(found).get("uid") or "")
+        return meta.uid(found)
 
     def __iter__(self) -> Iterator[tuple[str, str]]:
         return iter(vmi_uids(self._listed()))
@@ -157,15 +144,10 @@ class VmiUids(Mapping[tuple[str, str], str]):
         return len(self._listed())
 
 
-def _device_key(obj: Obj) -> DeviceKey:
-    meta = _meta(obj)
-    return (str(meta.get("namespace") or ""), str(meta.get("name")))
-
-
 def _held_class(obj: Obj | None) -> str | None:
     if obj is None or not holds(obj):
         return None
-    return str((obj.get("spec") or {}).get("className"))
+    return _class_name(obj)
 
 
 class FinalizerWork:
@@ -198,7 +180,7 @@ class FinalizerWork:
             return
         key = _device_key(either)
         self._devices.add(key)
-        if new is not None and _meta(new).get("deletionTimestamp"):
+        if new is not None and meta.deleting(new):
             self._deleting.add(key)
         else:
             self._deleting.discard(key)
@@ -229,7 +211,7 @@ class FinalizerWork:
         if everything:
             listed = list(devices())
             self._held = Counter(c for d in listed if (c := _held_class(d)) is not None)
-            self._deleting = {_device_key(d) for d in listed if _meta(d).get("deletionTimestamp")}
+            self._deleting = {_device_key(d) for d in listed if meta.deleting(d)}
             looked: Iterable[Obj] = [found for d in listed if (found := device(*_device_key(d))) is not None]
         else:
             looked = [found for key in sorted(changed | (self._deleting if moved else set()))

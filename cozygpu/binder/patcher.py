@@ -8,7 +8,11 @@ on the newer version). What a refusal means is the write's own ``OnRefusal``:
 - ``REQUEUE``: the decision was made on a view no longer true; the work runs
   again from a fresh one (a finalizer, a detach, a usage record);
 - ``IGNORE``: left to the next pass that finds it due (a report: the change
-  that beat it is itself an event, which asks for one).
+  that beat it is itself an event, which asks for one);
+- ``DROP_REST``: as ``REQUEUE``, and every write after it is dropped, not
+  sent (``Sent.dropped``): the write is one of a plan whose later writes
+  counted on it (placement: units a set would free, budget it would
+  release), so sending them anyway could book a node or a budget twice.
 
 A refusal is a Conflict (someone wrote since), a NotFound (the object went;
 ``gone_is_done`` says when that is what the write was for, as a release is),
@@ -19,7 +23,8 @@ else is an error and ends the run (the driver classifies it).
 ``send`` writes in order and stops between writes when ``stop()`` says so
 (the work's slice is over: a lane before it waits): what was not sent is
 ``left``, for the work's next pass to plan again. Each accepted write's
-resourceVersion is recorded in the pass's ``Writes`` for read-your-writes.
+resourceVersion is recorded in the pass's ``Writes`` for read-your-writes,
+and handed to ``on_written`` with the object the server stored.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from typing import Any
 
 import attrs
 
+from cozygpu.api import apistatus, meta
 from cozygpu.base.logging import get_logger
 from cozygpu.cache.kinds import KindSpec
 from cozygpu.kube import Client, errors
@@ -49,6 +55,7 @@ class Verb(enum.Enum):
 class OnRefusal(enum.Enum):
     REQUEUE = "requeue"
     IGNORE = "ignore"
+    DROP_REST = "drop the rest"
 
 
 @attrs.frozen(kw_only=True)
@@ -71,33 +78,34 @@ class Write:
 
 @attrs.frozen
 class Sent:
-    """What ``send`` did: the writes the server took (with its answers), the ones it refused, and the
-    ones not sent because the slice ended."""
+    """What ``send`` did: the writes the server took (with its answers), the ones it refused, the ones
+    not sent because the slice ended, and those dropped after a ``DROP_REST`` refusal."""
 
     written: tuple[tuple[Write, Obj | None], ...] = ()
     refused: tuple[Write, ...] = ()
     left: tuple[Write, ...] = ()
+    dropped: tuple[Write, ...] = ()
 
     @property
     def requeue(self) -> bool:
         """Some write refused on a view no longer true: the work runs again from a fresh one."""
-        return any(w.on_refusal is OnRefusal.REQUEUE for w in self.refused)
+        return any(w.on_refusal is not OnRefusal.IGNORE for w in self.refused)
 
     @property
     def clean(self) -> bool:
         """Every write sent and taken (or, for ``IGNORE`` ones, let go)."""
-        return not self.left and not self.requeue
+        return not self.left and not self.dropped and not self.requeue
 
 
 def version_of(obj: Mapping[str, Any] | None) -> str:
     """An object's resourceVersion ("" when it has none)."""
-    return str(((obj or {}).get("metadata") or {}).get("resourceVersion") or "")
+    return meta.resource_version(obj)
 
 
 def _namespace_terminating(error: errors.Forbidden) -> bool:
     """The API server's refusal to create in a namespace being deleted (its NamespaceLifecycle admission)."""
-    causes = {str(c.get("type") or c.get("reason") or "") for c in error.causes}
-    return "NamespaceTerminating" in causes or "because it is being terminated" in error.message
+    return "NamespaceTerminating" in apistatus.cause_kinds(error.causes) or \
+        "because it is being terminated" in error.message
 
 
 async def _one(client: Client, write: Write) -> Obj:
@@ -117,10 +125,12 @@ def _never() -> bool:
 
 
 async def send(client: Client, writes: Iterable[Write], record: Writes, *,
-               stop: Callable[[], bool] = _never, assume: Callable[[Write, Obj], bool] | None = None) -> Sent:
+               stop: Callable[[], bool] = _never, assume: Callable[[Write, Obj], bool] | None = None,
+               on_written: Callable[[Write, Obj], None] | None = None) -> Sent:
     """Send ``writes`` in order (see the module docstring); never raises for a refusal. ``assume(write,
     answer)`` says whether the writer reads that answer back itself until the cache shows it: the write
-    is then recorded as assumed."""
+    is then recorded as assumed. ``on_written(write, answer)`` is told of each write the server took,
+    with the object it stored, as soon as it did."""
     written: list[tuple[Write, Obj | None]] = []
     refused: list[Write] = []
     queue = list(writes)
@@ -133,23 +143,29 @@ async def send(client: Client, writes: Iterable[Write], record: Writes, *,
             if write.gone_is_done:
                 written.append((write, None))
                 continue
-            refused.append(write)
-            log.info("write refused", object=write.what or write.path, why="NotFound",
-                     resource_version=write.resource_version, then=write.on_refusal.value)
-            continue
+            why = "NotFound"
         except (errors.Conflict, errors.AlreadyExists) as error:
-            refused.append(write)
-            log.info("write refused", object=write.what or write.path, why=type(error).__name__,
-                     resource_version=write.resource_version, then=write.on_refusal.value)
-            continue
+            why = type(error).__name__
         except errors.Forbidden as error:
             if not _namespace_terminating(error):
                 raise
             log.info("write skipped: its namespace is being deleted", object=write.what or write.path)
             continue
-        if answer.get("kind") == write.kind.kind:  # a delete answered with a Status removed it at once
-            record.record(write.kind, version_of(answer), assumed=assume is not None and assume(write, answer))
-            written.append((write, answer))
         else:
-            written.append((write, None))
+            if meta.kind(answer) == write.kind.kind:  # a delete answered with a Status removed it at once
+                record.record(write.kind, version_of(answer), assumed=assume is not None and assume(write, answer))
+                written.append((write, answer))
+                if on_written is not None:
+                    on_written(write, answer)
+            else:
+                written.append((write, None))
+            continue
+        refused.append(write)
+        log.info("write refused", object=write.what or write.path, why=why, resource_version=write.resource_version,
+                 then=write.on_refusal.value)
+        if write.on_refusal is OnRefusal.DROP_REST:
+            rest = tuple(queue[index + 1:])
+            if rest:
+                log.info("later writes of the plan not sent, requeued", writes=len(rest))
+            return Sent(tuple(written), tuple(refused), dropped=rest)
     return Sent(tuple(written), tuple(refused))

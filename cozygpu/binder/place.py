@@ -26,17 +26,18 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Final
 
-from cozygpu import keys
+from cozygpu.api.conditions import Condition, merge, of
+from cozygpu.api.devices import condition_status, new_order, unanswered
 from cozygpu.base.clock import Cancellable
 from cozygpu.binder import attachments
 from cozygpu.binder.assumed import StaleWrites, object_key
 from cozygpu.binder.context import Context
 from cozygpu.binder.cycle import Planned, plan_cycle
-from cozygpu.binder.patcher import Write, version_of
-from cozygpu.binder.reports import merge_conditions
-from cozygpu.binder.status import plan_writes
-from cozygpu.binder.writes import WriteReport, device_status_path, write_sets
+from cozygpu.binder.patcher import Sent, Write, version_of
+from cozygpu.binder.status import DeviceWrite, plan_writes
+from cozygpu.binder.writes import device_status_path, write_sets
 from cozygpu.cache.store import Event
+from cozygpu.kube import errors
 from cozygpu.kube.client import Obj
 from cozygpu.model.placement import PassPlan
 from cozygpu.model.snapshot import DeviceKey, Snapshot
@@ -44,44 +45,26 @@ from cozygpu.passes.writes import Writes
 from cozygpu.views import specs
 
 ATTACHMENT_VERIFIED: Final = "AttachmentVerified"
-
-
-def unanswered(obj: Mapping[str, Any] | None) -> str:
-    """The id of the device's unanswered bind request, or ""."""
-    status = (obj or {}).get("status") or {}
-    request = status.get("bindRequest") or {}
-    answer = status.get("bindAnswer") or {}
-    request_id = request.get("id") if isinstance(request, Mapping) else None
-    if not request_id:
-        return ""
-    answered = answer.get("id") if isinstance(answer, Mapping) else None
-    return "" if answered == request_id else str(request_id)
-
-
-def new_order(obj: Mapping[str, Any]) -> bool:
-    """A GPUDevice not accepted yet (no phase, or Pending) that carries no answer."""
-    status = obj.get("status") or {}
-    return (status.get("phase") or "Pending") == "Pending" and not status.get("bindAnswer")
+#: The ``status`` of a condition that is False.
+FALSE: Final = "False"
 
 
 def unverified(obj: Mapping[str, Any]) -> bool:
     """The device says its attachment cannot be verified (``AttachmentVerified=False``)."""
-    conditions = (obj.get("status") or {}).get("conditions") or ()
-    return any(isinstance(c, Mapping) and c.get("type") == ATTACHMENT_VERIFIED and c.get("status") == "False"
-               for c in conditions)
+    return condition_status(obj, ATTACHMENT_VERIFIED) == FALSE
 
 
 def verified_write(key: DeviceKey, obj: Obj, *, verified: bool, now: datetime) -> Write:
     """The ``AttachmentVerified`` condition of a device set to ``verified``, on its resourceVersion."""
     if verified:
-        condition = {"type": ATTACHMENT_VERIFIED, "status": "True", "reason": "VMIKindServed",
-                     "message": "virtualmachineinstances.kubevirt.io is served: the attachment is judged again"}
+        condition = Condition(ATTACHMENT_VERIFIED, True, "VMIKindServed",
+                              "virtualmachineinstances.kubevirt.io is served: the attachment is judged again")
     else:
-        condition = {"type": ATTACHMENT_VERIFIED, "status": "False", "reason": "VMIKindNotServed",
-                     "message": "the device is attached and virtualmachineinstances.kubevirt.io is not served: "
-                                "the binder cannot tell a running VM from a gone one, so it decides nothing "
-                                "until the kind is served"}
-    merged = merge_conditions((obj.get("status") or {}).get("conditions"), [condition], now)
+        condition = Condition(ATTACHMENT_VERIFIED, False, "VMIKindNotServed",
+                              "the device is attached and virtualmachineinstances.kubevirt.io is not served: "
+                              "the binder cannot tell a running VM from a gone one, so it decides nothing "
+                              "until the kind is served")
+    merged = merge(of(obj), [condition], now)
     return Write(kind=specs.GPU_DEVICES, path=device_status_path(key), body={"status": {"conditions": merged}},
                  resource_version=version_of(obj), what="/".join(key), tag=key)
 
@@ -100,6 +83,11 @@ class PlacementWork:
         #: The pass asked for when the first open launcher window closes, and when that is.
         self._window_reminder: tuple[datetime, Cancellable] | None = None
         self._on_window_closed: Callable[[], None] | None = None
+
+    @property
+    def noted_requests(self) -> int:
+        """Unanswered bind requests this term noted (for answer latency); none outside a term."""
+        return len(self._requests)
 
     def on_request(self, callback: Callable[[], None]) -> None:
         """Call ``callback`` whenever a device carries a new unanswered request or a new order appears."""
@@ -147,33 +135,35 @@ class PlacementWork:
         last = None if whole else self._planned
         view, plan = plan_cycle(snapshot, last)
         self._planned = None  # until this cycle's writes are all done
-        report = await self._write_plan(plan, view, objects, writes, lane=lane)
-        if not report.requeue and report.error is None:
-            self._planned = Planned.of(snapshot, view, plan, last)
-        if report.error is not None:
-            raise report.error
-        if report.dropped:
-            raise StaleWrites(len(report.dropped))
+        sent = await self._write_plan(plan, view, objects, writes, lane=lane)
+        if sent.requeue:
+            raise StaleWrites(len(sent.refused))
+        self._planned = Planned.of(snapshot, view, plan, last)
 
     async def _write_plan(self, plan: PassPlan, snapshot: Snapshot, objects: Mapping[DeviceKey, Obj],
-                          writes: Writes, *, lane: str) -> WriteReport:
+                          writes: Writes, *, lane: str) -> Sent:
+        """Write the plan through the patcher: each device the server took is assumed (read back by the
+        next cycle, which need not wait for the watch to show it) and its Events queued at once; a refusal
+        drops the rest of the plan. The pass is counted even when an API error stops the writes."""
         context = self._context
         sets = plan_writes(plan, snapshot, objects, now=snapshot.now)
-        report = await write_sets(context.client, sets,
-                                  on_written=lambda write, version: context.events.record(write, version,
-                                                                                          now=snapshot.now))
-        for item in report.written:
-            # Assumed: read back by the next cycle, which need not wait for the watch to show it.
-            context.assumed.add(item.key, item.answer)
-            context.live.changed(keys.GPUDEVICE_KIND, None, item.answer)
-            writes.record(specs.GPU_DEVICES, item.resource_version, assumed=True)
-        self._count(plan, report, lane)
-        if report.dropped and context.metrics is not None:
-            context.metrics.conflicts.inc(len(report.dropped))
-        return report
+        answered: set[DeviceKey] = set()
 
-    def _count(self, plan: PassPlan, report: WriteReport, lane: str) -> None:
-        answered = {w.key for w in report.written}
+        def written(write: DeviceWrite, version: str) -> None:
+            answered.add(write.key)
+            context.events.record(write, version, now=snapshot.now)
+
+        try:
+            sent = await write_sets(context.client, sets, writes, assume=context.assume, on_written=written)
+        except errors.KubeError:
+            self._count(plan, answered, lane)  # the server is unwell: what it took still counts
+            raise
+        self._count(plan, answered, lane)
+        if sent.refused and context.metrics is not None:
+            context.metrics.conflicts.inc(len(sent.refused))
+        return sent
+
+    def _count(self, plan: PassPlan, answered: set[DeviceKey], lane: str) -> None:
         now = self._context.clock.now()
         metrics = self._context.metrics
         store = self._context.cache.store(specs.GPU_DEVICES)

@@ -26,10 +26,10 @@ from datetime import datetime
 from typing import Final
 
 from cozygpu import keys
+from cozygpu.api.events import Event, Involved
 from cozygpu.base.logging import get_logger
 from cozygpu.binder.status import DeviceWrite, EventNote
 from cozygpu.kube import Client, errors, resource_path
-from cozygpu.kube.client import Obj
 from cozygpu.model.snapshot import DeviceKey
 
 log = get_logger(__name__)
@@ -40,20 +40,15 @@ COMPONENT: Final = "cozygpu-binder"
 DEFAULT_CAPACITY: Final = 1024
 
 
-def event_body(key: DeviceKey, uid: str, resource_version: str, note: EventNote, *, now: datetime,
-               instance: str) -> Obj:
-    """A core/v1 Event about one GPUDevice (the legacy shape ``kubectl describe`` lists)."""
+def device_event(key: DeviceKey, uid: str, resource_version: str, note: EventNote, *, now: datetime,
+                 instance: str) -> Event:
+    """A core/v1 Event about one GPUDevice, under a name of its own."""
     namespace, name = key
-    stamp = now.isoformat(timespec="seconds").replace("+00:00", "Z")
-    return {
-        "apiVersion": "v1", "kind": "Event",
-        "metadata": {"namespace": namespace, "name": f"{name[:200]}.{uuid.uuid4().hex[:16]}"},
-        "involvedObject": {"apiVersion": keys.API_VERSION, "kind": keys.GPUDEVICE_KIND, "namespace": namespace,
-                           "name": name, "uid": uid, "resourceVersion": resource_version},
-        "type": note.type, "reason": note.reason, "message": note.message[:1024],
-        "source": {"component": COMPONENT}, "reportingComponent": COMPONENT, "reportingInstance": instance,
-        "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1,
-    }
+    return Event(name=f"{name[:200]}.{uuid.uuid4().hex[:16]}",
+                 involved=Involved(api_version=keys.API_VERSION, kind=keys.GPUDEVICE_KIND, namespace=namespace,
+                                   name=name, uid=uid, resource_version=resource_version),
+                 type=note.type, reason=note.reason, message=note.message, component=COMPONENT, instance=instance,
+                 time=now)
 
 
 class EventRecorder:
@@ -67,7 +62,7 @@ class EventRecorder:
         self._instance = instance
         self._capacity = capacity
         self._on_dropped = on_dropped
-        self._queue: collections.deque[Obj] = collections.deque()
+        self._queue: collections.deque[Event] = collections.deque()
         self._wake = asyncio.Event()
 
     def __len__(self) -> int:
@@ -80,8 +75,8 @@ class EventRecorder:
             if len(self._queue) >= self._capacity:
                 full += 1
                 continue
-            self._queue.append(event_body(write.key, write.uid, resource_version, note, now=now,
-                                          instance=self._instance))
+            self._queue.append(device_event(write.key, write.uid, resource_version, note, now=now,
+                                            instance=self._instance))
         if full:
             log.warning("events dropped: the queue is full", device="/".join(write.key), dropped=full,
                         capacity=self._capacity)
@@ -92,13 +87,13 @@ class EventRecorder:
     async def flush(self) -> None:
         """Send every Event queued now, and any queued meanwhile."""
         while self._queue:
-            body = self._queue.popleft()
-            meta = body["metadata"]
+            event = self._queue.popleft()
             try:
-                await self._client.create(resource_path("", "v1", "events", namespace=meta["namespace"]), body)
+                await self._client.create(resource_path("", "v1", "events", namespace=event.namespace),
+                                          event.as_json())
             except (errors.KubeError, OSError) as error:
-                log.warning("event not recorded", device=f"{meta['namespace']}/{body['involvedObject']['name']}",
-                            reason=body["reason"], error=str(error))
+                log.warning("event not recorded", device=f"{event.namespace}/{event.involved.name}",
+                            reason=event.reason, error=str(error))
                 self._dropped("refused", 1)
 
     async def run(self) -> None:

@@ -30,6 +30,8 @@ from typing import Any, Final
 import attrs
 
 from cozygpu import keys
+from cozygpu.api import conditions, meta
+from cozygpu.api.conditions import Condition, comparable, merge
 from cozygpu.binder.patcher import OnRefusal, Write
 from cozygpu.kube import resource_path
 from cozygpu.model import capacity as cap
@@ -43,60 +45,37 @@ ELIGIBLE: Final = "Eligible"
 CAPACITY_EXCEEDED: Final = "CapacityExceeded"
 
 
-def _iso(when: datetime) -> str:
-    return when.isoformat(timespec="seconds").replace("+00:00", "Z")
-
-
-def _condition(kind: str, status: bool, reason: str, message: str) -> dict[str, str]:
-    return {"type": kind, "status": "True" if status else "False", "reason": reason, "message": message}
-
-
-def merge_conditions(current: object, wanted: Sequence[Mapping[str, str]], now: datetime) -> list[dict[str, Any]]:
-    """``current`` with each ``wanted`` condition in place; a transition time moves only when its status does."""
-    existing = [dict(c) for c in current if isinstance(c, Mapping)] if isinstance(current, list | tuple) else []
-    by_type = {c.get("type"): c for c in existing}
-    merged = [c for c in existing if c.get("type") not in {w["type"] for w in wanted}]
-    for condition in wanted:
-        old = by_type.get(condition["type"])
-        entry: dict[str, Any] = dict(condition)
-        kept = old is not None and old.get("status") == condition["status"] and old.get("lastTransitionTime")
-        entry["lastTransitionTime"] = old["lastTransitionTime"] if kept and old else _iso(now)
-        merged.append(entry)
-    return sorted(merged, key=lambda c: str(c.get("type")))
-
-
-def _comparable(conditions: object) -> list[tuple[object, ...]]:
-    if not isinstance(conditions, list | tuple):
-        return []
-    fields = ("type", "status", "reason", "message")
-    return sorted((tuple(c.get(f) for f in fields) for c in conditions if isinstance(c, Mapping)), key=str)
-
-
 def _units(n: int) -> str:
     return f"{n} unit" if n == 1 else f"{n} units"
 
 
 def class_status(snapshot: Snapshot, gpu_class: GPUClassView) -> dict[str, Any]:
     """The status fields of one class (conditions without transition times)."""
+    fields, available = class_report(snapshot, gpu_class)
+    return {**fields, "conditions": [available.as_json()]}
+
+
+def class_report(snapshot: Snapshot, gpu_class: GPUClassView) -> tuple[dict[str, Any], Condition]:
+    """The status fields of one class but its conditions, and its ``Available`` condition."""
     availability = snapshot.availability.get(gpu_class.name)
     node_free = availability.node_free if availability is not None else {}
     units = availability.served_in_cluster if availability is not None else 0  # kept by the model: no walks
     held = snapshot.held_by_class.get(gpu_class.name, 0)
     free = availability.free_in_cluster if availability is not None else 0
     if gpu_class.deleting:
-        condition = _condition(AVAILABLE, False, "Deleting", "the class is being deleted: no new orders")
+        condition = Condition(AVAILABLE, False, "Deleting", "the class is being deleted: no new orders")
     elif not node_free:
-        condition = _condition(AVAILABLE, False, "NoEligibleNode",
+        condition = Condition(AVAILABLE, False, "NoEligibleNode",
                                f"no Ready, eligible node with a fresh report serves {gpu_class.resource_name}")
     elif free == 0:
-        condition = _condition(AVAILABLE, False, "AllHeld",
+        condition = Condition(AVAILABLE, False, "AllHeld",
                                f"all {_units(units)} on {len(node_free)} eligible node(s) are held or in use")
     else:
         assert availability is not None
-        condition = _condition(AVAILABLE, True, "UnitsFree",
+        condition = Condition(AVAILABLE, True, "UnitsFree",
                                f"{_units(free)} free on {len(node_free)} eligible node(s); the most on node "
                                f"{availability.best_node} ({availability.free_on_best_node})")
-    return {"units": units, "held": held, "free": free, "conditions": [condition]}
+    return {"units": units, "held": held, "free": free}, condition
 
 
 def _exceeded(entries: Iterable[NodeCapacity]) -> list[str]:
@@ -104,31 +83,35 @@ def _exceeded(entries: Iterable[NodeCapacity]) -> list[str]:
             f"other pods" for c in sorted(entries, key=lambda c: c.resource_name) if cap.capacity_problem(c)]
 
 
-def node_conditions(snapshot: Snapshot, name: str) -> list[dict[str, str]]:
-    """The binder's two conditions on GPUNode ``name``."""
+def node_conditions(snapshot: Snapshot, name: str) -> list[dict[str, Any]]:
+    """The binder's two conditions on GPUNode ``name``, as written (transition times aside)."""
+    return [c.as_json() for c in node_report(snapshot, name)]
+
+
+def node_report(snapshot: Snapshot, name: str) -> list[Condition]:
     node = snapshot.nodes.get(name)
     inventory = snapshot.inventories.get(name)
     if node is None:
-        eligible = _condition(ELIGIBLE, False, "NodeGone", f"the Node {name} does not exist")
+        eligible = Condition(ELIGIBLE, False, "NodeGone", f"the Node {name} does not exist")
     elif not node.ready:
-        eligible = _condition(ELIGIBLE, False, "NodeNotReady", f"the Node {name} is not Ready")
+        eligible = Condition(ELIGIBLE, False, "NodeNotReady", f"the Node {name} is not Ready")
     elif node.unschedulable:
-        eligible = _condition(ELIGIBLE, False, "NodeCordoned", f"the Node {name} is cordoned: held sets move off "
+        eligible = Condition(ELIGIBLE, False, "NodeCordoned", f"the Node {name} is cordoned: held sets move off "
                               "where another node has room, new orders go elsewhere")
     elif inventory is None or not inventory.fresh:
-        eligible = _condition(ELIGIBLE, False, "ReportStale", "the agent's report is missing or stale: its units "
+        eligible = Condition(ELIGIBLE, False, "ReportStale", "the agent's report is missing or stale: its units "
                               "are unknown and never free")
     else:
         served = ", ".join(f"{n}={u}" for n, u in sorted(inventory.served.items())) or "nothing"
-        eligible = _condition(ELIGIBLE, True, "Eligible", f"serves {served}")
+        eligible = Condition(ELIGIBLE, True, "Eligible", f"serves {served}")
     entries = snapshot.capacity.get(name, {}).values()
     over = _exceeded(entries)
     if over:
-        exceeded = _condition(CAPACITY_EXCEEDED, True, "CapacityLost", "; ".join(over))
+        exceeded = Condition(CAPACITY_EXCEEDED, True, "CapacityLost", "; ".join(over))
     else:
         shown = ", ".join(f"{c.resource_name}: {c.held} of {c.served} held"
                           for c in sorted(entries, key=lambda c: c.resource_name)) or "nothing held"
-        exceeded = _condition(CAPACITY_EXCEEDED, False, "WithinCapacity", shown)
+        exceeded = Condition(CAPACITY_EXCEEDED, False, "WithinCapacity", shown)
     return [eligible, exceeded]
 
 
@@ -141,19 +124,17 @@ class StatusWrite:
     what: str
 
 
-def _write_if_changed(obj: Obj, kind: str, path: str, fields: Mapping[str, Any], now: datetime,
-                      what: str) -> StatusWrite | None:
-    current: Mapping[str, Any] = obj.get("status") or {}
-    changed = any(current.get(k) != v for k, v in fields.items() if k != "conditions")
-    if _comparable(current.get("conditions")) != _comparable(
-            merge_conditions(current.get("conditions"), fields.get("conditions", ()), now)):
-        changed = True
-    if not changed:
+def _write_if_changed(obj: Obj, kind: str, path: str, fields: Mapping[str, Any], wanted: Sequence[Condition],
+                      now: datetime, what: str) -> StatusWrite | None:
+    """The status write of ``fields`` and the ``wanted`` conditions (the object's others kept), if it changes
+    anything; no ``observedGeneration``: a report is of the world, not of the object's spec."""
+    current = meta.status(obj)
+    have = conditions.of(obj)
+    merged = merge(have, wanted, now)
+    if all(current.get(k) == v for k, v in fields.items()) and comparable(merged) == comparable(have):
         return None
-    patch = dict(fields)
-    patch["conditions"] = merge_conditions(current.get("conditions"), fields.get("conditions", ()), now)
-    version = str((obj.get("metadata") or {}).get("resourceVersion") or "")
-    return StatusWrite(kind=kind, path=path, resource_version=version, status=patch, what=what)
+    return StatusWrite(kind=kind, path=path, resource_version=meta.resource_version(obj),
+                       status={**fields, "conditions": merged}, what=what)
 
 
 class ReportMemo:
@@ -180,10 +161,6 @@ class ReportMemo:
         self.snapshot = None
 
 
-def _gpunode_name(obj: Obj) -> str:
-    return str((obj.get("metadata") or {}).get("name") or "")
-
-
 def report_writes(snapshot: Snapshot, classes: Iterable[Obj], gpunodes: Iterable[Obj], *,
                   now: datetime, memo: ReportMemo | None = None,
                   lookup: Callable[[str], Obj | None] | None = None,
@@ -201,13 +178,13 @@ def report_writes(snapshot: Snapshot, classes: Iterable[Obj], gpunodes: Iterable
     """
     writes: list[StatusWrite] = []
     for obj in classes:
-        name = str((obj.get("metadata") or {}).get("name") or "")
+        name = meta.name(obj)
         view = snapshot.classes.get(name)
         if view is None:
             continue  # unreadable: the snapshot left it out and logged why
         path = resource_path(keys.GROUP, keys.VERSION, keys.GPUCLASS_PLURAL, name=name, subresource="status")
-        write = _write_if_changed(obj, keys.GPUCLASS_KIND, path, class_status(snapshot, view), now,
-                                  f"GPUClass {name}")
+        fields, available = class_report(snapshot, view)
+        write = _write_if_changed(obj, keys.GPUCLASS_KIND, path, fields, [available], now, f"GPUClass {name}")
         if write is not None:
             writes.append(write)
     changes = (snapshot.changes_since(memo.snapshot)
@@ -220,12 +197,12 @@ def report_writes(snapshot: Snapshot, classes: Iterable[Obj], gpunodes: Iterable
     due: set[str] = set()
     left: set[str] = set()
     for obj in objects:
-        name = _gpunode_name(obj)
+        name = meta.name(obj)
         if limit is not None and len(due) >= limit:
             left.add(name)  # judged by a later pass
             continue
         path = resource_path(keys.GROUP, keys.VERSION, keys.GPUNODE_PLURAL, name=name, subresource="status")
-        write = _write_if_changed(obj, keys.GPUNODE_KIND, path, {"conditions": node_conditions(snapshot, name)}, now,
+        write = _write_if_changed(obj, keys.GPUNODE_KIND, path, {}, node_report(snapshot, name), now,
                                   f"GPUNode {name}")
         if write is not None:
             writes.append(write)

@@ -14,7 +14,9 @@ Contract:
 - Writes are grouped in :class:`SetWrite`s, one per set of ``device_sets``,
   in the plan's order (restores, moves, rebinds, answers, new orders).
 - The conditions list is rewritten whole: it is a list-map, which a merge
-  patch replaces, and the precondition guarantees it is the list we read.
+  patch replaces, and the precondition guarantees it is the list we read
+  (``api.conditions.merge``, with the generation the decision observed).
+- The device is read, and its patch built, through ``cozygpu.api.devices``.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ from typing import Any, Final
 
 import attrs
 
+from cozygpu.api import devices, meta
+from cozygpu.api.conditions import Condition, comparable, merge, of
 from cozygpu.model.placement import (
     SPLIT_WHILE_VM_RUNS,
     SUCCEEDED,
@@ -87,10 +91,6 @@ class SetWrite:
     devices: tuple[DeviceWrite, ...]
 
 
-def _iso(when: datetime) -> str:
-    return when.isoformat(timespec="seconds").replace("+00:00", "Z")
-
-
 @attrs.define
 class _Decided:
     """Everything the plan says about one device, folded (a later Bind or MarkLost wins)."""
@@ -120,54 +120,54 @@ def _fold(actions: Iterable[Action]) -> dict[DeviceKey, _Decided]:
     return decided
 
 
-def _condition(status: str, reason: str, message: str) -> dict[str, str]:
-    return {"type": BOUND_CONDITION, "status": status, "reason": reason, "message": message}
+def _condition(status: bool, reason: str, message: str) -> Condition:
+    return Condition(BOUND_CONDITION, status, reason, message)
 
 
 def _placement(
     decided: _Decided, phase: Phase, node: str | None, set_label: str
-) -> tuple[dict[str, Any], dict[str, str] | None, list[EventNote]]:
-    """The placement fields, the Bound condition and the Events of one device's decision."""
-    fields: dict[str, Any] = {}
+) -> tuple[devices.Placement | None, Condition | None, list[EventNote]]:
+    """The placement, the Bound condition and the Events of one device's decision."""
+    placement: devices.Placement | None = None
     events: list[EventNote] = []
-    condition: dict[str, str] | None = None
+    condition: Condition | None = None
     place = decided.place
     if isinstance(place, Bind):
-        fields = {"phase": Phase.BOUND.value, "nodeName": place.node}
+        placement = devices.Placement.bound(place.node)
         if phase is Phase.BOUND and node and node != place.node and decided.cause is not None:
             message = f"moved from node {node} to node {place.node}: {decided.cause.message}"
-            condition = _condition("True", REASON_MOVED, message)
+            condition = _condition(True, REASON_MOVED, message)
         elif phase is Phase.BOUND and node and node != place.node:
             message = f"moved from node {node} to node {place.node} to join the rest of {set_label}"
-            condition = _condition("True", REASON_GATHERED, message)
+            condition = _condition(True, REASON_GATHERED, message)
         elif phase is Phase.LOST:
-            condition = _condition("True", REASON_REBOUND, f"rebound on node {place.node} after it was Lost")
+            condition = _condition(True, REASON_REBOUND, f"rebound on node {place.node} after it was Lost")
         else:
-            condition = _condition("True", REASON_BOUND, f"bound on node {place.node}")
-        events.append(EventNote(type=NORMAL, reason=condition["reason"], message=condition["message"]))
+            condition = _condition(True, REASON_BOUND, f"bound on node {place.node}")
+        events.append(EventNote(type=NORMAL, reason=condition.reason, message=condition.message))
     elif isinstance(place, MarkLost):
-        fields = {"phase": Phase.LOST.value, "nodeName": None}
+        placement = devices.Placement.lost()
         where = f"node {place.previous}" if place.previous else "its node"
         message = f"lost {where}: {place.cause.message}; it holds no units until a node has room"
-        condition = _condition("False", REASON_LOST, message)
+        condition = _condition(False, REASON_LOST, message)
         events.append(EventNote(type=WARNING, reason=REASON_LOST, message=message))
     elif decided.pending is not None:
         refusal = decided.pending.refusal
-        fields = {"phase": Phase.PENDING.value}  # SPEC 1.2: an order not placed is Pending, whatever the reason
-        condition = _condition("False", refusal.reason.value, f"not accepted: {refusal.message}")
-        events.append(EventNote(type=WARNING, reason=REASON_NOT_ACCEPTED, message=condition["message"]))
+        placement = devices.Placement.pending()  # SPEC 1.2: an order not placed is Pending, whatever the reason
+        condition = _condition(False, refusal.reason.value, f"not accepted: {refusal.message}")
+        events.append(EventNote(type=WARNING, reason=REASON_NOT_ACCEPTED, message=condition.message))
     elif decided.stay is not None:
         stay = decided.stay
         if stay.why == SPLIT_WHILE_VM_RUNS:
             message = (f"{set_label} is split and its VM runs on node {stay.node}, so no member the VM uses is moved; "
                        f"the set is gathered there once the node can take it: {stay.cause.message}")
-            condition = _condition("True" if phase is Phase.BOUND else "False", _stay_reason(stay), message)
-            events.append(EventNote(type=WARNING, reason=condition["reason"], message=message))
+            condition = _condition(phase is Phase.BOUND, _stay_reason(stay), message)
+            events.append(EventNote(type=WARNING, reason=condition.reason, message=message))
         else:
             message = f"stays on node {stay.node} ({stay.why}): {stay.cause.message}"
-            condition = _condition("True", _stay_reason(stay), message)
-            events.append(EventNote(type=NORMAL, reason=condition["reason"], message=message))
-    return fields, condition, events
+            condition = _condition(True, _stay_reason(stay), message)
+            events.append(EventNote(type=NORMAL, reason=condition.reason, message=message))
+    return placement, condition, events
 
 
 def _stay_reason(stay: Stay) -> str:
@@ -176,7 +176,7 @@ def _stay_reason(stay: Stay) -> str:
     return REASON_STAYS_RUNNING if stay.why == VM_RUNS_THERE else REASON_STAYS
 
 
-def _answer(decided: _Decided, now: datetime) -> dict[str, Any] | None:
+def _answer(decided: _Decided, now: datetime) -> devices.BindAnswer | None:
     answer = decided.answer
     if answer is None:
         return None
@@ -186,71 +186,30 @@ def _answer(decided: _Decided, now: datetime) -> dict[str, Any] | None:
     else:
         assert answer.refusal is not None
         reason, message = answer.refusal.reason.value, answer.refusal.message
-    return {"id": answer.request_id, "result": answer.result, "reason": reason, "message": message,
-            "node": answer.node, "time": _iso(now)}
-
-
-def _conditions(current: object, wanted: dict[str, str], generation: int | None, now: datetime) -> list[Any]:
-    """The conditions list with the Bound entry replaced (transition time kept when its status is unchanged)."""
-    existing = [dict(c) for c in current if isinstance(c, Mapping)] if isinstance(current, list | tuple) else []
-    old = next((c for c in existing if c.get("type") == BOUND_CONDITION), None)
-    entry: dict[str, Any] = dict(wanted)
-    if generation is not None:
-        entry["observedGeneration"] = generation
-    same_status = old is not None and old.get("status") == wanted["status"] and old.get("lastTransitionTime")
-    entry["lastTransitionTime"] = old["lastTransitionTime"] if same_status and old else _iso(now)
-    return [entry if c is old else c for c in existing] if old is not None else [*existing, entry]
-
-
-def _differs(current: Mapping[str, Any], patch: Mapping[str, Any]) -> bool:
-    for field, value in patch.items():
-        have = current.get(field)
-        if field == "conditions":
-            if _comparable(have) != _comparable(value):
-                return True
-        elif field == "bindAnswer":
-            if not isinstance(have, Mapping) or have.get("id") != value.get("id") or _answer_body(have) != \
-                    _answer_body(value):
-                return True
-        elif have != value:
-            return True
-    return False
-
-
-def _answer_body(answer: Mapping[str, Any]) -> tuple[object, ...]:
-    return tuple(answer.get(k) for k in ("id", "result", "reason", "message", "node"))
-
-
-def _comparable(conditions: object) -> list[tuple[object, ...]]:
-    if not isinstance(conditions, list | tuple):
-        return []
-    fields = ("type", "status", "reason", "message", "observedGeneration")
-    return sorted((tuple(c.get(f) for f in fields) for c in conditions if isinstance(c, Mapping)), key=str)
+    return devices.BindAnswer(id=answer.request_id, result=answer.result, reason=reason, message=message,
+                              node=answer.node, time=now)
 
 
 def device_write(
     key: DeviceKey, decided: _Decided, obj: Obj, *, phase: Phase, node: str | None, set_label: str, now: datetime
 ) -> DeviceWrite | None:
-    meta = obj.get("metadata") or {}
-    current: Mapping[str, Any] = obj.get("status") or {}
-    generation = meta.get("generation")
-    generation = generation if isinstance(generation, int) else None
-    patch, condition, events = _placement(decided, phase, node, set_label)
+    generation = meta.generation(obj)
+    placement, condition, events = _placement(decided, phase, node, set_label)
+    conditions: list[dict[str, Any]] | None = None
+    changed_condition = False
     if condition is not None:
-        patch["conditions"] = _conditions(current.get("conditions"), condition, generation, now)
+        current = of(obj)
+        conditions = merge(current, [condition], now, generation=generation)
+        changed_condition = comparable(conditions) != comparable(current)
+    changed_place = placement is not None and placement.moves(obj)
     answer = _answer(decided, now)
-    if answer is not None:
-        patch["bindAnswer"] = answer
-    if not patch or not _differs(current, patch):
+    if not (changed_place or changed_condition or (answer is not None and not answer.given(obj))):
         return None
-    if generation is not None:
-        patch["observedGeneration"] = generation
+    patch = devices.status_patch(placement=placement, conditions=conditions, answer=answer, generation=generation)
     # Events only for what changed: a repeated decision raises none.
-    changed_condition = "conditions" in patch and _differs(current, {"conditions": patch["conditions"]})
-    changed_place = any(f in patch and current.get(f) != patch[f] for f in ("phase", "nodeName"))
     kept = tuple(events) if changed_place or changed_condition else ()
-    return DeviceWrite(key=key, uid=str(meta.get("uid") or ""), resource_version=str(meta.get("resourceVersion")),
-                       status=patch, events=kept)
+    return DeviceWrite(key=key, uid=meta.uid(obj), resource_version=meta.resource_version(obj), status=patch,
+                       events=kept)
 
 
 def plan_writes(plan: PassPlan, snapshot: Snapshot, objects: Mapping[DeviceKey, Obj], *,

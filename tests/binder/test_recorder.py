@@ -11,6 +11,7 @@ from cozygpu.binder.status import DeviceWrite, EventNote, SetWrite
 from cozygpu.binder.writes import write_sets
 from cozygpu.kube import Client
 from cozygpu.kube.client import Obj
+from cozygpu.passes.writes import Writes
 from tests.model.factories import NOW
 
 NOTE = EventNote(type="Normal", reason="Bound", message="bound on node n1")
@@ -30,7 +31,7 @@ class SlowEvents:
     async def merge_patch(self, path: str, patch: Obj, *, resource_version: str | None = None, **_: Any) -> Obj:
         self._version += 1
         self.patched.append(path)
-        return {"metadata": {"resourceVersion": str(self._version)}, **patch}
+        return {"kind": "GPUDevice", "metadata": {"resourceVersion": str(self._version)}, **patch}
 
     async def create(self, path: str, body: Obj, **_: Any) -> Obj:
         self.create_started.set()
@@ -57,7 +58,7 @@ async def test_a_cycles_status_writes_do_not_wait_for_their_events() -> None:
     recorder, dropped = recorder_on(api)
     sets = [SetWrite(label=f"GPUDevice tenant-a/d{i}", devices=(device_write(f"d{i}"),)) for i in range(3)]
     async with asyncio.timeout(10):  # an Event create never returns until opened: a writer waiting for it hangs
-        report = await write_sets(cast(Client, api), sets,
+        report = await write_sets(cast(Client, api), sets, Writes(),
                                   on_written=lambda write, version: recorder.record(write, version, now=NOW))
     assert len(report.written) == 3
     assert len(api.patched) == 3

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from cozygpu.binder import reports
-from cozygpu.binder.reports import class_status, merge_conditions, node_conditions, report_writes
+from cozygpu.binder.reports import class_status, node_conditions, report_writes
 from cozygpu.model.assemble import Assembly
 from cozygpu.model.snapshot import Phase, Taint
 from tests.model.factories import H100, NOW, device, gpu_class, gpu_nodes, inventory, node, pod, snapshot
@@ -78,17 +78,21 @@ def test_capacity_exceeded_names_served_held_and_used_by_other_pods() -> None:
 
 
 def test_a_transition_time_moves_only_when_the_status_does() -> None:
-    before = [{"type": "Eligible", "status": "True", "reason": "Eligible", "message": "a",
-               "lastTransitionTime": "2026-01-01T00:00:00Z"}, {"type": "Other", "status": "True"}]
+    snap = snapshot(nodes=[node("n1")], inventories=[inventory("n1")])
+    eligible, exceeded = node_conditions(snap, "n1")
+    assert (eligible["type"], eligible["status"]) == ("Eligible", "True")
+    assert (exceeded["type"], exceeded["status"]) == ("CapacityExceeded", "False")
+    before = [{**eligible, "message": "an older message", "lastTransitionTime": "2026-01-01T00:00:00Z"},
+              {"type": "Other", "status": "True"},
+              {**exceeded, "status": "True", "reason": "CapacityLost", "lastTransitionTime": "2026-01-01T00:00:00Z"}]
+    gpunode = {"metadata": {"name": "n1", "resourceVersion": "9"}, "status": {"conditions": before}}
 
-    same = merge_conditions(before, [{"type": "Eligible", "status": "True", "reason": "Eligible", "message": "b"}], NOW)
-    flipped = merge_conditions(before, [{"type": "Eligible", "status": "False", "reason": "NodeGone", "message": "c"}],
-                               NOW)
+    (write,) = report_writes(snap, [], [gpunode], now=NOW)
 
-    assert same[0]["lastTransitionTime"] == "2026-01-01T00:00:00Z"
-    assert same[0]["message"] == "b"
-    assert flipped[0]["lastTransitionTime"] == "2026-12-02T12:00:00Z"
-    assert same[1] == {"type": "Other", "status": "True"}  # someone else's condition is kept
+    same, other, flipped = write.status["conditions"]
+    assert same == {**eligible, "lastTransitionTime": "2026-01-01T00:00:00Z"}, "same status: its time kept"
+    assert flipped == {**exceeded, "lastTransitionTime": "2026-12-02T12:00:00Z"}, "status moved: now"
+    assert other == {"type": "Other", "status": "True"}  # someone else's condition is kept, in its place
 
 
 def test_report_writes_carry_the_resource_version_and_nothing_is_written_twice() -> None:
@@ -110,13 +114,13 @@ def test_report_writes_carry_the_resource_version_and_nothing_is_written_twice()
 def computed(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The GPUNodes whose conditions were computed (judged), in order."""
     judged: list[str] = []
-    real = reports.node_conditions
+    real = reports.node_report
 
     def counting(snapshot: Any, name: str) -> Any:
         judged.append(name)
         return real(snapshot, name)
 
-    monkeypatch.setattr(reports, "node_conditions", counting)
+    monkeypatch.setattr(reports, "node_report", counting)
     return judged
 
 

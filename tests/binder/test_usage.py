@@ -5,14 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from cozygpu import keys
-from cozygpu.binder.usage import (
-    MONITOR_NAME,
-    WORKLOAD_MONITOR_LABEL,
-    monitor_body,
-    usage_plan,
-    workload_body,
-    workload_name,
-)
+from cozygpu.api.workloads import MONITOR_NAME, WORKLOAD_MONITOR_LABEL, monitor_body, workload_body, workload_name
+from cozygpu.binder.usage import usage_plan
 
 H100 = "nvidia.com/GH100_H100_SXM5_80GB"
 CLASSES = [{"metadata": {"name": "h100"}, "spec": {"resourceName": H100}}]

@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from cozygpu import keys
+from cozygpu.api.workloads import MONITOR_NAME
 from cozygpu.binder.patcher import Sent, send
-from cozygpu.binder.usage import MONITOR_NAME, monitor_path, usage_plan, usage_writes, workload_path
+from cozygpu.binder.usage import monitor_path, usage_plan, usage_writes, workload_path
 from cozygpu.kube import Client
 from cozygpu.passes.writes import Writes
 from tests.binder.support import class_path, device_path, items, offer, order, unique

@@ -1,16 +1,22 @@
-"""The writer against the real API server: preconditions, sets, Events (R-BIND-2, R-BIND-4)."""
+"""Placement's writes through the patcher against the real API server: preconditions, sets, Events
+(R-BIND-2, R-BIND-4)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
+import pytest
+
+from cozygpu.binder.patcher import Sent, Write
 from cozygpu.binder.recorder import EventRecorder
 from cozygpu.binder.status import DeviceWrite, SetWrite, plan_writes
-from cozygpu.binder.writes import WriteReport, write_sets
-from cozygpu.kube import Client, resource_path
+from cozygpu.binder.writes import write_sets
+from cozygpu.kube import Client, errors, resource_path
 from cozygpu.model.placement import plan_pass
 from cozygpu.model.snapshot import Phase, Snapshot
+from cozygpu.passes.writes import Writes
+from cozygpu.views import specs
 from cozygpu.views.decode import device_view
 from tests.binder.support import device_path, order, read_all
 from tests.model.factories import NOW, gpu_nodes, snapshot
@@ -21,16 +27,25 @@ def snap_of(objects: dict[tuple[str, str], dict[str, Any]], *nodes: tuple[str, i
     return snapshot(nodes=node_views, inventories=inventories, devices=[device_view(o) for o in objects.values()])
 
 
-async def write(admin: Client, sets: Sequence[SetWrite]) -> WriteReport:
+async def write(admin: Client, sets: Sequence[SetWrite], record: Writes | None = None) -> Sent:
     """The sets written, and their Events sent (as the binder's recorder sends them, after the writes)."""
     recorder = EventRecorder(admin, instance="test")
 
     def written(device: DeviceWrite, version: str) -> None:
         recorder.record(device, version, now=NOW)
 
-    report = await write_sets(admin, sets, on_written=written)
+    sent = await write_sets(admin, sets, Writes() if record is None else record, on_written=written)
     await recorder.flush()
-    return report
+    return sent
+
+
+def names(writes: Iterable[Write]) -> list[str]:
+    """The devices of the patcher's writes of placement, in order."""
+    found = []
+    for write in writes:
+        assert isinstance(write.tag, DeviceWrite)
+        found.append(write.tag.key[1])
+    return found
 
 
 async def events_of(admin: Client, namespace: str, name: str) -> list[tuple[str, str]]:
@@ -45,15 +60,17 @@ async def test_an_order_is_bound_with_its_answer_an_event_and_the_version_writte
                                                 "attachment": {"vmi": "vm"}})
     objects = await read_all(admin, namespace)
     snap = snap_of(objects)
-    report = await write(admin, plan_writes(plan_pass(snap), snap, objects, now=NOW))
+    record = Writes()
+    sent = await write(admin, plan_writes(plan_pass(snap), snap, objects, now=NOW), record)
     stored = await admin.get(device_path(namespace, "d1"))
-    assert not report.requeue
+    assert sent.clean
+    assert names(w for w, _ in sent.written) == ["d1"]
     assert stored["status"]["phase"] == "Bound"
     assert stored["status"]["nodeName"] == "n1"
     assert stored["status"]["bindAnswer"]["result"] == "Succeeded"
     assert stored["status"]["bindAnswer"]["node"] == "n1"
     assert stored["status"]["observedGeneration"] == 1
-    assert report.latest_resource_version == stored["metadata"]["resourceVersion"]
+    assert dict(record.items()) == {specs.GPU_DEVICES.key: stored["metadata"]["resourceVersion"]}
     assert ("Bound", "bound on node n1") in await events_of(admin, namespace, "d1")
 
 
@@ -64,11 +81,11 @@ async def test_a_decision_on_a_stale_version_conflicts_and_writes_nothing(admin:
     writes = plan_writes(plan_pass(snap), snap, objects, now=NOW)
     # Someone writes the device after the decision was made on it.
     await admin.merge_patch(device_path(namespace, "d1"), {"metadata": {"labels": {"touched": "yes"}}})
-    report = await write(admin, writes)
+    sent = await write(admin, writes)
     stored = await admin.get(device_path(namespace, "d1"))
-    assert report.requeue
-    assert [d.why for d in report.dropped] == ["conflict"]
-    assert report.written == ()
+    assert sent.requeue
+    assert names(sent.refused) == ["d1"]
+    assert sent.written == ()
     assert stored["status"] == {"phase": "Pending"}, "only the schema's default: nothing was written"
     assert await events_of(admin, namespace, "d1") == []
 
@@ -85,16 +102,17 @@ async def test_a_set_written_half_way_is_gathered_by_the_next_pass(admin: Client
     assert [w.key[1] for w in group.devices] == ["a", "c"]
     # The second member changes under the writer: the first is written, the second dropped.
     await admin.merge_patch(device_path(namespace, "c"), {"metadata": {"labels": {"touched": "yes"}}})
-    report = await write(admin, writes)
-    assert [w.key[1] for w in report.written] == ["a"]
-    assert report.requeue
+    sent = await write(admin, writes)
+    assert names(w for w, _ in sent.written) == ["a"]
+    assert names(sent.refused) == ["c"]
+    assert sent.requeue
     half = await read_all(admin, namespace)
     assert {k[1]: o["status"]["nodeName"] for k, o in half.items()} == {"a": "n2", "b": "n2", "c": "n1", "d": "n2"}
     # The next pass, from the fresh view, restores the set.
     snap = snap_of(half, ("n1", 2), ("n2", 4))
-    report = await write(admin, plan_writes(plan_pass(snap), snap, half, now=NOW))
+    sent = await write(admin, plan_writes(plan_pass(snap), snap, half, now=NOW))
     after = await read_all(admin, namespace)
-    assert not report.requeue
+    assert sent.clean
     assert {o["status"]["nodeName"] for o in after.values()} == {"n2"}
     assert {o["status"]["phase"] for o in after.values()} == {Phase.BOUND.value}
     assert any(reason == "Gathered" for reason, _ in await events_of(admin, namespace, "c"))
@@ -106,9 +124,12 @@ async def test_a_device_gone_before_its_write_drops_its_set(admin: Client, names
     snap = snap_of(objects)
     writes = plan_writes(plan_pass(snap), snap, objects, now=NOW)
     await admin.delete(device_path(namespace, "d1"))
-    report = await write(admin, writes)
-    assert [d.why for d in report.dropped] == ["gone"]
-    assert report.written == ()
+    sent = await write(admin, writes)
+    assert names(sent.refused) == ["d1"]
+    assert sent.requeue
+    assert sent.written == ()
+    with pytest.raises(errors.NotFound):  # refused because it is gone, not on a version
+        await admin.get(device_path(namespace, "d1"))
 
 
 async def test_a_dropped_set_stops_the_later_sets_that_counted_on_what_it_would_free(
@@ -122,8 +143,8 @@ async def test_a_dropped_set_stops_the_later_sets_that_counted_on_what_it_would_
     writes = plan_writes(plan_pass(snap), snap, objects, now=NOW)
     assert [s.label for s in writes] == [f"GPUDevice {namespace}/held", f"GPUDevice {namespace}/new"]
     await admin.merge_patch(device_path(namespace, "held"), {"metadata": {"labels": {"touched": "yes"}}})
-    report = await write(admin, writes)
-    assert [d.key[1] for d in report.dropped] == ["held"]
-    assert report.skipped == (f"GPUDevice {namespace}/new",)
-    assert report.requeue
+    sent = await write(admin, writes)
+    assert names(sent.refused) == ["held"]
+    assert names(sent.dropped) == ["new"], "the later set is not sent"
+    assert sent.requeue
     assert (await admin.get(device_path(namespace, "new")))["status"] == {"phase": "Pending"}, "nothing written"

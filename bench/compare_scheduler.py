@@ -52,6 +52,7 @@ import argparse
 import asyncio
 import base64
 import bisect
+import collections
 import contextlib
 import json
 import math
@@ -220,6 +221,57 @@ def request_kind(method: str, path: str) -> str:
     return f"{method} {resource}"
 
 
+class StallProbe:
+    """Where the controller's event loop was busy for long stretches: a thread samples the main thread's
+    Python stack every ``every`` seconds; samples in a row with Python frames on it (the loop running
+    callbacks, not waiting in its poll) make a busy stretch, and each stretch of ``at_least`` seconds is
+    kept with the cozygpu function seen most in it (the innermost cozygpu frame of each sample)."""
+
+    def __init__(self, every: float = 0.002, at_least: float = 0.02) -> None:
+        import threading
+
+        self.every, self.at_least = every, at_least
+        self.stalls: list[dict[str, Any]] = []
+        self._main = threading.main_thread().ident or 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="stall-probe", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> list[dict[str, Any]]:
+        self._stop.set()
+        self._thread.join(timeout=1)
+        return self.stalls
+
+    @staticmethod
+    def _where(frame: Any) -> str | None:
+        """The innermost frame in the cozygpu package, or None when the loop waits in its poll (the innermost
+        Python frame is then the runner's: uvloop's ``run_until_complete`` is C)."""
+        if frame.f_code.co_filename.endswith(("asyncio/runners.py", "uvloop/__init__.py")):
+            return None
+        while frame is not None:
+            name = frame.f_code.co_filename
+            if "/cozygpu/" in name and not name.endswith(("runtime/command.py", "cozygpu/cli.py")):
+                return f"{name.rsplit('/cozygpu/', 1)[1]}:{frame.f_code.co_name}"
+            frame = frame.f_back
+        return "(outside cozygpu)"
+
+    def _run(self) -> None:
+        started, seen = 0.0, collections.Counter[str]()
+        while not self._stop.wait(self.every):
+            frame = sys._current_frames().get(self._main)
+            where = self._where(frame) if frame is not None else None
+            now = time.monotonic()
+            if where is not None:
+                started = started or now
+                seen[where] += 1
+                continue
+            if started and now - started >= self.at_least:
+                self.stalls.append({"at": started, "seconds": now - started, "where": seen.most_common(3)})
+            started, seen = 0.0, collections.Counter()
+
+
 def run_controller(argv: list[str], *, qps: float | None, records_path: str) -> int:
     from cozygpu import cli
 
@@ -245,9 +297,12 @@ def run_controller(argv: list[str], *, qps: float | None, records_path: str) -> 
     setattr(Client, "_once", limited)  # noqa: B010 - the bench's limiter and count, nothing else
     records: list[dict[str, Any]] = []
     instrument(records)
+    probe = StallProbe()
+    probe.start()
     try:
         return cli.main(argv)
     finally:
+        Path(records_path).with_suffix(".stalls.json").write_text(json.dumps(probe.stop()))
         Path(records_path).write_text(json.dumps(records))
         Path(records_path).with_suffix(".requests.json").write_text(json.dumps(
             {"seconds": time.monotonic() - started, "requests": requests}))
@@ -813,7 +868,11 @@ async def drive(plane: Any, args: argparse.Namespace, sizes: list[int], run_star
         profile = answer_path(records, bench.orders if bench is not None else [])
         requests = json.loads(await asyncio.to_thread((plane.directory / RECORDS).with_suffix(
             ".requests.json").read_text))
-    return {"results": results, "profile": profile, "loads": loads, "records": records, "requests": requests}
+    stalls: list[dict[str, Any]] = []
+    with contextlib.suppress(FileNotFoundError, ValueError):
+        stalls = json.loads(await asyncio.to_thread((plane.directory / RECORDS).with_suffix(".stalls.json").read_text))
+    return {"results": results, "profile": profile, "loads": loads, "records": records, "requests": requests,
+            "stalls": stalls, "started": run_started}
 
 
 def report(run: dict[str, Any], args: argparse.Namespace, sizes: list[int], run_started: float) -> None:
@@ -862,6 +921,19 @@ def report(run: dict[str, Any], args: argparse.Namespace, sizes: list[int], run_
         for name, spans in by_lane.items():
             print(f"  {name:<14} {len(spans):7d}  {statistics.median(spans):7.2f} {percentile(spans, 99):7.2f}"
                   f" {max(spans):7.2f}")
+    stalls = run.get("stalls") or []
+    if stalls:
+        print(f"\n## the controller's event loop busy 20 ms or more at a stretch: {len(stalls)} times over the run"
+              " (sampled every 2 ms; by the cozygpu function seen most in it: count, total / max ms)")
+        by_where: dict[str, list[float]] = {}
+        for stall in stalls:
+            by_where.setdefault(stall["where"][0][0] if stall["where"] else "?", []).append(stall["seconds"] * 1000)
+        for where, spans in sorted(by_where.items(), key=lambda item: -sum(item[1]))[:12]:
+            print(f"  {where:<64} {len(spans):5d}  {sum(spans):8.0f} / {max(spans):6.0f}")
+        print("  the longest, seconds into the run:")
+        for stall in sorted(stalls, key=lambda st: -st["seconds"])[:8]:
+            where = ", ".join(f"{w} ({n})" for w, n in stall["where"])
+            print(f"    {stall['at'] - run['started']:7.1f} s  {stall['seconds'] * 1000:6.0f} ms  {where}")
     requests = run.get("requests") or {}
     if requests:
         seconds = float(requests["seconds"])

@@ -148,6 +148,11 @@ class Informer:
 
     # -- fan-out --------------------------------------------------------------------------
 
+    @property
+    def handler_count(self) -> int:
+        """How many handlers follow this kind now (a follower's binder subscribes none)."""
+        return len(self._handlers)
+
     def subscribe(self, handler: Handler) -> Callable[[], None]:
         """Call ``handler`` with every change from now on; returns the unsubscribe function."""
         self._handlers.append(handler)

@@ -11,8 +11,9 @@ from contextlib import asynccontextmanager, suppress
 import pytest
 from prometheus_client import CollectorRegistry
 
+from cozygpu.api.times import micro_time
 from cozygpu.kube.client import resource_path
-from cozygpu.runtime.leader import ElectionConfig, LeaderElector, LeadershipLost, micro_time
+from cozygpu.runtime.leader import ElectionConfig, LeaderElector, LeadershipLost
 from cozygpu.runtime.metrics import LeaderMetrics
 from tests.runtime.fakes import FakeClock, FakeLeaseApi, Link, settle
 

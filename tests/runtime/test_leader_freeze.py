@@ -14,8 +14,9 @@ from contextlib import suppress
 
 import pytest
 
+from cozygpu.api.times import micro_time
 from cozygpu.base.clock import START
-from cozygpu.runtime.leader import ElectionConfig, LeaderElector, LeadershipLost, micro_time
+from cozygpu.runtime.leader import ElectionConfig, LeaderElector, LeadershipLost
 from tests.runtime.fakes import FakeClock, FakeLeaseApi
 from tests.runtime.test_leader_election import LEASE_DURATION, NAMESPACE, RENEW_DEADLINE, RETRY_PERIOD, Work
 

@@ -23,8 +23,10 @@ from __future__ import annotations
 
 from cozygpu import keys
 from cozygpu.admission import bounds
-from cozygpu.admission.envelope import Request, Verdict, as_map
+from cozygpu.admission.envelope import Request, Verdict
 from cozygpu.admission.view import NotReady, SnapshotSource
+from cozygpu.api import admission_devices as devices
+from cozygpu.api import meta
 from cozygpu.model import refusals
 from cozygpu.model.catalog import order_refusal
 
@@ -37,13 +39,13 @@ class DeviceWebhook:
         if request.operation != "CREATE":
             return Verdict.allow()
         obj = request.object
-        meta, spec = as_map(obj.get("metadata")), as_map(obj.get("spec"))
-        namespace = request.namespace or _text(meta.get("namespace"))
-        name = _text(meta.get("name")) or request.name or "?"
+        namespace = request.namespace or meta.namespace(obj)
+        name = meta.name(obj) or request.name or "?"
         label = f"GPUDevice {bounds.clip(namespace)}/{bounds.clip(name)}"
-        class_name, count = spec.get("className"), spec.get("count")
-        if not isinstance(class_name, str) or not class_name or not isinstance(count, int) or isinstance(count, bool):
+        wanted = devices.order(obj)
+        if wanted is None:
             return Verdict.refuse(refusals.invalid_order(label))
+        class_name, count = wanted.class_name, wanted.count
         for what, value, limit in (("metadata.name", name, bounds.MAX_NAME),
                                    ("namespace", namespace, bounds.MAX_NAMESPACE),
                                    ("spec.className", class_name, bounds.MAX_NAMESPACE)):
@@ -66,14 +68,9 @@ class DeviceFinalizerWebhook:
     async def __call__(self, request: Request) -> Verdict:
         if request.operation != "CREATE":
             return Verdict.allow()
-        meta = as_map(request.object.get("metadata"))
-        finalizers = meta.get("finalizers")
-        if isinstance(finalizers, list) and keys.DEVICE_FINALIZER in finalizers:
+        finalizers = devices.finalizer_list(request.object)
+        if finalizers is None:
+            return Verdict.allow([{"op": "add", "path": "/metadata/finalizers", "value": [keys.DEVICE_FINALIZER]}])
+        if keys.DEVICE_FINALIZER in finalizers:
             return Verdict.allow()
-        if isinstance(finalizers, list):
-            return Verdict.allow([{"op": "add", "path": "/metadata/finalizers/-", "value": keys.DEVICE_FINALIZER}])
-        return Verdict.allow([{"op": "add", "path": "/metadata/finalizers", "value": [keys.DEVICE_FINALIZER]}])
-
-
-def _text(value: object) -> str:
-    return value if isinstance(value, str) else ""
+        return Verdict.allow([{"op": "add", "path": "/metadata/finalizers/-", "value": keys.DEVICE_FINALIZER}])

@@ -44,6 +44,8 @@ from cozygpu.admission.metrics import (
     AdmissionMetrics,
     metric_reason,
 )
+from cozygpu.api import admission
+from cozygpu.api.admission import API_VERSION, KIND, AdmissionRequest
 from cozygpu.base.logging import get_logger
 from cozygpu.model import refusals
 from cozygpu.model.refusals import Reason, Refusal
@@ -52,8 +54,6 @@ _log = get_logger("cozygpu.admission")
 
 #: The largest AdmissionReview read (the API server's own request limit is 3 MiB; a review carries two objects).
 MAX_BODY: Final = 7 * 1024 * 1024
-API_VERSION: Final = "admission.k8s.io/v1"
-KIND: Final = "AdmissionReview"
 
 ALLOWED: Final = "allowed"
 REFUSED: Final = "refused"
@@ -69,18 +69,8 @@ class TooDeep(BadReview):
     """The body is JSON nested past the parser's limit; the message is the parser's."""
 
 
-@attrs.frozen(kw_only=True)
-class Request:
-    """The parts of an AdmissionReview request the handlers read."""
-
-    uid: str
-    operation: str
-    namespace: str
-    name: str
-    object: Mapping[str, Any]
-    dry_run: bool
-    kind: str
-    user: str
+#: The request a handler reads: decoded once, by the API floor.
+Request = AdmissionRequest
 
 
 @attrs.frozen(kw_only=True)
@@ -122,51 +112,30 @@ class Verdict:
 Handler = Callable[[Request], Awaitable[Verdict]]
 
 
-def as_map(value: object) -> Mapping[str, Any]:
-    """``value`` when it is a JSON object, else an empty one: handlers read what they were sent defensively."""
-    return value if isinstance(value, Mapping) else {}
-
-
-def _str(value: object) -> str:
-    return value if isinstance(value, str) else ""
-
-
 def parse_review(body: bytes) -> Request:
     """The request of an AdmissionReview v1, or ``BadReview`` saying what is wrong."""
     try:
-        review = orjson.loads(body)
+        parsed = orjson.loads(body)
     except orjson.JSONDecodeError as error:
         if "depth limit" in str(error):
             raise TooDeep(str(error)) from None
         raise BadReview(f"the body is not JSON: {error}") from None
-    if not isinstance(review, dict):
+    if not isinstance(parsed, dict):
         raise BadReview("the body is not a JSON object")
-    if review.get("apiVersion") != API_VERSION or review.get("kind") != KIND:
-        raise BadReview(f"expected {KIND} {API_VERSION}, got {bounds.describe(review.get('kind'))} "
-                        f"{bounds.describe(review.get('apiVersion'))}")
-    request = review.get("request")
-    if not isinstance(request, dict):
+    head = admission.review(parsed)
+    if not head.is_v1:
+        raise BadReview(f"expected {KIND} {API_VERSION}, got {bounds.describe(head.kind)} "
+                        f"{bounds.describe(head.api_version)}")
+    if head.request is None:
         raise BadReview("the AdmissionReview has no request")
-    uid = request.get("uid")
-    if not isinstance(uid, str) or not uid:
+    uid = admission.request_uid(head.request)
+    if not uid:
         raise BadReview("the AdmissionReview request has no uid")
     if len(uid) > bounds.MAX_UID:
         raise BadReview(f"the AdmissionReview request.uid is {len(uid)} characters, at most {bounds.MAX_UID}")
-    obj = request.get("object")
-    if not isinstance(obj, dict):
+    if admission.request_object(head.request) is None:
         raise BadReview("the AdmissionReview request has no object")
-    kind = request.get("kind")
-    user = request.get("userInfo")
-    return Request(
-        uid=uid,
-        operation=_str(request.get("operation")),
-        namespace=_str(request.get("namespace")),
-        name=_str(request.get("name")),
-        object=obj,
-        dry_run=request.get("dryRun") is True,
-        kind=_str(kind.get("kind")) if isinstance(kind, dict) else "",
-        user=_str(user.get("username")) if isinstance(user, dict) else "",
-    )
+    return admission.admission_request(head.request)
 
 
 def readable(message: str) -> str:
@@ -179,16 +148,12 @@ def readable(message: str) -> str:
 
 def review_answer(uid: str, verdict: Verdict) -> dict[str, Any]:
     """The AdmissionReview v1 response for ``verdict``."""
-    response: dict[str, Any] = {"uid": uid, "allowed": verdict.allowed}
     if not verdict.allowed:
-        response["status"] = {"code": 403, "reason": verdict.reason or str(Reason.REFUSED),
-                              "message": readable(verdict.message)}
-    elif verdict.message:
-        response["warnings"] = [readable(verdict.message)]
-    if verdict.allowed and verdict.patch:
-        response["patchType"] = "JSONPatch"
-        response["patch"] = base64.b64encode(orjson.dumps(list(verdict.patch))).decode()
-    return {"apiVersion": API_VERSION, "kind": KIND, "response": response}
+        return admission.response(uid, allowed=False, code=403, reason=verdict.reason or str(Reason.REFUSED),
+                                  message=readable(verdict.message))
+    patch = base64.b64encode(orjson.dumps(list(verdict.patch))).decode() if verdict.patch else ""
+    return admission.response(uid, allowed=True, warning=readable(verdict.message) if verdict.message else "",
+                              patch=patch)
 
 
 def _bad(message: str) -> tuple[int, bytes, str, str]:

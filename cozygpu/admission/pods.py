@@ -24,49 +24,28 @@ from typing import Any
 from cozygpu.admission import bounds
 from cozygpu.admission.envelope import Request, Verdict
 from cozygpu.admission.view import NotReady, SnapshotSource
+from cozygpu.api import meta, pods, scheduling
 from cozygpu.model import refusals
 from cozygpu.model.refusals import Refusal
 from cozygpu.model.snapshot import Toleration
 
-VMI_KIND = "VirtualMachineInstance"
-
-
-def _map(value: object) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
-def _list(value: object) -> list[Any]:
-    return value if isinstance(value, list) else []
-
 
 def _size_problem(pod: Mapping[str, Any], label: str) -> Refusal | None:
     """The first list of ``pod`` the webhook reads that is longer than ``bounds`` allows."""
-    spec = _map(pod.get("spec"))
-    required = _map(_map(_map(spec.get("affinity")).get("nodeAffinity")).get(
-        "requiredDuringSchedulingIgnoredDuringExecution"))
+    spec = meta.spec(pod)
+    terms = scheduling.required_terms(spec)
     for what, value, limit in (
-            ("metadata.ownerReferences", _map(pod.get("metadata")).get("ownerReferences"), bounds.MAX_OWNERS),
-            ("spec.tolerations", spec.get("tolerations"), bounds.MAX_LIST),
-            ("spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms",
-             required.get("nodeSelectorTerms"), bounds.MAX_TERMS)):
+            (pods.OWNERS_PATH, pods.owners(pod), bounds.MAX_OWNERS),
+            ("spec.tolerations", scheduling.tolerations(spec), bounds.MAX_LIST),
+            (scheduling.TERMS_PATH, terms, bounds.MAX_TERMS)):
         refusal = bounds.over(label, what, value, limit)
         if refusal is not None:
             return refusal
-    for index, term in enumerate(_list(required.get("nodeSelectorTerms"))):
-        refusal = bounds.over(label, f"nodeSelectorTerms[{index}].matchFields", _map(term).get("matchFields"),
+    for index, term in enumerate(terms):
+        refusal = bounds.over(label, f"nodeSelectorTerms[{index}].matchFields", scheduling.match_fields(term),
                               bounds.MAX_REQUIREMENTS)
         if refusal is not None:
             return refusal
-    return None
-
-
-def _vmi_owner(pod: Mapping[str, Any]) -> tuple[str, str] | None:
-    refs = _map(pod.get("metadata")).get("ownerReferences")
-    for ref in refs if isinstance(refs, list) else ():
-        ref = _map(ref)
-        if ref.get("controller") and ref.get("kind") == VMI_KIND and str(ref.get("apiVersion", "")).startswith(
-                "kubevirt.io/"):
-            return str(ref.get("name") or ""), str(ref.get("uid") or "")
     return None
 
 
@@ -80,36 +59,29 @@ def _toleration(t: Toleration) -> dict[str, Any]:
 
 def pin_patch(pod: Mapping[str, Any], node: str, tolerations: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The JSON patch: a required node affinity to ``node`` and the missing ``tolerations``."""
-    spec = _map(pod.get("spec"))
+    spec = meta.spec(pod)
     requirement = {"key": "metadata.name", "operator": "In", "values": [node]}
     patch: list[dict[str, Any]] = []
-    affinity = spec.get("affinity")
-    node_affinity = _map(affinity).get("nodeAffinity")
-    required = _map(node_affinity).get("requiredDuringSchedulingIgnoredDuringExecution")
-    terms = _map(required).get("nodeSelectorTerms")
-    if isinstance(terms, list) and terms:
-        new_terms = []
-        for term in terms:
-            term = dict(_map(term))
-            term["matchFields"] = [*_list(term.get("matchFields")), requirement]
-            new_terms.append(term)
+    terms = scheduling.required_terms(spec)
+    if terms:
         path = "/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms"
-        patch.append({"op": "replace", "path": path, "value": new_terms})
+        patch.append({"op": "replace", "path": path,
+                      "value": [scheduling.with_match_field(term, requirement) for term in terms]})
     else:
         value = {"nodeSelectorTerms": [{"matchFields": [requirement]}]}
-        if not isinstance(affinity, Mapping):
+        if scheduling.affinity(spec) is None:
             patch.append({"op": "add", "path": "/spec/affinity",
                           "value": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": value}}})
-        elif not isinstance(node_affinity, Mapping):
+        elif scheduling.node_affinity(spec) is None:
             patch.append({"op": "add", "path": "/spec/affinity/nodeAffinity",
                           "value": {"requiredDuringSchedulingIgnoredDuringExecution": value}})
         else:
             patch.append({"op": "add", "path": "/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuring"
                           "Execution", "value": value})
-    present = spec.get("tolerations")
-    missing = [t for t in tolerations if not isinstance(present, list) or t not in present]
+    present = scheduling.tolerations_or_none(spec)
+    missing = [t for t in tolerations if present is None or t not in present]
     if missing:
-        if isinstance(present, list):
+        if present is not None:
             patch.extend({"op": "add", "path": "/spec/tolerations/-", "value": t} for t in missing)
         else:
             patch.append({"op": "add", "path": "/spec/tolerations", "value": missing})
@@ -124,14 +96,13 @@ class LauncherPodWebhook:
         if request.operation != "CREATE":
             return Verdict.allow()
         pod = request.object
-        meta_namespace = _map(pod.get("metadata")).get("namespace")
-        namespace = request.namespace or (meta_namespace if isinstance(meta_namespace, str) else "")
+        namespace = request.namespace or meta.namespace(pod)
         problem = (bounds.name_problem(f"launcher pod in {bounds.clip(namespace)}", "namespace", namespace,
                                        bounds.MAX_NAMESPACE)
                    or _size_problem(pod, f"launcher pod in {namespace}"))
         if problem is not None:
             return Verdict.refuse(problem)
-        owner = _vmi_owner(pod)
+        owner = pods.vmi_owner(pods.owners(pod))
         if owner is None or not owner[0]:
             return Verdict.refuse(refusals.no_vmi_owner(f"launcher pod in {namespace}"))
         vmi, uid = owner

@@ -27,6 +27,7 @@ import orjson
 
 from cozygpu import keys
 from cozygpu.admission import bounds
+from cozygpu.api import device_refs
 from cozygpu.model import refusals
 
 #: More references than a VM could hold GPUs for is a mistake, not a request.
@@ -73,25 +74,26 @@ def _entry(index: int, raw: object) -> Ref:
     where = f"entry {index}"
     if not isinstance(raw, dict):
         raise RefsError(f"{where}: must be an object, not {bounds.describe(raw)}")
-    fields = set(raw)
-    if fields == {"device"}:
-        return DeviceRef(_name(raw["device"], where=where, field="device"))
-    if "template" in fields:
-        unknown = fields - {"template", "class", "count"}
+    read = device_refs.entry(raw)
+    fields = read.fields
+    if fields == device_refs.DEVICE_FIELDS:
+        return DeviceRef(_name(read.device, where=where, field=device_refs.DEVICE))
+    if device_refs.TEMPLATE in fields:
+        unknown = fields - device_refs.TEMPLATE_FIELDS
         if unknown:
-            shown = ", ".join(bounds.clip(str(key)) for key in sorted(unknown)[:5])
+            shown = ", ".join(bounds.clip(key) for key in sorted(unknown)[:5])
             more = f" and {len(unknown) - 5} more" if len(unknown) > 5 else ""
             raise RefsError(f"{where}: unknown field(s) {shown}{more}")
-        missing = {"class", "count"} - fields
+        missing = device_refs.TEMPLATE_FIELDS - fields
         if missing:
-            raise RefsError(f"{where}: template {bounds.describe(raw.get('template'))} needs "
+            raise RefsError(f"{where}: template {bounds.describe(read.template)} needs "
                             f"{' and '.join(sorted(missing))}")
-        count = raw["count"]
+        count = read.count
         if not isinstance(count, int) or isinstance(count, bool) or count < 1:
             raise RefsError(f"{where}: count must be a whole number of at least 1, not {bounds.describe(count)}")
-        return TemplateRef(_name(raw["template"], where=where, field="template", label=True),
-                           _name(raw["class"], where=where, field="class", label=True), count)
-    shown = ", ".join(bounds.clip(str(key)) for key in sorted(fields)[:5])
+        return TemplateRef(_name(read.template, where=where, field=device_refs.TEMPLATE, label=True),
+                           _name(read.class_name, where=where, field=device_refs.CLASS, label=True), count)
+    shown = ", ".join(bounds.clip(key) for key in sorted(fields)[:5])
     more = f" and {len(fields) - 5} more" if len(fields) > 5 else ""
     raise RefsError(f"{where}: must be {{\"device\": NAME}} or {{\"template\": NAME, \"class\": CLASS, "
                     f"\"count\": N}}, not an object of fields {shown or '(none)'}{more}")

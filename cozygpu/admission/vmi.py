@@ -42,11 +42,14 @@ import attrs
 
 from cozygpu import keys
 from cozygpu.admission import bounds
-from cozygpu.admission.envelope import Request, Verdict, as_map
+from cozygpu.admission.envelope import Request, Verdict
 from cozygpu.admission.metrics import AdmissionMetrics
 from cozygpu.admission.refs import RefsError, parse_refs
 from cozygpu.admission.view import NotReady, SnapshotSource
 from cozygpu.admission.vmi_plan import Member, Refused, StartPlan, gpus_patch, plan_start
+from cozygpu.api import admission_devices as devices
+from cozygpu.api import kubevirt, leases, meta
+from cozygpu.api.times import rfc3339
 from cozygpu.base.clock import Clock, LoopClock
 from cozygpu.base.logging import get_logger
 from cozygpu.cache.cache import Cache
@@ -74,23 +77,15 @@ class VMIConfig:
     attachment_grace: timedelta = timedelta(minutes=2)
 
 
-def stamp(when: datetime) -> str:
-    return when.isoformat(timespec="seconds").replace("+00:00", "Z")
-
-
 def _device_path(namespace: str, name: str = "", *, status: bool = False) -> str:
     return resource_path(keys.GROUP, keys.VERSION, keys.GPUDEVICE_PLURAL, namespace=namespace, name=name or None,
                          subresource="status" if status else None)
 
 
-def _status(obj: Mapping[str, Any] | None) -> Mapping[str, Any]:
-    status = (obj or {}).get("status")
-    return status if isinstance(status, Mapping) else {}
-
-
-def _field(obj: Mapping[str, Any] | None, name: str) -> Mapping[str, Any]:
-    value = _status(obj).get(name)
-    return value if isinstance(value, Mapping) else {}
+def _requested(device: Mapping[str, Any] | None, request_id: str) -> bool:
+    """``device`` is attached by the bind request ``request_id``."""
+    attached = devices.attachment(device) if device is not None else None
+    return attached is not None and attached.request_id == request_id
 
 
 class VMIWebhook:
@@ -110,10 +105,9 @@ class VMIWebhook:
         if request.operation != "CREATE":
             return Verdict.allow()
         obj = request.object
-        meta = as_map(obj.get("metadata"))
-        namespace = request.namespace or str(meta.get("namespace") or "")
+        namespace = request.namespace or meta.namespace(obj)
         try:
-            refs = parse_refs(as_map(meta.get("annotations")).get(keys.DEVICE_REFS_ANNOTATION))
+            refs = parse_refs(kubevirt.device_refs(obj))
             snapshot = self._source.snapshot()
             recent = timedelta(seconds=2 * self._config.bind_wait + 5)
             plan = plan_start(snapshot, obj, refs, namespace=namespace, raw_forbidden=self._config.raw_forbidden,
@@ -121,8 +115,7 @@ class VMIWebhook:
             patch = gpus_patch(obj, plan.entries)
             versions = self._versions(plan)
         except RefsError as error:
-            name = meta.get("name") or request.name
-            label = f"VMI {bounds.clip(namespace)}/{bounds.clip(name) if isinstance(name, str) else '?'}"
+            label = f"VMI {bounds.clip(namespace)}/{bounds.clip(meta.name(obj) or request.name or '?')}"
             return Verdict.refuse(refusals.invalid_device_refs(label, str(error)))
         except NotReady as error:
             return Verdict.not_ready(str(error))
@@ -142,7 +135,7 @@ class VMIWebhook:
             obj = store.get(plan.namespace, member.name)
             if obj is None:
                 raise Refused(refusals.unknown_device(plan.namespace, member.name))
-            found[member.name] = str(obj["metadata"]["resourceVersion"])
+            found[member.name] = meta.resource_version(obj)
         return found
 
     # -- the writes ---------------------------------------------------------------------
@@ -204,13 +197,13 @@ class VMIWebhook:
             obj = store.get(plan.namespace, member.name)
             if obj is None:
                 return refusals.device_deleted_while_admitting(plan.namespace, member.name, vmi=plan.vmi)
-            answer = _field(obj, "bindAnswer")
-            if answer.get("id") != request_id:
+            # Every waiter runs this on every device event: the id first, the whole answer once it is ours.
+            answer = devices.bind_answer(obj) if devices.answer_id(obj) == request_id else None
+            if answer is None:
                 return None
-            if answer.get("result") != SUCCEEDED:
-                return refusals.binder_refused(label, reason=str(answer.get("reason") or ""),
-                                               message=str(answer.get("message") or ""))
-            nodes.add(str(answer.get("node") or ""))
+            if answer.result != SUCCEEDED:
+                return refusals.binder_refused(label, reason=answer.reason, message=answer.message)
+            nodes.add(answer.node)
         if len(nodes) != 1 or "" in nodes:
             return refusals.answers_split(label, nodes)
         return True
@@ -224,11 +217,9 @@ class VMIWebhook:
             found = await self._client.get_or_none(lease_path, timeout=1.0, attempts=1)
         except (errors.KubeError, TimeoutError) as error:
             return refusals.bind_timeout(label, wait=self._config.bind_wait, lease=lease, lease_error=str(error))
-        spec = (found or {}).get("spec") or {}
-        holder, renewed = spec.get("holderIdentity"), spec.get("renewTime")
+        holder = leases.holder(found)
         return refusals.bind_timeout(label, wait=self._config.bind_wait, lease=lease,
-                                     holder=str(holder) if holder else None,
-                                     renewed=str(renewed) if renewed else None)
+                                     holder=holder.identity or None, renewed=holder.renewed or None)
 
 
 class _Writes:
@@ -302,14 +293,14 @@ class _Writes:
         except errors.ApiError as error:
             raise Refused(refusals.template_create_refused(plan.namespace, member.name, vmi=plan.vmi,
                                                            problem=error.message)) from None
-        self.created[member.name] = str(made["metadata"]["uid"])
-        return str(made["metadata"]["resourceVersion"])
+        self.created[member.name] = meta.uid(made)
+        return meta.resource_version(made)
 
     async def _attach(self, member: Member, version: str, request_id: str, *, now: datetime) -> None:
         plan = self._plan
         patch = {"status": {
-            "attachment": {"vmi": plan.vmi, "uid": None, "attachedAt": stamp(now), "requestId": request_id},
-            "bindRequest": {"id": request_id, "vmi": plan.vmi, "time": stamp(now)}}}
+            "attachment": {"vmi": plan.vmi, "uid": None, "attachedAt": rfc3339(now), "requestId": request_id},
+            "bindRequest": {"id": request_id, "vmi": plan.vmi, "time": rfc3339(now)}}}
         path = _device_path(plan.namespace, member.name, status=True)
         self.attached.append(member.name)  # before the write: its answer may be lost, the undo checks the request id
         for attempt in range(ATTEMPTS):
@@ -322,13 +313,13 @@ class _Writes:
                 current = await self._client.get_or_none(_device_path(plan.namespace, member.name))
                 if current is None:
                     raise Refused(refusals.device_deleted_meanwhile(plan.namespace, member.name)) from None
-                other = _field(current, "attachment").get("vmi")
-                if other and other != plan.vmi:
+                attached = devices.attachment(current)
+                if attached is not None and attached.vmi and attached.vmi != plan.vmi:
                     raise Refused(refusals.device_just_attached(plan.namespace, member.name,
-                                                                vmi=str(other))) from None
-                if (current.get("metadata") or {}).get("deletionTimestamp"):
+                                                                vmi=attached.vmi)) from None
+                if meta.deleting(current):
                     raise Refused(refusals.device_deleting(plan.namespace, member.name)) from None
-                version = str(current["metadata"]["resourceVersion"])
+                version = meta.resource_version(current)
             except errors.NotFound:
                 raise Refused(refusals.device_deleted_meanwhile(plan.namespace, member.name)) from None
             except errors.ApiError as error:
@@ -370,12 +361,11 @@ class _Writes:
             # This start created the device with its finalizer and, refused, runs no VMI on it: nothing uses
             # it, so the finalizer goes at once, on the version the delete left (a binder that wrote the
             # device meanwhile moved that version, and its own finalizer work decides instead).
-            meta = as_map(gone.get("metadata"))
-            finalizers = [str(f) for f in meta.get("finalizers") or ()]
+            finalizers = meta.finalizers(gone)
             if keys.DEVICE_FINALIZER in finalizers:
                 await self._client.merge_patch(
                     path, {"metadata": {"finalizers": [f for f in finalizers if f != keys.DEVICE_FINALIZER]}},
-                    resource_version=str(meta.get("resourceVersion")))
+                    resource_version=meta.resource_version(gone))
         except (errors.NotFound, errors.Conflict):
             pass
         except errors.KubeError as error:
@@ -388,13 +378,13 @@ class _Writes:
         with contextlib.suppress(CacheError):
             current = cache.store(specs.GPU_DEVICES).get(plan.namespace, name)
         for _ in range(ATTEMPTS):
-            if current is None or _field(current, "attachment").get("requestId") != request_id:
+            if not _requested(current, request_id):
                 current = await self._client.get_or_none(path)
-            if current is None or _field(current, "attachment").get("requestId") != request_id:
+            if current is None or not _requested(current, request_id):
                 return  # gone, or another request's now
             try:
                 await self._client.merge_patch(f"{path}/status", {"status": {"attachment": None, "bindRequest": None}},
-                                               resource_version=str(current["metadata"]["resourceVersion"]))
+                                               resource_version=meta.resource_version(current))
                 return
             except errors.Conflict:
                 current = None

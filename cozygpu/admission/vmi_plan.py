@@ -40,6 +40,7 @@ import attrs
 
 from cozygpu.admission import bounds
 from cozygpu.admission.refs import DeviceRef, Ref, TemplateRef
+from cozygpu.api import kubevirt, meta, scheduling
 from cozygpu.model import refusals
 from cozygpu.model.catalog import order_refusal
 from cozygpu.model.naming import template_device_name
@@ -83,29 +84,21 @@ class StartPlan:
     node: str
     #: An earlier invocation's bind request for this VMI, taken as this one's (R-ADM-3); "" when none.
     adopted_request: str
-    #: The ``gpus`` entries to add: one per GPU, ``{"name", "deviceName"}``.
-    entries: tuple[Mapping[str, str], ...]
+    #: The ``gpus`` entries to add: one per GPU (``claimName`` unset).
+    entries: tuple[kubevirt.GPU, ...]
 
     @property
     def to_create(self) -> tuple[Member, ...]:
         return tuple(m for m in self.members if m.existing is None)
 
 
-def _map(value: object) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
-def _list(value: object) -> list[Any]:
-    return value if isinstance(value, list) else []
-
-
-def gpu_entries(snapshot: Snapshot, members: Sequence[Member]) -> tuple[Mapping[str, str], ...]:
+def gpu_entries(snapshot: Snapshot, members: Sequence[Member]) -> tuple[kubevirt.GPU, ...]:
     """One ``gpus`` entry per GPU of the set, in reference order."""
-    entries: list[Mapping[str, str]] = []
+    entries: list[kubevirt.GPU] = []
     for member in members:
         gpu_class = snapshot.classes.get(member.class_name)
         resource = gpu_class.resource_name if gpu_class is not None else ""
-        entries.extend({"name": f"{ENTRY_PREFIX}{len(entries)}", "deviceName": resource}
+        entries.extend(kubevirt.GPU(f"{ENTRY_PREFIX}{len(entries)}", resource)
                        for _ in range(member.count))
     return tuple(entries)
 
@@ -117,50 +110,46 @@ def _limited(refusal: Refusal | None) -> None:
 
 def check_sizes(vmi: Obj, label: str) -> None:
     """Refuse a VMI whose lists or scheduling constraints are longer than admission reads (``bounds``)."""
-    spec = _map(vmi.get("spec"))
-    domain = _map(spec.get("domain"))
-    devices = _map(domain.get("devices"))
-    resources = _map(domain.get("resources"))
+    spec = meta.spec(vmi)
+    domain = kubevirt.domain(vmi)
+    terms = scheduling.required_terms(spec)
     for what, value, limit in (
-            ("spec.domain.devices.gpus", devices.get("gpus"), bounds.MAX_LIST),
-            ("spec.domain.devices.hostDevices", devices.get("hostDevices"), bounds.MAX_LIST),
-            ("spec.domain.resources.requests", resources.get("requests"), bounds.MAX_LIST),
-            ("spec.domain.resources.limits", resources.get("limits"), bounds.MAX_LIST),
-            ("spec.tolerations", spec.get("tolerations"), bounds.MAX_TOLERATIONS),
-            ("spec.nodeSelector", spec.get("nodeSelector"), bounds.MAX_SELECTOR)):
+            (kubevirt.GPUS_PATH, domain.gpus, bounds.MAX_LIST),
+            (kubevirt.HOST_DEVICES_PATH, domain.host_devices, bounds.MAX_LIST),
+            (kubevirt.REQUESTS_PATH, domain.requests, bounds.MAX_LIST),
+            (kubevirt.LIMITS_PATH, domain.limits, bounds.MAX_LIST),
+            ("spec.tolerations", scheduling.tolerations(spec), bounds.MAX_TOLERATIONS),
+            ("spec.nodeSelector", scheduling.node_selector(spec), bounds.MAX_SELECTOR),
+            (scheduling.TERMS_PATH, terms, bounds.MAX_TERMS)):
         _limited(bounds.over(label, what, value, limit))
-    required = _map(_map(_map(spec.get("affinity")).get("nodeAffinity")).get(
-        "requiredDuringSchedulingIgnoredDuringExecution"))
-    terms = required.get("nodeSelectorTerms")
-    where = "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms"
-    _limited(bounds.over(label, where, terms, bounds.MAX_TERMS))
-    requirements = [r for term in _list(terms) for field in ("matchExpressions", "matchFields")
-                    for r in _list(_map(term).get(field))[:bounds.MAX_REQUIREMENTS + 1]]
-    _limited(bounds.over(label, f"{where}: requirements", requirements, bounds.MAX_REQUIREMENTS))
-    values = sum(min(bounds.length(_map(r).get("values")), bounds.MAX_VALUES + 1) for r in requirements)
+    requirements = [r for term in terms for listed in (scheduling.match_expressions(term),
+                                                       scheduling.match_fields(term))
+                    for r in listed[:bounds.MAX_REQUIREMENTS + 1]]
+    _limited(bounds.over(label, f"{scheduling.TERMS_PATH}: requirements", requirements, bounds.MAX_REQUIREMENTS))
+    values = sum(min(len(scheduling.requirement_values(r)), bounds.MAX_VALUES + 1) for r in requirements)
     if values > bounds.MAX_VALUES:
-        _limited(refusals.over_limit(label, f"{where}: requirements", limit=bounds.MAX_VALUES, found=values,
-                                     unit="values or more"))
+        _limited(refusals.over_limit(label, f"{scheduling.TERMS_PATH}: requirements", limit=bounds.MAX_VALUES,
+                                     found=values, unit="values or more"))
 
 
-def own_gpu_entries(vmi: Obj, effective_names: frozenset[str], ours: Sequence[Mapping[str, str]]) -> list[str]:
-    """The VMI's own GPU entries (R-ADM-5), leaving out the ``gpus`` entries this webhook added."""
-    spec = _map(vmi.get("spec"))
-    domain = _map(spec.get("domain"))
-    devices = _map(domain.get("devices"))
-    added = {(e["name"], e["deviceName"]) for e in ours}
+def own_gpu_entries(vmi: Obj, effective_names: frozenset[str], ours: Sequence[kubevirt.GPU]) -> list[str]:
+    """The VMI's own GPU entries (R-ADM-5), leaving out the ``gpus`` entries this webhook added.
+
+    Reads the lists ``check_sizes`` bounded.
+    """
+    domain = kubevirt.domain(vmi)
+    added = {(e.name, e.device_name) for e in ours}
     found: list[str] = []
-    for entry in _list(devices.get("gpus")):
-        item = _map(entry)
-        if (item.get("name"), item.get("deviceName")) not in added:
-            found.append(f"gpus entry {item.get('name')!r} ({item.get('deviceName') or item.get('claimName')})")
-    for entry in _list(devices.get("hostDevices")):
-        item = _map(entry)
-        if item.get("deviceName") in effective_names:
-            found.append(f"hostDevices entry {item.get('name')!r} ({item.get('deviceName')})")
-    resources = _map(domain.get("resources"))
-    for section in ("requests", "limits"):
-        found.extend(f"resources.{section} {name}" for name in _map(resources.get(section)) if name in effective_names)
+    for entry in domain.gpus or ():
+        gpu = kubevirt.gpu(entry)
+        if (gpu.name, gpu.device_name) not in added:
+            found.append(f"gpus entry {gpu.name!r} ({gpu.device_name or gpu.claim_name})")
+    for entry in domain.host_devices:
+        host = kubevirt.host_device(entry)
+        if host.device_name in effective_names:
+            found.append(f"hostDevices entry {host.name!r} ({host.device_name})")
+    for section, names in (("requests", domain.requests), ("limits", domain.limits)):
+        found.extend(f"resources.{section} {name}" for name in names if name in effective_names)
     return found
 
 
@@ -204,8 +193,7 @@ def plan_start(snapshot: Snapshot, vmi: Obj, refs: Sequence[Ref], *, namespace: 
                grace: timedelta, recent: timedelta) -> StartPlan:
     """Every refusal check of a VMI start, before any write (see the module contract)."""
     now = snapshot.now
-    raw_name = _map(vmi.get("metadata")).get("name")
-    name = raw_name if isinstance(raw_name, str) else ""
+    name = meta.name(vmi)
     if not name:
         raise Refused(refusals.vmi_unnamed())
     label = f"VMI {bounds.clip(namespace)}/{bounds.clip(name)}"
@@ -263,7 +251,7 @@ def plan_start(snapshot: Snapshot, vmi: Obj, refs: Sequence[Ref], *, namespace: 
                         created=now) for m in members]
     # A VMI being created has no status (the API server drops it): only its name and spec are read.
     placement = place_set(snapshot, views, vmi=vmi_view({"metadata": {"namespace": namespace, "name": name},
-                                                         "spec": _map(vmi.get("spec"))}), label=label,
+                                                         "spec": meta.spec(vmi)}), label=label,
                           count_pending=True)
     if placement.refusal is not None:
         raise Refused(placement.refusal)
@@ -280,18 +268,18 @@ def _template_orders(snapshot: Snapshot, namespace: str, label: str, members: Se
                 raise Refused(refusals.template_order_refused(label, member.name, refusal))
 
 
-def gpus_patch(vmi: Obj, entries: Sequence[Mapping[str, str]]) -> list[dict[str, Any]]:
+def gpus_patch(vmi: Obj, entries: Sequence[kubevirt.GPU]) -> list[dict[str, Any]]:
     """The JSON patch adding ``entries`` to ``spec.domain.devices.gpus`` (those not there already)."""
-    spec = _map(vmi.get("spec"))
-    if "domain" not in spec or not isinstance(spec.get("domain"), Mapping):
+    domain = kubevirt.domain(vmi)
+    if not domain.present:
         raise Refused(refusals.vmi_without_domain())
-    devices = _map(spec["domain"]).get("devices")
-    if not isinstance(devices, Mapping):
-        return [{"op": "add", "path": "/spec/domain/devices", "value": {"gpus": [dict(e) for e in entries]}}]
-    present = {(_map(e).get("name"), _map(e).get("deviceName")) for e in _list(devices.get("gpus"))}
-    missing = [dict(e) for e in entries if (e["name"], e["deviceName"]) not in present]
+    if not domain.has_devices:
+        return [{"op": "add", "path": "/spec/domain/devices", "value": {"gpus": [e.as_json() for e in entries]}}]
+    listed = domain.gpus
+    present = {(gpu.name, gpu.device_name) for gpu in map(kubevirt.gpu, listed or ())}
+    missing = [e.as_json() for e in entries if (e.name, e.device_name) not in present]
     if not missing:
         return []
-    if not isinstance(devices.get("gpus"), list):
+    if listed is None:
         return [{"op": "add", "path": "/spec/domain/devices/gpus", "value": missing}]
     return [{"op": "add", "path": "/spec/domain/devices/gpus/-", "value": e} for e in missing]

@@ -7,6 +7,12 @@
 - ``conditions``: one condition merge (a transition time moves only when the
   status does; ``observedGeneration`` when the caller knows it) and one
   comparison;
+- ``admission``: an AdmissionReview's request, read once, and its response;
+- ``kubevirt``, ``pods``, ``scheduling``, ``device_refs``,
+  ``admission_devices``, ``leases``: what the webhooks read of a VMI, a
+  launcher pod, their scheduling fields, the device-refs annotation, a
+  GPUDevice and the leader's Lease;
+- ``values``: a JSON value as the type a reader expects, never walked;
 - ``devices``: a GPUDevice's status and spec as the binder reads them, and
   the status patches of placement (``Placement``, ``BindAnswer``);
 - ``classes``: what the binder reads of a GPUClass;

@@ -53,7 +53,7 @@ class DeviceWebhook:
             if refusal is not None:
                 return Verdict.refuse(refusal)
         try:
-            snapshot = self._source.snapshot()
+            snapshot = await self._source.snapshot()
         except NotReady as error:
             return Verdict.not_ready(str(error))
         refusal = order_refusal(snapshot, namespace, class_name, count)

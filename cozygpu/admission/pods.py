@@ -112,7 +112,7 @@ class LauncherPodWebhook:
         if problem is not None:
             return Verdict.refuse(problem)
         try:
-            snapshot = self._source.snapshot()
+            snapshot = await self._source.snapshot()
         except NotReady as error:
             return Verdict.not_ready(str(error))
         devices = [snapshot.devices[k] for k in snapshot.devices_by_vmi.get((namespace, vmi), ())]

@@ -9,7 +9,10 @@ and a change a view reads (a Node's labels, a class, a budget, a GPUNode
 report) takes every view again, through the memo. On a fleet of a thousand
 heartbeating Nodes, rebuilding whenever an informer moved made most calls
 pay for every node. While nothing was noted, the last snapshot is reused for
-up to ``MAX_AGE`` seconds (report freshness depends on ``now``).
+up to ``MAX_AGE`` seconds (report freshness depends on ``now``). A rebuild
+(a first list, a class change) runs in slices with the event loop let go
+between them (``LiveSnapshot.refreshed``), one at a time per replica: a
+webhook call that comes meanwhile waits for it instead of starting another.
 
 A kind that is not synced yet is an error (``NotReady``), never an empty
 list: the webhook refuses rather than decide on a partial view. KubeVirt's
@@ -19,6 +22,7 @@ anyway), served but not synced is ``NotReady``.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from datetime import timedelta
 from typing import Final
@@ -55,6 +59,8 @@ class SnapshotSource:
         self._live = LiveSnapshot(hoster_names=hoster_names, launcher_grace=launcher_grace)
         #: The kept snapshot and when it was taken.
         self._kept: tuple[float, Snapshot] | None = None
+        #: One refresh at a time: a rebuild in slices must not be entered again from another webhook call.
+        self._refreshing = asyncio.Lock()
         for kind, spec in specs.SNAPSHOT_SPECS.items():  # for the cache's life, as the webhooks are
             cache.add(spec).subscribe(self._live.handler(kind))
 
@@ -69,11 +75,14 @@ class SnapshotSource:
             raise NotReady(f"this replica's cache of {spec.key} has not synced yet; try again shortly") from None
         return Source(store, store.list, store.get)
 
-    def snapshot(self) -> Snapshot:
+    async def snapshot(self) -> Snapshot:
+        """The model of this replica's cache now; a rebuild (a first list, a class change) runs in slices
+        with the event loop let go between them, one at a time (webhook calls meanwhile wait for it)."""
         kept = self._kept
         if kept is not None and not self._live.dirty and self._clock.now() - kept[0] < MAX_AGE:
             return kept[1]
-        sources = {kind: self._source(spec) for kind, spec in specs.SNAPSHOT_SPECS.items()}
-        snapshot = self._live.snapshot(now=self._clock.wall(), sources=sources)
-        self._kept = (self._clock.now(), snapshot)
-        return snapshot
+        async with self._refreshing:
+            sources = {kind: self._source(spec) for kind, spec in specs.SNAPSHOT_SPECS.items()}
+            snapshot = await self._live.refreshed(now=self._clock.wall(), sources=sources)
+            self._kept = (self._clock.now(), snapshot)
+            return snapshot

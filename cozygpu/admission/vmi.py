@@ -108,7 +108,7 @@ class VMIWebhook:
         namespace = request.namespace or meta.namespace(obj)
         try:
             refs = parse_refs(kubevirt.device_refs(obj))
-            snapshot = self._source.snapshot()
+            snapshot = await self._source.snapshot()
             recent = timedelta(seconds=2 * self._config.bind_wait + 5)
             plan = plan_start(snapshot, obj, refs, namespace=namespace, raw_forbidden=self._config.raw_forbidden,
                               grace=self._config.attachment_grace, recent=recent)

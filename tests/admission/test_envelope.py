@@ -34,7 +34,7 @@ class FixedSource(SnapshotSource):
     def __init__(self, snapshot: Snapshot) -> None:
         self._fixed = snapshot
 
-    def snapshot(self) -> Snapshot:
+    async def snapshot(self) -> Snapshot:
         return self._fixed
 
 

@@ -63,7 +63,7 @@ async def with_a_node(plane: ControlPlane, admin: Client, namespace: str, tmp_pa
     try:
         node = await world.node("n1", 2)
         async with admission(plane, admin, namespace, tmp_path, register_hooks=False) as served:
-            first = await eventually(lambda: _with(served.webhooks.source.snapshot(), node),
+            first = await eventually(lambda: _with(served.webhooks.source, node),
                                      what=f"{node} in the snapshot")
             yield Served(world, node, served, first)
     finally:
@@ -80,16 +80,16 @@ async def test_a_heartbeat_derives_no_node_again_and_a_label_and_an_order_are_se
             {"type": "Ready", "status": "True", "reason": "Test", "lastHeartbeatTime": stamp(later),
              "lastTransitionTime": stamp()}]}})
         await eventually(lambda: _true(version(cache, node) != before), what="the heartbeat in the cache")
-        beat = source.snapshot()
+        beat = await source.snapshot()
         assert beat.nodes is first.nodes, "a heartbeat derived the nodes again"
 
         await admin.merge_patch(f"{NODES}/{node}", {"metadata": {"labels": {"view.test/x": "y"}}})
         labelled = await eventually(
-            lambda: _labelled(source.snapshot(), node), what="the label in the webhooks' snapshot")
+            lambda: _labelled(source, node), what="the label in the webhooks' snapshot")
         assert labelled.nodes is not first.nodes
 
         await world.order("o1", 1)
-        ordered = await eventually(lambda: _ordered(source.snapshot(), (namespace, "o1")),
+        ordered = await eventually(lambda: _ordered(source, (namespace, "o1")),
                                    what="the order in the webhooks' snapshot")
         assert ordered.nodes is labelled.nodes, "an order derived the nodes again"
 
@@ -103,16 +103,19 @@ async def _true(value: Any) -> Any:
     return value
 
 
-async def _with(snapshot: Snapshot, node: str) -> Snapshot | None:
+async def _with(source: SnapshotSource, node: str) -> Snapshot | None:
+    snapshot = await source.snapshot()
     return snapshot if node in snapshot.nodes else None
 
 
-async def _labelled(snapshot: Snapshot, node: str) -> Snapshot | None:
+async def _labelled(source: SnapshotSource, node: str) -> Snapshot | None:
+    snapshot = await source.snapshot()
     view = snapshot.nodes.get(node)
     return snapshot if view is not None and view.labels.get("view.test/x") == "y" else None
 
 
-async def _ordered(snapshot: Snapshot, key: tuple[str, str]) -> Snapshot | None:
+async def _ordered(source: SnapshotSource, key: tuple[str, str]) -> Snapshot | None:
+    snapshot = await source.snapshot()
     return snapshot if key in snapshot.devices else None
 
 
@@ -123,6 +126,6 @@ async def test_the_webhooks_read_time_on_the_clock_they_are_given(
         now, node = rig.first, rig.node
         assert now.inventories[node].fresh
         later = SnapshotSource(rig.served.cache, clock=FakeClock(wall_start=utc_now() + timedelta(hours=1)))
-        snapshot = later.snapshot()
+        snapshot = await later.snapshot()
         assert snapshot.now > now.now + timedelta(minutes=59)
         assert not snapshot.inventories[node].fresh, "the report's age was read on another clock"

@@ -189,20 +189,24 @@ def report_writes(snapshot: Snapshot, classes: Iterable[Obj], gpunodes: Iterable
             writes.append(write)
     changes = (snapshot.changes_since(memo.snapshot)
                if memo is not None and memo.snapshot is not None and lookup is not None else None)
+    fetch: Callable[[str], Obj | None]
     if changes is not None and memo is not None and lookup is not None:
-        found = (lookup(name) for name in sorted(changes.nodes | memo.dirty))
-        objects: Iterable[Obj] = [obj for obj in found if obj is not None]
+        names = sorted(changes.nodes | memo.dirty)
+        fetch = lookup  # by name, only those judged now
     else:
-        objects = gpunodes
+        by_name = {meta.name(obj): obj for obj in gpunodes}
+        names, fetch = sorted(by_name), by_name.get
     due: set[str] = set()
     left: set[str] = set()
-    for obj in objects:
-        name = meta.name(obj)
+    for at, name in enumerate(names):
         if limit is not None and len(due) >= limit:
-            left.add(name)  # judged by a later pass
+            left.update(names[at:])  # judged by a later pass, not even fetched by this one
+            break
+        gpunode = fetch(name)
+        if gpunode is None:
             continue
         path = resource_path(keys.GROUP, keys.VERSION, keys.GPUNODE_PLURAL, name=name, subresource="status")
-        write = _write_if_changed(obj, keys.GPUNODE_KIND, path, {}, node_report(snapshot, name), now,
+        write = _write_if_changed(gpunode, keys.GPUNODE_KIND, path, {}, node_report(snapshot, name), now,
                                   f"GPUNode {name}")
         if write is not None:
             writes.append(write)

@@ -165,11 +165,19 @@ def test_with_a_limit_a_pass_judges_only_until_it_has_that_many_node_writes(comp
     objects = {name: {"metadata": {"name": name, "resourceVersion": "9"}, "status": {}} for name in names}
     memo = reports.ReportMemo()
     written: list[str] = []
+    fetched: list[str] = []
+
+    def lookup(name: str) -> dict[str, Any] | None:
+        fetched.append(name)
+        return objects.get(name)
+
     for _ in range(4):  # each pass writes what it found, as the binder does
         computed.clear()
-        writes = report_writes(snap, [], objects.values(), now=NOW, memo=memo, lookup=objects.get, limit=3)
+        fetched.clear()
+        writes = report_writes(snap, [], objects.values(), now=NOW, memo=memo, lookup=lookup, limit=3)
         # The last pass's three again (their writes may not have gone out) and three more: never all ten.
         assert len(computed) <= 6, f"judged {len(computed)} nodes for 3 writes"
+        assert len(fetched) <= 6, f"fetched {len(fetched)} GPUNodes for 3 writes: the rest wait unread"
         for write in writes:
             name = write.what.removeprefix("GPUNode ")
             objects[name] = {"metadata": {"name": name, "resourceVersion": "10"}, "status": dict(write.status)}

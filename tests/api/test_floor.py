@@ -1,6 +1,7 @@
-"""Admission reads Kubernetes JSON only through the typed floor (``cozygpu.api``), never by a field name of its own.
+"""Admission and the binder read Kubernetes JSON only through the typed floor (``cozygpu.api``), never by a
+field name of their own.
 
-The rule, over every module of ``cozygpu/admission/``: no subscript read
+The rule, over every module of ``cozygpu/admission/`` and ``cozygpu/binder/``: no subscript read
 with a string constant (``obj["spec"]``) and no ``.get`` with a string
 constant (``spec.get("count")``). A field's name, its type check and what a
 malformed value reads as live in one reader of ``cozygpu/api/``; a webhook
@@ -12,7 +13,11 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-ADMISSION = Path(__file__).resolve().parents[2] / "cozygpu" / "admission"
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[2] / "cozygpu"
+#: The behaviour code: what decides reads the floor.
+BEHAVIOUR = ("admission", "binder")
 
 
 def raw_reads(source: str) -> list[str]:
@@ -35,8 +40,9 @@ def test_the_rule_sees_a_subscript_and_a_get_by_field_name_but_not_a_write_or_a_
     assert raw_reads(source) == ["1: obj['spec']", "2: spec.get('count', 0)"]
 
 
-def test_no_admission_module_reads_raw_json_by_field_name() -> None:
-    modules = sorted(ADMISSION.glob("*.py"))
+@pytest.mark.parametrize("package", BEHAVIOUR)
+def test_no_behaviour_module_reads_raw_json_by_field_name(package: str) -> None:
+    modules = sorted((PACKAGE / package).glob("*.py"))
     assert modules
     found = {path.name: reads for path in modules if (reads := raw_reads(path.read_text()))}
     assert found == {}, f"read these through cozygpu.api: {found}"

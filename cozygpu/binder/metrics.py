@@ -13,7 +13,7 @@
     cozygpu_read_model_drift_total                   checks that found the live read model off a build from the
                                                      stores (each repaired by a rebuild; expected to stay 0)
 
-The gauges are set from each full pass's snapshot (the view the pass decided
+The gauges are set from each reports pass's snapshot (the view the pass decided
 on, so they trail its own writes by one pass) and only by the leader; a
 replica that stops leading keeps its last values, so a reader joins them with
 ``cozygpu_leader_is_leader == 1``.
@@ -93,7 +93,7 @@ class BinderMetrics:
         return True
 
     def observe_units(self, snapshot: Snapshot) -> None:
-        """Set the unit gauges from a full pass's snapshot; series of gone classes and nodes are dropped.
+        """Set the unit gauges from a reports pass's snapshot; series of gone classes and nodes are dropped.
 
         Each group is set again only when a snapshot map it reads changed, and the per-node and per-device
         groups only for the nodes and devices the model's change log names since the last snapshot: after

@@ -250,7 +250,7 @@ class StallProbe:
         Python frame is then the runner's: uvloop's ``run_until_complete`` is C)."""
         if frame.f_code.co_filename.endswith(("asyncio/runners.py", "uvloop/__init__.py")):
             return None
-        innermost = f"{frame.f_code.co_filename.rsplit('/', 2)[-2]}/{frame.f_code.co_name}"
+        innermost = f"{'/'.join(frame.f_code.co_filename.rsplit('/', 2)[-2:])}:{frame.f_code.co_name}"
         while frame is not None:
             name = frame.f_code.co_filename
             if "/cozygpu/" in name and not name.endswith(("runtime/command.py", "cozygpu/cli.py")):

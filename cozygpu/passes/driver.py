@@ -181,9 +181,9 @@ OutcomeHook = Callable[[Lane, Outcome, Exception | None], None]
 
 @attrs.frozen(kw_only=True)
 class DriverConfig:
-    #: Seconds from the end of one full pass to the resync that requests the next.
+    #: Seconds from the end of one pass of a resyncing lane to the resync that requests the next.
     resync: float = 300.0
-    #: Answer passes a due full pass may wait behind before it goes next.
+    #: Passes of earlier lanes a due later lane may wait behind before it goes next.
     answer_streak: int = 10
     #: Seconds one wait for the cache to see the last pass's writes may take before it is counted.
     sync_timeout: float = 10.0

@@ -62,6 +62,8 @@ log = get_logger("cozygpu.cache")
 #: seconds of CPU and us half a second to undo, to save bandwidth nobody lacks
 #: between a controller and its API server.
 _LIST_HEADERS: Final = {"Accept-Encoding": "identity"}
+#: Seconds of buffered watch events folded before the event loop is let go (its other tasks wait no longer).
+HOLD_AT_MOST: Final = 0.004
 
 Obj = dict[str, Any]
 
@@ -274,10 +276,16 @@ class Reflector:
                         read_timeout=settings.inactivity_timeout + 30.0, connect_timeout=settings.connect_timeout,
                     )
                     try:
+                        held_since = self._clock.now()
                         async for event in stream:
                             dog.kick()
                             received += 1
                             self._deliver(event)
+                            # Events already buffered come without a suspension: let the loop go now and then,
+                            # so a burst of thousands (a fleet growing) does not hold every other task.
+                            if self._clock.now() - held_since >= HOLD_AT_MOST:
+                                await asyncio.sleep(0)
+                                held_since = self._clock.now()
                     finally:
                         aclose = getattr(stream, "aclose", None)
                         if aclose is not None:

@@ -335,3 +335,26 @@ async def test_a_kind_with_a_page_decoder_stores_the_decoded_pages_and_shares_wh
         assert informer.store.get("t", "p1") is watched
     finally:
         task.cancel()
+
+
+async def test_a_burst_of_buffered_watch_events_lets_the_loop_go_between_slices(running: Running) -> None:
+    """Events already buffered come without a suspension; folding a thousand of them must not hold every other
+    task of the replica (a webhook, a lease renewal) until the last is folded."""
+    await running.converged()
+    folded_at_ticks: list[int] = []
+    running.informer.subscribe(lambda _event: running.clock.advance(0.001))  # each event's fold takes a ms
+
+    async def ticker() -> None:
+        while True:
+            folded_at_ticks.append(len(running.events))
+            await asyncio.sleep(0)
+
+    task = asyncio.create_task(ticker())
+    try:
+        for i in range(100):  # queued on the open watch before the reflector reads any of them
+            running.api.put(PATH, device(f"burst-{i}"))
+        await until(lambda: len(running.events) == 100)
+    finally:
+        task.cancel()
+    during = sorted({n for n in folded_at_ticks if 0 < n < 100})
+    assert len(during) >= 100 * 0.001 / 0.004 - 2, f"the loop ran at {during} events folded of 100"

@@ -170,10 +170,13 @@ class VMIWebhook:
         trigger = self._cache.trigger(specs.GPU_DEVICES, name="vmi admission")
         label = f"VMI {plan.namespace}/{plan.vmi}"
         result = "timeout"
+        # Template devices this start created: until this replica's cache has shown one, its absence is
+        # the watch not having caught up, not a deletion.
+        unseen = {member.name for member in plan.to_create}
         try:
             async with asyncio.timeout(self._config.bind_wait):
                 while True:
-                    answers = self._answers(plan, request_id)
+                    answers = self._answers(plan, request_id, unseen)
                     if answers is True:
                         result = SUCCEEDED
                         return None
@@ -188,15 +191,22 @@ class VMIWebhook:
             if self._metrics is not None:
                 self._metrics.bind_wait.labels(result).observe(time.perf_counter() - started)
 
-    def _answers(self, plan: StartPlan, request_id: str) -> Refusal | Literal[True] | None:
-        """True when every member is answered Succeeded on one node, why not once all are answered, else None."""
+    def _answers(self, plan: StartPlan, request_id: str, unseen: set[str]) -> Refusal | Literal[True] | None:
+        """True when every member is answered Succeeded on one node, why not once all are answered, else None.
+
+        ``unseen``: members this start created that the cache has not shown yet (a member leaves it when
+        seen); one of them missing from the cache is not an answer yet, any other missing one was deleted.
+        """
         store = self._cache.store(specs.GPU_DEVICES)
         label = f"VMI {plan.namespace}/{plan.vmi}"
         nodes: set[str] = set()
         for member in plan.members:
             obj = store.get(plan.namespace, member.name)
             if obj is None:
+                if member.name in unseen:
+                    return None
                 return refusals.device_deleted_while_admitting(plan.namespace, member.name, vmi=plan.vmi)
+            unseen.discard(member.name)
             # Every waiter runs this on every device event: the id first, the whole answer once it is ours.
             answer = devices.bind_answer(obj) if devices.answer_id(obj) == request_id else None
             if answer is None:

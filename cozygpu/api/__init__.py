@@ -19,13 +19,7 @@
 - ``workloads``: Cozystack's usage records (Workload, WorkloadMonitor),
   built and compared;
 - ``events``: a core/v1 Event about an object;
-- ``apistatus``: the causes of a refused request's ``metav1.Status``;
-- ``admission``: an AdmissionReview's request, read once, and its response;
-- ``kubevirt``, ``pods``, ``scheduling``, ``device_refs``,
-  ``admission_devices``, ``leases``: what the webhooks read of a VMI, a
-  launcher pod, their scheduling fields, the device-refs annotation, a
-  GPUDevice and the leader's Lease;
-- ``values``: a JSON value as the type a reader expects, never walked;
+- ``apistatus``: the causes of a refused request's ``metav1.Status``.
 
 The model's typed views are built from JSON in ``cozygpu.views.decode``;
 ``binder/`` and ``admission/`` read raw JSON only through these modules

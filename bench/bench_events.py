@@ -313,6 +313,7 @@ class Rig:
             latest = self.api.latest.get(spec.path)
             if latest is not None and self.cache.is_served(spec):
                 await self.cache.wait_for_resource_version(spec, str(latest), timeout=60)
+        await self.api.folded()  # the cache may show an event before its fold is recorded
 
     async def run(self, lane: Lane) -> PassRecord:
         writes = Writes()

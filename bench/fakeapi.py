@@ -16,7 +16,10 @@ streams' queues until the pass awaits something else. Every event a watch
 delivered is timed (``folds``): from the moment the stream hands it to the
 reflector to the moment the reflector asks for the next one — the reflector
 does nothing else in between (transform, freeze, store, indexes, handlers,
-triggers), so that is the cost of folding it.
+triggers) but, once per few ms of buffered events, let the loop go once, so
+that is the cost of folding it. A fold is recorded when the reflector asks
+for the next event, which may come after the cache already shows the event:
+``folded()`` waits for every handed event's record.
 
 Only what the cache and the binder use is here: field selectors on
 ``metadata.name``; no label selectors, no bookmarks, no compaction, no
@@ -113,6 +116,9 @@ class FakeApi(Client):
         self.core = dict(core or {})
         #: Seconds each delivered watch event took the reflector to fold, with its collection.
         self.folds: list[tuple[str, float]] = []
+        self._unfolded = 0
+        self._all_folded = asyncio.Event()
+        self._all_folded.set()
         #: Writes taken, by verb and collection (``"PATCH /api/v1/nodes"``).
         self.writes: dict[str, int] = {}
         self.events_created = 0
@@ -194,11 +200,22 @@ class FakeApi(Client):
             while True:
                 event = await stream.queue.get()
                 handed = time.perf_counter()
-                yield event
+                self._unfolded += 1
+                self._all_folded.clear()
+                try:
+                    yield event
+                finally:
+                    self._unfolded -= 1
+                    if not self._unfolded:
+                        self._all_folded.set()
                 # The reflector asks for the next event right after folding this one.
                 self.folds.append((collection, time.perf_counter() - handed))
         finally:
             self.streams.remove(stream)
+
+    async def folded(self) -> None:
+        """Until every event a stream handed out has been folded (its fold is in ``folds``)."""
+        await self._all_folded.wait()
 
     # -- writes -------------------------------------------------------------------------------
 

@@ -13,19 +13,24 @@
     cozygpu_read_model_drift_total                   checks that found the live read model off a build from the
                                                      stores (each repaired by a rebuild; expected to stay 0)
 
-The gauges are set from each reports pass's snapshot (the view the pass decided
-on, so they trail its own writes by one pass) and only by the leader; a
-replica that stops leading keeps its last values, so a reader joins them with
-``cozygpu_leader_is_leader == 1``.
+The gauges follow each reports pass's snapshot (the view the pass decided on,
+so they trail its own writes by one pass) and only the leader's; a replica
+that stops leading keeps its last values, so a reader joins them with
+``cozygpu_leader_is_leader == 1``. The per-class and per-device gauges are set
+by the pass; the per-node families (thousands of series at a fleet's size) are
+read from the pass's snapshot when ``/metrics`` is scraped, which runs off the
+event loop, so a pass over a fleet whose reports all moved sets nothing per
+node (a snapshot never changes once made).
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection
-from typing import Any, Final
+from collections.abc import Iterator
+from typing import Final
 
 import attrs
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily, Metric
 
 from cozygpu.binder.reports import class_status
 from cozygpu.model.snapshot import Changes, Phase, Snapshot
@@ -41,14 +46,11 @@ class BinderMetrics:
     answer_latency: Histogram
     detaches: Counter
     class_units: Gauge
-    node_units: Gauge
     devices: Gauge
-    report_time: Gauge
     drift: Counter
     events_dropped: Counter
-    #: What each per-node series was last set to: a pass sets only the series whose value moved.
-    _node_values: dict[str, dict[tuple[str, ...], float]] = attrs.field(factory=dict, init=False, eq=False)
-    _report_values: dict[str, dict[tuple[str, ...], float]] = attrs.field(factory=dict, init=False, eq=False)
+    #: The per-node families, read from the last snapshot when scraped.
+    per_node: PerNodeUnits
     #: Devices by (class, phase), kept from the change log between snapshots of one model.
     _device_counts: dict[tuple[str, str], int] = attrs.field(factory=dict, init=False, eq=False)
     #: The snapshot the gauges were last set from: the model's change log says which nodes and devices moved.
@@ -71,17 +73,14 @@ class BinderMetrics:
                              ("reason", "deleted"), registry=registry),
             class_units=Gauge("cozygpu_binder_class_units", "Units per class: served by eligible nodes, held, "
                               "free", ("class", "state"), registry=registry),
-            node_units=Gauge("cozygpu_binder_node_units", "Units per node and resource name: served, held, free",
-                             ("node", "resource", "state"), registry=registry),
             devices=Gauge("cozygpu_binder_devices", "GPUDevices per class and phase (Pending, Bound, Lost)",
                           ("class", "phase"), registry=registry),
-            report_time=Gauge("cozygpu_binder_node_report_timestamp_seconds", "When each GPUNode's agent last "
-                              "reported (Unix time; 0 when it never did)", ("node",), registry=registry),
             drift=Counter("cozygpu_read_model_drift", "Checks that found the live read model off a build from "
                           "the stores (each repaired by a rebuild)", registry=registry),
             events_dropped=Counter("cozygpu_binder_events_dropped", "Events about GPUDevices not sent (best "
                                    "effort, off the placement path): queue full, refused, or the term ended",
                                    ("reason",), registry=registry),
+            per_node=PerNodeUnits.on(registry),
         )
 
     def _moved(self, group: str, *maps: object) -> bool:
@@ -93,37 +92,25 @@ class BinderMetrics:
         return True
 
     def observe_units(self, snapshot: Snapshot) -> None:
-        """Set the unit gauges from a reports pass's snapshot; series of gone classes and nodes are dropped.
+        """Follow a reports pass's snapshot; series of gone classes and nodes are dropped.
 
-        Each group is set again only when a snapshot map it reads changed, and the per-node and per-device
-        groups only for the nodes and devices the model's change log names since the last snapshot: after
-        a Node label or one order, the gauges of a fleet are not walked again.
+        The per-class group is set again only when a snapshot map it reads changed, the device counts
+        only for the devices the model's change log names since the last snapshot, and the per-node
+        families are only pointed at this snapshot: after a Node label, one order or a fleet's reports
+        refreshed, nothing of the fleet is walked here.
         """
         last = self._units_from[0] if self._units_from else None
         changes = snapshot.changes_since(last) if last is not None else None
         self._units_from[:] = [snapshot]
+        self.per_node.snapshot = snapshot
         if self._moved("classes", snapshot.classes, snapshot.availability, snapshot.devices, snapshot.capacity):
             self.class_units.clear()
             for name, gpu_class in snapshot.classes.items():
                 status = class_status(snapshot, gpu_class)
                 for state in ("units", "held", "free"):
                     self.class_units.labels(name, state).set(status[state])
-        scope = changes.nodes if changes is not None else None
-        if self._moved("nodes", snapshot.capacity):
-            wanted: dict[tuple[str, str, str], float] = {}
-            for node in snapshot.capacity if scope is None else scope:
-                for resource, entry in snapshot.capacity.get(node, {}).items():
-                    wanted[(node, resource, "served")] = entry.served
-                    wanted[(node, resource, "held")] = entry.held
-                    wanted[(node, resource, "free")] = max(entry.room, 0)
-            _sync(self.node_units, self._node_values, wanted, scope)
         if self._moved("devices", snapshot.devices, snapshot.classes):
             self._count_devices(snapshot, last, changes)
-        if self._moved("reports", snapshot.inventories):
-            reported = {node: (inventory.last_report.timestamp() if inventory.last_report is not None else 0.0)
-                        for node in (snapshot.inventories if scope is None else scope)
-                        if (inventory := snapshot.inventories.get(node)) is not None}
-            _sync(self.report_time, self._report_values, {(node,): value for node, value in reported.items()}, scope)
 
     def _count_devices(self, snapshot: Snapshot, last: Snapshot | None, changes: Changes | None) -> None:
         counts = self._device_counts
@@ -147,24 +134,42 @@ class BinderMetrics:
                 self.devices.labels(name, phase).set(count)
 
 
-def _sync(gauge: Gauge, have: dict[str, dict[tuple[str, ...], float]], wanted: dict[Any, float],
-          scope: Collection[str] | None) -> None:
-    """Set the series of ``gauge`` whose value moved and drop those not wanted (a thousand nodes: no clear).
+class PerNodeUnits:
+    """``cozygpu_binder_node_units`` and ``cozygpu_binder_node_report_timestamp_seconds``, from a snapshot.
 
-    ``have`` holds the series set, by node (their first label); ``scope`` the nodes ``wanted`` covers
-    (None: every node), so only their series are looked at.
+    A collector: the series are made when the registry is scraped (on the scrape's thread), from the
+    last snapshot a reports pass decided on; before the first, both families are empty.
     """
-    for node in list(have) if scope is None else scope:
-        series = have.get(node)
-        if series is None:
-            continue
-        for labels in [k for k in series if k not in wanted]:
-            gauge.remove(*labels)
-            del series[labels]
-        if not series:
-            del have[node]
-    for labels, value in wanted.items():
-        series = have.setdefault(labels[0], {})
-        if series.get(labels) != value:
-            gauge.labels(*labels).set(value)
-            series[labels] = value
+
+    def __init__(self) -> None:
+        self.snapshot: Snapshot | None = None
+
+    @classmethod
+    def on(cls, registry: CollectorRegistry) -> PerNodeUnits:
+        collector = cls()
+        registry.register(collector)
+        return collector
+
+    def describe(self) -> Iterator[Metric]:
+        yield from self._families()
+
+    def collect(self) -> Iterator[Metric]:
+        units, reported = self._families()
+        snapshot = self.snapshot  # one snapshot for the whole scrape: it never changes once made
+        if snapshot is not None:
+            for node, by_name in snapshot.capacity.items():
+                for resource, entry in by_name.items():
+                    units.add_metric((node, resource, "served"), entry.served)
+                    units.add_metric((node, resource, "held"), entry.held)
+                    units.add_metric((node, resource, "free"), max(entry.room, 0))
+            for node, inventory in snapshot.inventories.items():
+                reported.add_metric((node,), inventory.last_report.timestamp() if inventory.last_report else 0.0)
+        yield units
+        yield reported
+
+    @staticmethod
+    def _families() -> tuple[GaugeMetricFamily, GaugeMetricFamily]:
+        return (GaugeMetricFamily("cozygpu_binder_node_units", "Units per node and resource name: served, held, "
+                                  "free", labels=("node", "resource", "state")),
+                GaugeMetricFamily("cozygpu_binder_node_report_timestamp_seconds", "When each GPUNode's agent "
+                                  "last reported (Unix time; 0 when it never did)", labels=("node",)))

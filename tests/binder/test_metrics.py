@@ -1,51 +1,79 @@
-"""The unit gauges follow the snapshot, and a group whose snapshot maps did not change is not walked again."""
+"""The unit gauges follow the snapshot: a pass sets the class and device groups whose maps changed, and the
+per-node families are read from the pass's snapshot only when scraped."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import attrs
-import pytest
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, generate_latest
 
-from cozygpu.binder import metrics as binder_metrics
 from cozygpu.binder.metrics import BinderMetrics
 from cozygpu.model.assemble import Assembly
 from cozygpu.model.snapshot import Phase
 from tests.model.factories import NOW, device, gpu_class, gpu_nodes
 
 
-def test_only_the_gauge_groups_whose_snapshot_maps_changed_are_set_again(monkeypatch: pytest.MonkeyPatch) -> None:
-    walked: list[str] = []
-    nodes: list[list[str]] = []
-    real_sync = binder_metrics._sync
+class Read(Mapping[str, Any]):
+    """A snapshot map that counts every read of it (a key looked up, or a walk over it)."""
 
-    def counting(gauge: Any, have: Any, wanted: Any, scope: Any) -> None:
-        walked.append(gauge._name)
-        nodes.append(sorted({labels[0] for labels in wanted}))
-        real_sync(gauge, have, wanted, scope)
+    def __init__(self, inner: Mapping[str, Any]) -> None:
+        self.inner, self.reads = inner, 0
 
-    monkeypatch.setattr(binder_metrics, "_sync", counting)
+    def __getitem__(self, key: str) -> Any:
+        self.reads += 1
+        return self.inner[key]
+
+    def __iter__(self) -> Iterator[str]:
+        self.reads += 1
+        return iter(self.inner)
+
+    def __len__(self) -> int:
+        return len(self.inner)
+
+
+def test_a_pass_walks_no_node_and_a_scrape_reads_the_passs_snapshot() -> None:
+    registry = CollectorRegistry()
+    gauges = BinderMetrics.on(registry)
+    resource = gpu_class().resource_name
+    node_views, inventories = gpu_nodes(("n1", 4), ("n2", 4))
+    assembly = Assembly()
+    first = assembly.rebuild(now=NOW, classes=[gpu_class()], devices=[device("d", phase=Phase.BOUND, node="n1")],
+                             nodes=node_views, inventories=inventories, pods=(), vmis=(), namespaces=())
+    assert registry.get_sample_value("cozygpu_binder_node_units", {"node": "n1", "resource": resource,
+                                                                   "state": "held"}) is None, "no pass yet"
+    gauges.observe_units(first)
+    assert registry.get_sample_value("cozygpu_binder_node_units", {"node": "n1", "resource": resource,
+                                                                   "state": "held"}) == 1
+    assert registry.get_sample_value("cozygpu_binder_node_units", {"node": "n2", "resource": resource,
+                                                                   "state": "free"}) == 4
+
+    second = assembly.update(now=NOW, devices={("tenant-a", "e"): device("e", count=2, phase=Phase.BOUND,
+                                                                         node="n2")})
+    capacity, inventory = Read(second.capacity), Read(second.inventories)
+    watched = attrs.evolve(second, capacity=capacity, inventories=inventory)
+    gauges.observe_units(watched)
+    assert (capacity.reads, inventory.reads) == (0, 0), "a pass sets nothing per node: not even the changed one"
+    assert registry.get_sample_value("cozygpu_binder_devices", {"class": "h100", "phase": "Bound"}) == 2
+
+    scraped = generate_latest(registry).decode()
+    assert capacity.reads > 0, "the scrape reads the pass's snapshot"
+    assert inventory.reads > 0
+    assert f'cozygpu_binder_node_units{{node="n2",resource="{resource}",state="held"}} 2.0' in scraped
+    assert 'cozygpu_binder_node_report_timestamp_seconds{node="n1"}' in scraped
+
+
+def test_a_node_gone_from_the_snapshot_leaves_the_scrape() -> None:
     registry = CollectorRegistry()
     gauges = BinderMetrics.on(registry)
     node_views, inventories = gpu_nodes(("n1", 4), ("n2", 4))
     assembly = Assembly()
-    snapshot = assembly.rebuild(now=NOW, classes=[gpu_class()], devices=[device("d", phase=Phase.BOUND, node="n1")],
-                                nodes=node_views, inventories=inventories, pods=(), vmis=(), namespaces=())
-    gauges.observe_units(snapshot)
-    assert sorted(walked) == ["cozygpu_binder_node_report_timestamp_seconds", "cozygpu_binder_node_units"]
-    assert registry.get_sample_value("cozygpu_binder_node_units", {"node": "n1", "resource": gpu_class().resource_name,
-                                                                   "state": "held"}) == 1
-
-    walked.clear()
-    labelled = attrs.evolve(node_views[1], labels={"zone": "b"})
-    gauges.observe_units(assembly.update(now=NOW, devices={}, nodes={"n2": labelled}))
-    assert walked == [], "a Node label moves no unit: the fleet's node gauges are not walked again"
-
-    gauges.observe_units(assembly.update(now=NOW, devices={("tenant-a", "e"): device(
-        "e", count=2, phase=Phase.BOUND, node="n2")}))
-    assert walked == ["cozygpu_binder_node_units"]
-    assert nodes[-1] == ["n2"], "only the node the change log names is looked at"
+    gauges.observe_units(assembly.rebuild(now=NOW, classes=[gpu_class()], devices=[], nodes=node_views,
+                                          inventories=inventories, pods=(), vmis=(), namespaces=()))
+    assert registry.get_sample_value("cozygpu_binder_node_report_timestamp_seconds", {"node": "n2"}) is not None
+    gauges.observe_units(assembly.rebuild(now=NOW, classes=[gpu_class()], devices=[], nodes=node_views[:1],
+                                          inventories=inventories[:1], pods=(), vmis=(), namespaces=()))
+    assert registry.get_sample_value("cozygpu_binder_node_report_timestamp_seconds", {"node": "n2"}) is None
     assert registry.get_sample_value("cozygpu_binder_node_units", {"node": "n2", "resource": gpu_class().resource_name,
-                                                                   "state": "held"}) == 2
-    assert registry.get_sample_value("cozygpu_binder_devices", {"class": "h100", "phase": "Bound"}) == 2
+                                                                   "state": "served"}) is None

@@ -251,7 +251,8 @@ class ReportsWork:
         gpunodes = context.cache.store(specs.GPU_NODES)
         due = self._due(reports.report_writes(
             snapshot, context.cache.store(specs.GPU_CLASSES).list(), gpunodes.list(), now=snapshot.now,
-            memo=self._memo, lookup=lambda name: gpunodes.get(None, name), limit=context.config.reports_per_pass))
+            memo=self._memo, lookup=lambda name: gpunodes.get(None, name), limit=context.config.reports_per_pass,
+            judge_limit=context.config.reports_judged_per_pass))
         # A report refused on its resourceVersion is not a reason to requeue: the agent reports often, and
         # the change that beat it is itself an event of a watched kind, which asks for a pass.
         sent = await context.send(reports.report_sends(due), writes, stop=stop)

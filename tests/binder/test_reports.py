@@ -184,3 +184,32 @@ def test_with_a_limit_a_pass_judges_only_until_it_has_that_many_node_writes(comp
             written.append(name)
     assert sorted(written) == sorted(names), "every node's report made, three a pass"
     assert report_writes(snap, [], objects.values(), now=NOW, memo=memo, lookup=objects.get, limit=3) == ()
+
+
+def test_with_a_judge_limit_a_pass_judges_a_slice_of_the_fleet_even_when_nothing_is_to_write(
+        computed: list[str]) -> None:
+    """Every GPUNode's object moved (a bulk agent refresh) or the memo was forgotten, and no report needs a
+    write: without a bound on judging, one pass judged the whole fleet in one step of the event loop."""
+    names = [f"n{i:02d}" for i in range(10)]
+    node_views, inventories = gpu_nodes(*((name, 8) for name in names))
+    snap = Assembly().rebuild(now=NOW, classes=[gpu_class()], devices=[], nodes=node_views, inventories=inventories,
+                              pods=[], vmis=[], namespaces=[])
+    objects = {name: {"metadata": {"name": name, "resourceVersion": "9"}, "status": {}} for name in names}
+    for write in report_writes(snap, [], objects.values(), now=NOW):
+        name = write.what.removeprefix("GPUNode ")
+        objects[name] = {"metadata": {"name": name, "resourceVersion": "10"}, "status": dict(write.status)}
+    memo = reports.ReportMemo()
+    judged: list[str] = []
+    for _ in range(4):
+        computed.clear()
+        assert report_writes(snap, [], objects.values(), now=NOW, memo=memo, lookup=objects.get, limit=3,
+                             judge_limit=4) == ()
+        assert len(computed) <= 4, f"judged {len(computed)} GPUNodes in one pass; the slice is 4"
+        judged += computed
+        if not memo.left:
+            break
+        assert memo.left == len(names) - len(set(judged)), "the rest are left for the next pass, which is asked for"
+    assert sorted(set(judged)) == names, "every GPUNode judged, a slice a pass"
+    computed.clear()
+    report_writes(snap, [], objects.values(), now=NOW, memo=memo, lookup=objects.get, limit=3, judge_limit=4)
+    assert computed == [], "all judged: nothing left"

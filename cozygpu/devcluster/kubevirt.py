@@ -26,6 +26,18 @@ What it imitates:
   ``domain.resources`` **replace** any key they share, as KubeVirt ≥ 0.56 does
   (§1.4 ⚠: never put a GPU name there as well); ``nodeSelector``,
   ``affinity`` and ``tolerations`` copied from the VMI.
+- **DRA devices** (KubeVirt 1.9, gates ``GPUsWithDRA`` and ``HostDevicesWithDRA``
+  Beta, so on; renderresources.go ``WithGPUsDRA`` / ``WithHostDevicesDRA``,
+  template.go, pkg/dra/resource_claims.go ``ToPodResourceClaims``): a
+  ``gpus`` or ``hostDevices`` entry with ``claimName`` / ``requestName`` and
+  no ``deviceName`` adds no extended resource but one
+  ``{name: claimName, request: requestName}`` to the compute container's
+  ``resources.claims``: the gpus' first, then the hostDevices', in order, not
+  deduplicated (``request`` left out when empty). The VMI's
+  ``spec.resourceClaims`` become the pod's, every entry in order, referenced
+  or not (``name`` with ``resourceClaimName`` or
+  ``resourceClaimTemplateName``). An entry with both a ``deviceName`` and a
+  claim renders neither: KubeVirt's DRA admitter refuses it.
 - **VMI status** (lifecycle.go): ``activePods`` is ``{uid: spec.nodeName}``
   over every pod controlled by the VMI, whatever its phase (``""`` while
   unscheduled). Phases: ``""`` → ``Pending`` → (pod created) ``Scheduling`` →
@@ -48,8 +60,11 @@ What it does not: migrations (one pod per VMI; ``activePods`` still lists
 every controlled pod), restarts (a Failed VMI stays Failed, whatever the run
 strategy), VM status, virt-launcher's volumes, environment, annotations
 copied from the VMI, memory overhead and KubeVirt's own affinity terms,
-instancetypes and preferences, ``permittedHostDevices`` checks, DRA claims,
-the ``kubevirt.io/nodeName`` label, events, the VM controller's finalizer.
+instancetypes and preferences, ``permittedHostDevices`` checks, the DRA
+admitter's checks (a claim naming no ``resourceClaims`` entry reaches the API
+server, which refuses the pod), DRA networks (``NetworkDevicesWithDRA`` is
+alpha, off), the ``kubevirt.io/nodeName`` label, events, the VM controller's
+finalizer.
 
 Contract: ``KubeVirtStandIn(client).run()`` lives in its caller's task group
 until cancelled. It reads through an informer cache of its own (VMs, VMIs,
@@ -170,15 +185,50 @@ def vmi_id(name: str) -> str:
     return f"{name[:54]}-{hashlib.sha1(name.encode()).hexdigest()[:8]}"
 
 
+def _device_entries(vmi: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The VMI's ``gpus`` entries, then its ``hostDevices`` entries (KubeVirt's rendering order)."""
+    devices = (((vmi.get("spec") or {}).get("domain") or {}).get("devices")) or {}
+    return [*(devices.get("gpus") or ()), *(devices.get("hostDevices") or ())]
+
+
+def _has_claim(entry: Mapping[str, Any]) -> bool:
+    """Whether KubeVirt decodes a ``ClaimRequest`` from the entry: either key present, inlined in it."""
+    return "claimName" in entry or "requestName" in entry
+
+
 def device_counts(vmi: Mapping[str, Any]) -> dict[str, int]:
     """One unit per ``gpus`` and ``hostDevices`` entry with a deviceName and no claim, summed per name."""
-    devices = (((vmi.get("spec") or {}).get("domain") or {}).get("devices")) or {}
     counts: dict[str, int] = {}
-    for entry in [*(devices.get("gpus") or ()), *(devices.get("hostDevices") or ())]:
+    for entry in _device_entries(vmi):
         name = entry.get("deviceName")
-        if name and not entry.get("claimName"):
+        if name and not _has_claim(entry):
             counts[name] = counts.get(name, 0) + 1
     return counts
+
+
+def container_claims(vmi: Mapping[str, Any]) -> list[Obj]:
+    """The compute container's ``resources.claims``: one per entry with a claim and no deviceName.
+
+    ``{name: claimName, request: requestName}`` in the order of
+    ``_device_entries``, duplicates kept (renderresources.go ``WithGPUsDRA``,
+    ``WithHostDevicesDRA``); ``request`` is left out when empty, as its
+    ``omitempty`` does.
+    """
+    claims: list[Obj] = []
+    for entry in _device_entries(vmi):
+        if not entry.get("deviceName") and _has_claim(entry):
+            claim: Obj = {"name": entry.get("claimName") or ""}
+            if entry.get("requestName"):
+                claim["request"] = entry["requestName"]
+            claims.append(claim)
+    return claims
+
+
+def pod_resource_claims(vmi: Mapping[str, Any]) -> list[Obj]:
+    """The pod's ``spec.resourceClaims``: every VMI ``resourceClaims`` entry, in order (``ToPodResourceClaims``)."""
+    fields = ("name", "resourceClaimName", "resourceClaimTemplateName")
+    return [{k: claim[k] for k in fields if claim.get(k) is not None}
+            for claim in (vmi.get("spec") or {}).get("resourceClaims") or ()]
 
 
 def compute_resources(vmi: Mapping[str, Any]) -> Obj:
@@ -188,7 +238,7 @@ def compute_resources(vmi: Mapping[str, Any]) -> Obj:
     to the VMI's (memory from ``domain.memory.guest`` when no request names
     it); then every key the VMI's ``domain.resources`` sets replaces the
     computed value (so a GPU name there replaces its count instead of adding
-    to it).
+    to it). The DRA entries' claims go beside them, in ``claims``.
     """
     domain = (vmi.get("spec") or {}).get("domain") or {}
     own = domain.get("resources") or {}
@@ -201,6 +251,8 @@ def compute_resources(vmi: Mapping[str, Any]) -> Obj:
     resources: Obj = {"requests": requests}
     if limits:
         resources["limits"] = limits
+    if claims := container_claims(vmi):
+        resources["claims"] = claims
     return resources
 
 
@@ -223,6 +275,8 @@ def launcher_pod(vmi: Mapping[str, Any]) -> Obj:
                 "terminationGracePeriodSeconds"):
         if spec.get(key) is not None:
             pod_spec[key] = copy.deepcopy(spec[key])
+    if claims := pod_resource_claims(vmi):
+        pod_spec["resourceClaims"] = claims
     return {
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {

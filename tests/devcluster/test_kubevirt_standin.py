@@ -6,7 +6,12 @@ KubeVirt's), its controller ownerReference to the VMI, one ``compute``
 container whose requests and limits carry one unit per ``gpus`` /
 ``hostDevices`` entry, a VMI ``resources`` key replacing a count instead of
 adding to it, placement fields copied, ``status.activePods`` as
-``{pod uid: node}``, the phases, and VM start/stop.
+``{pod uid: node}``, the phases, and VM start/stop. KubeVirt 1.9's DRA
+boundary (renderresources.go ``WithGPUsDRA`` / ``WithHostDevicesDRA``,
+``ToPodResourceClaims``): a ``claimName`` entry adds a
+``{name, request}`` to the compute container's ``resources.claims`` and no
+extended resource, and the VMI's ``resourceClaims`` become the pod's; the
+rendering is checked as a pure function, then once against the API server.
 
 On the fast plane (API server only) the test plays kube-scheduler (a
 ``pods/binding``) and kwok (``pods/status`` Running) itself, and nothing but
@@ -20,14 +25,16 @@ import asyncio
 import contextlib
 import re
 import uuid
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from cozygpu import keys
 from cozygpu.devcluster import nodes
-from cozygpu.devcluster.kubevirt import KubeVirtStandIn
+from cozygpu.devcluster.kubevirt import KubeVirtStandIn, launcher_pod
 from cozygpu.kube import Client, Obj, resource_path
 from tests.support.crds import install_fixture_crd
 from tests.support.planes import Fleet
@@ -62,6 +69,116 @@ PLACEMENT: Obj = {
         {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a", "b"]}]}]}}},
     "tolerations": [{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}],
 }
+
+
+CLAIM_GPU: Obj = {"name": "dra-gpu", "claimName": "gpus", "requestName": "h100"}
+CLAIMS: list[Obj] = [{"name": "gpus", "resourceClaimTemplateName": "one-h100"},
+                     {"name": "nics", "resourceClaimName": "shared-nics"}]
+
+
+def rendered(spec: Obj) -> Obj:
+    """The launcher pod ``launcher_pod`` renders for a VMI of ``spec``, as virt-controller reads it."""
+    return launcher_pod({"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
+                         "metadata": {"name": "vm-dra", "namespace": "tenant-a", "uid": "vmi-uid"}, "spec": spec})
+
+
+def dra_spec(*, gpus: list[Obj], host_devices: Sequence[Obj] = (), claims: Sequence[Obj] = tuple(CLAIMS)) -> Obj:
+    devices: Obj = {"gpus": gpus, "hostDevices": list(host_devices)}
+    return {"domain": {"devices": devices, "memory": {"guest": "1Gi"}}, "resourceClaims": list(claims)}
+
+
+def compute_of(pod: Obj) -> Obj:
+    [compute] = pod["spec"]["containers"]
+    resources: Obj = compute["resources"]
+    return resources
+
+
+def test_a_claim_gpu_puts_the_vmi_claims_on_the_pod_and_its_claim_on_compute_and_no_extended_resource() -> None:
+    pod = rendered(dra_spec(gpus=[CLAIM_GPU]))
+
+    assert pod["spec"]["resourceClaims"] == CLAIMS
+    resources = compute_of(pod)
+    # {name, request}, one per entry that uses a claim (renderresources.go WithGPUsDRA).
+    assert resources["claims"] == [{"name": "gpus", "request": "h100"}]
+    assert "limits" not in resources
+    assert set(resources["requests"]) == {"cpu", "memory"}
+
+
+def test_a_mixed_vmi_counts_its_device_name_entries_and_claims_its_claim_entries_gpus_first() -> None:
+    host_claim = {"name": "dra-nic", "claimName": "nics", "requestName": "vf"}
+    spec = dra_spec(gpus=[{"name": "gpu0", "deviceName": GPU_A}, CLAIM_GPU],
+                    host_devices=[host_claim, {"name": "hd0", "deviceName": GPU_B}])
+
+    resources = compute_of(rendered(spec))
+
+    assert resources["limits"] == {GPU_A: "1", GPU_B: "1"}
+    assert {k: v for k, v in resources["requests"].items() if k.startswith("nvidia.com/")} == {GPU_A: "1", GPU_B: "1"}
+    assert resources["claims"] == [{"name": "gpus", "request": "h100"}, {"name": "nics", "request": "vf"}]
+
+
+def test_every_vmi_resource_claim_reaches_the_pod_but_compute_names_only_the_referenced_ones() -> None:
+    unused = {"name": "spare", "resourceClaimName": "spare-claim"}
+    spec = dra_spec(gpus=[CLAIM_GPU], claims=[unused, *CLAIMS])
+
+    pod = rendered(spec)
+
+    assert pod["spec"]["resourceClaims"] == [unused, *CLAIMS]
+    assert compute_of(pod)["claims"] == [{"name": "gpus", "request": "h100"}]
+
+
+def test_two_entries_of_one_claim_keep_an_entry_each_in_order() -> None:
+    second = {"name": "dra-gpu-2", "claimName": "gpus", "requestName": "a10"}
+    again = {"name": "dra-gpu-3", "claimName": "gpus", "requestName": "h100"}
+
+    claims = compute_of(rendered(dra_spec(gpus=[CLAIM_GPU, second, again])))["claims"]
+
+    # KubeVirt appends without deduplicating (its admitter refuses a repeated pair; the stand-in does not check).
+    assert claims == [{"name": "gpus", "request": "h100"}, {"name": "gpus", "request": "a10"},
+                      {"name": "gpus", "request": "h100"}]
+
+
+def test_an_entry_with_both_a_device_name_and_a_claim_renders_neither() -> None:
+    both = {**CLAIM_GPU, "deviceName": GPU_A}
+
+    pod = rendered(dra_spec(gpus=[both]))
+
+    resources = compute_of(pod)
+    assert "claims" not in resources
+    assert "limits" not in resources
+    assert GPU_A not in resources["requests"]
+    assert pod["spec"]["resourceClaims"] == CLAIMS  # the VMI's claims still reach the pod
+
+
+def test_a_vmi_without_claims_renders_no_claim_fields() -> None:
+    pod = rendered(vmi_spec(gpus=[GPU_A]))
+
+    assert "resourceClaims" not in pod["spec"]
+    assert "claims" not in compute_of(pod)
+
+
+def device_entry(device: str | None, claim: str | None) -> Obj:
+    """A ``gpus``/``hostDevices`` entry with a deviceName, a claim, both or neither."""
+    entry: Obj = {"name": "dev"}
+    if device:
+        entry["deviceName"] = device
+    if claim:
+        entry.update(claimName=claim, requestName="r")
+    return entry
+
+
+device_entries = st.lists(st.builds(device_entry, st.sampled_from([None, GPU_A, GPU_B]),
+                                    st.sampled_from([None, "gpus", "nics"])), max_size=8)
+
+
+@given(device_entries, device_entries)
+def test_each_device_entry_renders_one_unit_or_one_claim_and_never_both(gpus: list[Obj], host: list[Obj]) -> None:
+    resources = compute_of(rendered(dra_spec(gpus=gpus, host_devices=host)))
+
+    entries = [*gpus, *host]
+    units = sum(int(v) for v in (resources.get("limits") or {}).values())
+    assert units == sum(1 for e in entries if "deviceName" in e and "claimName" not in e)
+    assert resources.get("claims", []) == [{"name": e["claimName"], "request": "r"} for e in entries
+                                           if "claimName" in e and "deviceName" not in e]
 
 
 class StandIn:
@@ -241,6 +358,37 @@ async def test_a_launcher_pod_the_api_server_refuses_is_reported_on_the_vmi_whic
     assert vmi["status"]["activePods"] == {}
     listed = await standin.client.list_objects(pods_of(standin.namespace))
     assert listed["items"] == []
+
+
+async def test_a_launcher_with_a_claim_gpu_is_stored_by_the_api_server_with_its_claims_as_rendered(
+    standin: StandIn,
+) -> None:
+    spec = dra_spec(gpus=[{"name": "gpu0", "deviceName": GPU_A}, CLAIM_GPU])
+    vmi = await create_vmi(standin, "vm-dra", spec)
+
+    [pod] = await standin.launchers(vmi["metadata"]["uid"], one, what="the launcher pod")
+
+    assert pod["spec"]["resourceClaims"] == CLAIMS
+    resources = compute_of(pod)
+    assert resources["claims"] == [{"name": "gpus", "request": "h100"}]
+    assert resources["limits"] == {GPU_A: "1"}
+
+
+async def test_a_claim_naming_no_vmi_resource_claim_is_refused_by_the_api_server_and_reported_on_the_vmi(
+    standin: StandIn,
+) -> None:
+    await create_vmi(standin, "vm-dra-lost", dra_spec(gpus=[CLAIM_GPU], claims=CLAIMS[1:]))
+
+    def refused(vmi: Obj) -> bool:
+        conditions = (vmi.get("status") or {}).get("conditions") or []
+        return any(c["type"] == "Synchronized" and c["status"] == "False" for c in conditions)
+
+    vmi = await standin.vmi_where("vm-dra-lost", refused, what="reporting the refused pod")
+
+    [condition] = vmi["status"]["conditions"]
+    assert condition["reason"] == "FailedCreate"
+    assert "must be one of the names in pod.spec.resourceClaims: nics" in condition["message"]
+    assert vmi["status"]["phase"] == "Pending"
 
 
 async def test_a_launcher_bound_and_running_is_named_in_active_pods_and_the_vmi_climbs_to_running(

@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 from cozygpu import keys
 from cozygpu.model.assemble import STEP, Assembly
 from cozygpu.model.snapshot import Snapshot
+from cozygpu.views import live as live_module
 from cozygpu.views.live import LIVE_KINDS, LiveSnapshot, Source, build_snapshot
 
 Obj = dict[str, Any]
@@ -468,6 +469,45 @@ async def test_a_rebuild_runs_in_slices_and_takes_what_changed_during_them() -> 
     assert changed, "the loop ran between slices"
     assert ticks > 3
     assert world.live.last_step.startswith("update"), "what changed during the slices came as an update after"
+    live, reference = normal(snapshot), normal(world.reference())
+    for name in reference:
+        assert live[name] == reference[name], name
+
+
+@pytest.mark.parametrize("names_change", [False, True])
+async def test_reports_and_nodes_changed_by_the_many_are_taken_in_slices(monkeypatch: pytest.MonkeyPatch,
+                                                                         names_change: bool) -> None:
+    """A fleet's agents reporting at once: ``refreshed`` takes the noted reports and Node views a chunk an
+    update, with the loop let go between (one update of 5,000 held it about 0.2 s); the result is the
+    reference's, and a report whose names changed mid-way still ends in a rebuild."""
+    monkeypatch.setattr(live_module, "NODE_CHUNK", 1)
+    world = World()
+    seed(world)
+    apply(world, ("device", "d0", "tenant-a", "a", 1, "Bound", "n1", None, False, False, False))
+    assert_same(world)
+    for name in NODES:
+        apply(world, ("report", name, 3, 2, 1))  # what each serves moved; names kept
+    apply(world, ("node", "n2", True, True, True, 1))  # cordoned
+    if names_change:
+        world.put(keys.GPUNODE_KIND, report("n3", {RESOURCES[0]: 4}, reported=world.now))
+    apply(world, ("device", "d1", "tenant-a", "a", 1, "Bound", "n3", None, False, False, False))
+    ticks = 0
+
+    async def meanwhile() -> None:
+        nonlocal ticks
+        while True:
+            await asyncio.sleep(0)
+            ticks += 1
+
+    async with asyncio.TaskGroup() as group:
+        ticker = group.create_task(meanwhile())
+        snapshot = await world.live.refreshed(now=world.now, sources=world.sources(), budget=0)
+        ticker.cancel()
+    assert ticks >= 2, "the loop ran between the chunks"
+    if names_change:
+        assert world.live.last_step == "rebuild" or world.live.last_step.startswith("update")
+    else:
+        assert world.live.last_step == "update of 1 device(s)", "the nodes came before, a chunk an update"
     live, reference = normal(snapshot), normal(world.reference())
     for name in reference:
         assert live[name] == reference[name], name

@@ -5,7 +5,11 @@ and cache tests need); the *full* plane adds kube-controller-manager,
 kube-scheduler and kwok, which keeps the simulated GPU nodes (Nodes carrying
 the annotation ``SIMULATED_NODE``) Ready with lease heartbeats and runs the
 pods bound to them. Scheduling, namespace deletion, garbage collection and
-node lifecycle are then the real thing.
+node lifecycle are then the real thing, and so is Dynamic Resource Allocation
+(GA since 1.34, on by default): kube-scheduler allocates ResourceClaims from the
+ResourceSlices a driver publishes (``dra_driver`` publishes them for simulated
+nodes), and the resourceclaim controller makes claims from templates and drops
+deleted pods from ``status.reservedFor``.
 
 ``ControlPlane.start`` is blocking on purpose: it runs from the CLI and from
 pytest's session set-up, never on an event loop. The processes run in their
@@ -66,7 +70,7 @@ CONTROLLERS = (
     "namespace-controller", "garbage-collector-controller", "node-lifecycle-controller",
     "taint-eviction-controller", "serviceaccount-controller", "serviceaccount-token-controller",
     "pod-garbage-collector-controller", "resourcequota-controller", "root-ca-certificate-publisher-controller",
-    "clusterrole-aggregation-controller",
+    "clusterrole-aggregation-controller", "resourceclaim-controller",
 )
 #: Node heartbeats: kwok renews each node's Lease every quarter of this; the node-lifecycle
 #: controller calls a node NotReady after as long without a renewal.

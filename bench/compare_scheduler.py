@@ -599,12 +599,17 @@ async def metrics_of(url: str) -> dict[str, float]:
     return out
 
 
-def loop_lag(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
-    """The controller's event-loop lag between two scrapes (its ticker wakes every 0.1 s): how many
-    wake-ups, and the bucket bounds (ms) under which 99 % and all of them fell."""
+def loop_lag(*spans: tuple[dict[str, float], dict[str, float]]) -> dict[str, float]:
+    """The controller's event-loop lag over spans, each between two scrapes (its ticker wakes every
+    0.1 s): how many wake-ups, and the bucket bounds (ms) under which 99 % and all of them fell."""
     prefix = f"{LAG}_bucket{{le="
-    bounds = sorted((float(key[len(prefix):-1]), after[key] - before.get(key, 0.0))
-                    for key in after if key.startswith(prefix))
+    counts: dict[float, float] = {}
+    for before, after in spans:
+        for key in after:
+            if key.startswith(prefix):
+                bound = float(key[len(prefix):-1])
+                counts[bound] = counts.get(bound, 0.0) + after[key] - before.get(key, 0.0)
+    bounds = sorted(counts.items())
     total = bounds[-1][1] if bounds else 0.0
     if total <= 0:
         return {"ticks": 0.0, "p99_ms": math.nan, "max_ms": math.nan}
@@ -831,7 +836,9 @@ async def drive(plane: Any, args: argparse.Namespace, sizes: list[int], run_star
                 one = await bench.rounds(args.samples, args.rounds)
                 after_one = await metrics_of(metrics_url)
                 bench.phase = ""
+                stopped = await metrics_of(metrics_url)
                 frozen = await bench.frozen(controller, max(10, args.samples // 2))
+                resumed = await metrics_of(metrics_url)  # the SIGSTOP is no lag of the controller's own
                 await bench.clear_pods()
                 bursts: dict[str, Any] = {}
                 for system in SYSTEMS:  # C after B: it starts the devices B's burst bound
@@ -844,9 +851,9 @@ async def drive(plane: Any, args: argparse.Namespace, sizes: list[int], run_star
                           flush=True)
                 await bench.clear_pods()
                 ended = await metrics_of(metrics_url)
-                lag, growth_lag = loop_lag(grown, ended), loop_lag(grown_from, grown)
+                lag, growth_lag = loop_lag((grown, stopped), (resumed, ended)), loop_lag((grown_from, grown))
                 for what, figures in (("the fleet's growth", growth_lag),
-                                      ("the run: bulk report refresh, samples, bursts", lag)):
+                                      ("the run: bulk report refresh, samples, bursts (not the SIGSTOP)", lag)):
                     print(f"    controller event-loop lag over N={n}, {what}: {figures['ticks']:.0f} wake-ups, "
                           f"p99 under {figures['p99_ms']:g} ms, max under {figures['max_ms']:g} ms", flush=True)
                 results[n] = {"one": one, "burst": bursts, "shares": shares(before, after_one), "frozen": frozen,

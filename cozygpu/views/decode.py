@@ -25,6 +25,8 @@ from typing import Any, TypeGuard
 from cozygpu import keys
 from cozygpu.api.times import parse_time
 from cozygpu.model.capacity import served_units
+from cozygpu.model.cel import CelError, DeviceAttrs
+from cozygpu.model.dra import SliceDevice, SliceView
 from cozygpu.model.pods import InitContainer, PodResources, container_requests, pod_requests, whole_requests
 from cozygpu.model.snapshot import (
     Attachment,
@@ -450,3 +452,22 @@ def tenant_quotas(quotas: Iterable[Obj]) -> dict[str, Mapping[str, Any]]:
     return found
 
 
+def resource_slice_view(obj: Obj) -> SliceView:
+    """A ResourceSlice (``resource.k8s.io/v1``): its pool, node and devices; a device whose attributes or
+    capacity cannot be read is kept with why (a selector cannot match it, as in the allocator)."""
+    meta, spec = as_map(obj.get("metadata")), as_map(obj.get("spec"))
+    driver, pool = as_str(spec.get("driver")), as_map(spec.get("pool"))
+    if not driver or not as_str(pool.get("name")):
+        raise InvalidObject("a ResourceSlice needs spec.driver and spec.pool.name")
+    devices: list[SliceDevice] = []
+    for device in _list(spec.get("devices")):
+        if not _is_map(device) or not as_str(device.get("name")):
+            continue
+        try:
+            devices.append(SliceDevice(name=device["name"], attrs=DeviceAttrs.from_slice_device(driver, device)))
+        except CelError as error:
+            devices.append(SliceDevice(name=device["name"], attrs=None, problem=str(error)))
+    return SliceView(name=as_str(meta.get("name")), driver=driver, pool=as_str(pool.get("name")),
+                     generation=_int(pool.get("generation")) or 0,
+                     slice_count=_int(pool.get("resourceSliceCount")) or 1,
+                     node=as_str(spec.get("nodeName")), devices=tuple(devices))

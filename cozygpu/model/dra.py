@@ -1,0 +1,143 @@
+"""DRA units (SPEC §1.5): which ResourceSlice devices a DRA-sourced offer sells, node by node.
+
+A unit of a GPUClass with ``source.dra`` is one device of a ResourceSlice that
+its DeviceClass's selectors **and** the class's own selectors match, as
+kube-scheduler's allocator matches a request of that DeviceClass with those
+selectors (``k8s.io/dynamic-resource-allocation/structured``: a device is a
+candidate when every selector of the class and of the request is true). This
+module answers that from decoded slices; it is pure and reads no clock.
+
+What the allocator does that is kept here:
+
+- **Pools.** Devices are published in pools (``spec.pool``: a name, a
+  ``generation``, a ``resourceSliceCount``). Only the slices of a pool's
+  newest generation count, and a pool whose newest generation has fewer
+  slices than it announces is *incomplete*: none of its devices are used
+  (the allocator waits for the driver to finish publishing). Each is named in
+  ``problems``.
+- **Selectors.** Compiled by the project's CEL subset (``cozygpu.model.cel``).
+  A selector that does not compile makes the offer serve nothing; one that
+  fails on a device (a missing attribute, a type mismatch) leaves that device
+  out, as the allocator's evaluation error does. Both are named in
+  ``problems`` (once per selector and error, not per device).
+- **Node-local slices only.** A slice with ``spec.nodeName`` serves that node;
+  slices for a node selector or all nodes (network-attached devices) are not
+  GPUs a VM on one node can take and are skipped.
+
+Not here: which devices are taken (allocated in some ResourceClaim), which is
+the claims' to say; ``adminAccess``; partitionable devices and their shared
+counters; the device taints of ``DeviceTaints``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+
+import attrs
+
+from cozygpu.model.cel import CelError, DeviceAttrs, Selector
+from cozygpu.model.cel import compile as compile_selector
+
+
+@attrs.frozen(kw_only=True)
+class SliceDevice:
+    """One device of a slice: its name and what selectors see of it (None, with why, when unreadable)."""
+
+    name: str
+    attrs: DeviceAttrs | None
+    problem: str = ""
+
+
+@attrs.frozen(kw_only=True)
+class SliceView:
+    """A ResourceSlice, as the units read it."""
+
+    name: str
+    driver: str
+    pool: str
+    generation: int
+    #: ``spec.pool.resourceSliceCount``: how many slices the pool's generation has.
+    slice_count: int
+    #: ``spec.nodeName``; empty for slices of a node selector or of all nodes.
+    node: str
+    devices: tuple[SliceDevice, ...] = ()
+
+
+@attrs.frozen(order=True)
+class DeviceRef:
+    """A device as an allocation names it."""
+
+    driver: str
+    pool: str
+    device: str
+
+
+@attrs.frozen(kw_only=True)
+class DraUnits:
+    """The devices an offer sells, by node (each tuple sorted), and what kept others out."""
+
+    by_node: Mapping[str, tuple[DeviceRef, ...]]
+    problems: tuple[str, ...] = ()
+
+    def count(self, node: str) -> int:
+        return len(self.by_node.get(node, ()))
+
+
+def current_slices(slices: Iterable[SliceView]) -> tuple[list[SliceView], list[str]]:
+    """The node-local slices of each pool's newest generation, when that generation is complete; and
+    the pools left out, with why."""
+    newest: dict[tuple[str, str], list[SliceView]] = {}
+    for found in slices:
+        if not found.node:
+            continue
+        key = (found.driver, found.pool)
+        kept = newest.get(key)
+        if kept is None or found.generation > kept[0].generation:
+            newest[key] = [found]
+        elif found.generation == kept[0].generation:
+            kept.append(found)
+    out: list[SliceView] = []
+    problems: list[str] = []
+    for (driver, pool), members in sorted(newest.items()):
+        announced = max(member.slice_count for member in members)
+        if len(members) < announced:
+            problems.append(f"pool {pool!r} of driver {driver!r} is incomplete: {len(members)} of {announced} "
+                            f"slices of generation {members[0].generation} published")
+            continue
+        out.extend(members)
+    return out, problems
+
+
+def offer_units(slices: Iterable[SliceView], device_class: Sequence[str] | None, selectors: Sequence[str]) -> DraUnits:
+    """The units of an offer: devices of the current slices that every selector of its DeviceClass
+    (``device_class``; None when that DeviceClass does not exist) and of the offer itself matches."""
+    if device_class is None:
+        return DraUnits(by_node={}, problems=("its DeviceClass does not exist",))
+    compiled: list[Selector] = []
+    problems: list[str] = []
+    for origin, expressions in (("the DeviceClass", device_class), ("the class", selectors)):
+        for at, expression in enumerate(expressions):
+            try:
+                compiled.append(compile_selector(expression))
+            except CelError as error:
+                problems.append(f"selector {at} of {origin} is refused: {error}")
+    if problems:
+        return DraUnits(by_node={}, problems=tuple(problems))
+    current, problems = current_slices(slices)
+    failed: dict[str, int] = {}
+    by_node: dict[str, list[DeviceRef]] = {}
+    for found in current:
+        for device in found.devices:
+            if device.attrs is None:
+                failed[f"device {device.name!r} of pool {found.pool!r} is unreadable: {device.problem}"] = 1
+                continue
+            try:
+                matched = all(selector.matches(device.attrs) for selector in compiled)
+            except CelError as error:
+                why = f"a selector failed on some devices: {error}"
+                failed[why] = failed.get(why, 0) + 1
+                continue
+            if matched:
+                by_node.setdefault(found.node, []).append(DeviceRef(found.driver, found.pool, device.name))
+    problems.extend(f"{why} ({count} devices)" if count > 1 else why for why, count in failed.items())
+    return DraUnits(by_node={node: tuple(sorted(refs)) for node, refs in by_node.items()}, problems=tuple(problems))

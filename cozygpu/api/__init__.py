@@ -19,6 +19,8 @@
 - ``workloads``: Cozystack's usage records (Workload, WorkloadMonitor),
   built and compared;
 - ``events``: a core/v1 Event about an object;
+- ``claims``: the ResourceClaim that holds a DRA-sourced GPUDevice, and its
+  allocation (docs/dra.md);
 - ``apistatus``: the causes of a refused request's ``metav1.Status``.
 
 The model's typed views are built from JSON in ``cozygpu.views.decode``;

@@ -24,14 +24,20 @@ What the allocator does that is kept here:
   slices for a node selector or all nodes (network-attached devices) are not
   GPUs a VM on one node can take and are skipped.
 
-Not here: which devices are taken (allocated in some ResourceClaim), which is
-the claims' to say; ``adminAccess``; partitionable devices and their shared
-counters; the device taints of ``DeviceTaints``.
+Which devices are taken is the claims' to say (``ClaimView``: every
+allocated claim's results, whoever allocated it), and a hold's devices are
+chosen from the rest (``choose_devices``), keeping a ``matchAttribute``
+constraint where the offer asks for one (every chosen device has the
+attribute, with one value), best fit first so the large groups stay whole for
+large sets.
+
+Not here: ``adminAccess``; partitionable devices and their shared counters;
+the device taints of ``DeviceTaints``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 
 import attrs
 
@@ -141,3 +147,53 @@ def offer_units(slices: Iterable[SliceView], device_class: Sequence[str] | None,
                 by_node.setdefault(found.node, []).append(DeviceRef(found.driver, found.pool, device.name))
     problems.extend(f"{why} ({count} devices)" if count > 1 else why for why, count in failed.items())
     return DraUnits(by_node={node: tuple(sorted(refs)) for node, refs in by_node.items()}, problems=tuple(problems))
+
+
+@attrs.frozen(kw_only=True)
+class ClaimView:
+    """A ResourceClaim, as the units read it: the devices its allocation holds (none while unallocated)."""
+
+    namespace: str
+    name: str
+    allocated: tuple[DeviceRef, ...] = ()
+    #: The node of the allocation's ``matchFields metadata.name`` selector; empty when it names none or several.
+    node: str = ""
+    #: The GPUDevice that owns it (its controller reference, of our group), or empty: a claim of someone else's.
+    holder: str = ""
+
+
+def taken_devices(claims: Iterable[ClaimView]) -> dict[DeviceRef, ClaimView]:
+    """Every device some claim's allocation holds, with that claim (the first, by key, where two do)."""
+    taken: dict[DeviceRef, ClaimView] = {}
+    for claim in sorted(claims, key=lambda c: (c.namespace, c.name)):
+        for ref in claim.allocated:
+            taken.setdefault(ref, claim)
+    return taken
+
+
+def choose_devices(units: Sequence[DeviceRef], taken: Collection[DeviceRef], count: int, *,
+                   attrs_of: Mapping[DeviceRef, DeviceAttrs] | None = None,
+                   match_attribute: str = "") -> tuple[DeviceRef, ...] | None:
+    """``count`` of a node's ``units`` that no claim holds, or None when they are not there.
+
+    With ``match_attribute`` (a qualified name, ``resource.kubernetes.io/pcieRoot``), every chosen device
+    has that attribute and all share one value: the smallest group that fits is taken (the rest of the
+    node's large groups stay whole for larger sets). ``count`` is compared with the free devices before
+    any grouping, so a count larger than the node costs nothing.
+    """
+    free = [ref for ref in units if ref not in taken]
+    if count <= 0 or count > len(free):
+        return None
+    if not match_attribute:
+        return tuple(sorted(free)[:count])
+    domain, _, name = match_attribute.rpartition("/")
+    groups: dict[object, list[DeviceRef]] = {}
+    for ref in free:
+        found = attrs_of.get(ref) if attrs_of is not None else None
+        values = found.attributes.get(domain or ref.driver, {}) if found is not None else {}
+        if name in values:
+            groups.setdefault((type(values[name]).__name__, str(values[name])), []).append(ref)
+    fitting = [sorted(group) for group in groups.values() if len(group) >= count]
+    if not fitting:
+        return None
+    return tuple(min(fitting, key=lambda group: (len(group), group))[:count])

@@ -26,7 +26,7 @@ from cozygpu import keys
 from cozygpu.api.times import parse_time
 from cozygpu.model.capacity import served_units
 from cozygpu.model.cel import CelError, DeviceAttrs
-from cozygpu.model.dra import SliceDevice, SliceView
+from cozygpu.model.dra import ClaimView, DeviceRef, SliceDevice, SliceView
 from cozygpu.model.pods import InitContainer, PodResources, container_requests, pod_requests, whole_requests
 from cozygpu.model.snapshot import (
     Attachment,
@@ -471,3 +471,22 @@ def resource_slice_view(obj: Obj) -> SliceView:
                      generation=_int(pool.get("generation")) or 0,
                      slice_count=_int(pool.get("resourceSliceCount")) or 1,
                      node=as_str(spec.get("nodeName")), devices=tuple(devices))
+
+
+def resource_claim_view(obj: Obj) -> ClaimView:
+    """A ResourceClaim: the devices its allocation holds, the allocation's node, and the GPUDevice that
+    owns it (its controller reference of our group), if one does."""
+    meta, status = as_map(obj.get("metadata")), as_map(obj.get("status"))
+    allocation = as_map(status.get("allocation"))
+    allocated = tuple(
+        DeviceRef(as_str(result.get("driver")), as_str(result.get("pool")), as_str(result.get("device")))
+        for result in _list(as_map(allocation.get("devices")).get("results")) if _is_map(result))
+    names = {value for term in _list(as_map(allocation.get("nodeSelector")).get("nodeSelectorTerms"))
+             if _is_map(term) for field in _list(term.get("matchFields"))
+             if _is_map(field) and field.get("key") == "metadata.name" and field.get("operator") == "In"
+             for value in _list(field.get("values")) if isinstance(value, str)}
+    holder = next((as_str(ref.get("name")) for ref in _list(meta.get("ownerReferences"))
+                   if _is_map(ref) and ref.get("controller") is True and ref.get("kind") == keys.GPUDEVICE_KIND
+                   and ref.get("apiVersion") == keys.API_VERSION), "")
+    return ClaimView(namespace=as_str(meta.get("namespace")), name=as_str(meta.get("name")), allocated=allocated,
+                     node=next(iter(names)) if len(names) == 1 else "", holder=holder)

@@ -5,9 +5,20 @@ from __future__ import annotations
 
 import attrs
 
+from cozygpu.api import claims as claims_api
 from cozygpu.devcluster import dra_driver
-from cozygpu.model.dra import DeviceRef, SliceDevice, SliceView, current_slices, offer_units
-from cozygpu.views.decode import resource_slice_view
+from cozygpu.model.dra import (
+    ClaimView,
+    DeviceRef,
+    SliceDevice,
+    SliceView,
+    choose_devices,
+    current_slices,
+    offer_units,
+    taken_devices,
+)
+from cozygpu.views.decode import resource_claim_view, resource_slice_view
+from tests.model.factories import NOW
 
 VFIO_CLASS = tuple(s["cel"]["expression"] for s in dra_driver.device_class()["spec"]["selectors"])
 
@@ -98,3 +109,64 @@ def test_a_slice_device_whose_attribute_has_no_value_is_kept_unreadable_with_why
     assert view.devices[1].attrs is None
     assert "productName" in view.devices[1].problem
     assert offer_units([view], VFIO_CLASS, ()).by_node == {"n1": refs("n1", 0)}
+
+
+def claim(name: str, *devices: DeviceRef, holder: str = "") -> ClaimView:
+    return ClaimView(namespace="tenant-a", name=name, allocated=devices, holder=holder)
+
+
+def test_a_device_any_claim_allocated_is_taken_ours_or_not() -> None:
+    ours, foreign = claim("gpu-a", *refs("n1", 0), holder="gpu-a"), claim("pod-claim", *refs("n1", 2))
+    taken = taken_devices([foreign, ours, claim("pending")])
+    assert taken == {refs("n1", 0)[0]: ours, refs("n1", 2)[0]: foreign}
+
+
+def test_a_hold_takes_free_devices_and_only_when_there_are_enough() -> None:
+    units = refs("n1", 0, 1, 2, 3)
+    assert choose_devices(units, set(refs("n1", 0, 2)), 2) == refs("n1", 1, 3)
+    assert choose_devices(units, set(refs("n1", 0, 2)), 3) is None
+    assert choose_devices(units, set(), 10**9) is None, "a count beyond the node is refused before any work"
+    assert choose_devices(units, set(), 0) is None
+
+
+def test_a_set_that_must_share_a_pcie_root_takes_the_smallest_root_that_fits() -> None:
+    view = node_slice("n1", 8)  # two GPUs a PCIe root
+    attrs_of = {DeviceRef(view.driver, view.pool, d.name): d.attrs for d in view.devices if d.attrs is not None}
+    root = {ref: a.attributes["resource.kubernetes.io"]["pcieRoot"] for ref, a in attrs_of.items()}
+    units = tuple(sorted(attrs_of))
+    taken = {units[0]}  # one GPU of the first root is held: that root has one left
+    one = choose_devices(units, taken, 1, attrs_of=attrs_of, match_attribute="resource.kubernetes.io/pcieRoot")
+    assert one == (units[1],), "best fit: the root with one free GPU, the whole roots kept for pairs"
+    pair = choose_devices(units, taken, 2, attrs_of=attrs_of, match_attribute="resource.kubernetes.io/pcieRoot")
+    assert pair is not None
+    assert len({root[ref] for ref in pair}) == 1
+    assert choose_devices(units, taken, 3, attrs_of=attrs_of, match_attribute="resource.kubernetes.io/pcieRoot") \
+        is None, "no root has three GPUs, though the node has seven free"
+    assert choose_devices(units, set(), 2, attrs_of=attrs_of, match_attribute="example.com/nvlinkDomain") is None, \
+        "no device carries the attribute"
+
+
+def test_the_hold_claim_as_built_reads_back_as_its_devices_node_and_holder() -> None:
+    devices = refs("n1", 1, 3)
+    made = claims_api.hold_claim("gpu-a", "uid-a", device_class=dra_driver.DEVICE_CLASS, count=2,
+                                 selectors=("device.attributes['resource.kubernetes.io'].numaNode == 0",),
+                                 match_attribute="resource.kubernetes.io/pcieRoot")
+    made["metadata"]["namespace"] = "tenant-a"
+    made["status"] = claims_api.hold_status("n1", devices, device_name="gpu-a", device_uid="uid-a", now=NOW)
+    view = resource_claim_view(made)
+    assert view == ClaimView(namespace="tenant-a", name="gpu-a", allocated=devices, node="n1", holder="gpu-a")
+    request = made["spec"]["devices"]["requests"][0]
+    assert request["exactly"]["count"] == 2
+    assert made["status"]["allocation"]["devices"]["results"][0]["request"] == request["name"]
+    assert made["spec"]["devices"]["constraints"] == [{"requests": [request["name"]],
+                                                       "matchAttribute": "resource.kubernetes.io/pcieRoot"}]
+    assert made["status"]["reservedFor"] == [{"apiGroup": "gpu.cozystack.io", "resource": "gpudevices",
+                                              "name": "gpu-a", "uid": "uid-a"}]
+
+
+def test_a_claim_of_someone_else_has_no_holder() -> None:
+    made = {"metadata": {"name": "mine", "namespace": "tenant-a", "ownerReferences": [
+        {"apiVersion": "v1", "kind": "Pod", "name": "p", "uid": "u", "controller": True}]},
+        "status": {"allocation": {"devices": {"results": [
+            {"request": "gpu", "driver": dra_driver.DRIVER, "pool": "n1", "device": "gpu-vfio-0"}]}}}}
+    assert resource_claim_view(made) == ClaimView(namespace="tenant-a", name="mine", allocated=refs("n1", 0))

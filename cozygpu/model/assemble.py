@@ -455,11 +455,12 @@ class Assembly:
         namespaces: Iterable[NamespaceView],
         quotas: Mapping[str, Mapping[str, object]] | None = None,
         permitted: PermittedHostDevices | None = None,
+        dra: Mapping[str, Mapping[str, int]] | None = None,
     ) -> Snapshot:
         """Everything derived from these views, in one go (``rebuilding`` is the same in steps)."""
         return drain(self.rebuilding(now=now, classes=classes, devices=devices, nodes=nodes,
                                       inventories=inventories, pods=pods, vmis=vmis, namespaces=namespaces,
-                                      quotas=quotas, permitted=permitted))
+                                      quotas=quotas, permitted=permitted, dra=dra))
 
     def rebuilding(
         self,
@@ -474,12 +475,16 @@ class Assembly:
         namespaces: Iterable[NamespaceView],
         quotas: Mapping[str, Mapping[str, object]] | None = None,
         permitted: PermittedHostDevices | None = None,
+        dra: Mapping[str, Mapping[str, int]] | None = None,
     ) -> Generator[None, None, Snapshot]:
         """``rebuild`` as steps: it yields after every ``STEP`` items derived, so a caller on an event loop
         can let the loop go between them; its value is the Snapshot. Nothing but the caller may touch the
-        assembly until it is done (``current`` stays the last snapshot meanwhile)."""
+        assembly until it is done (``current`` stays the last snapshot meanwhile). ``dra``: node -> the
+        units DRA-sourced offers serve there, by resource name (``cap.node_capacity``)."""
         self._classes = {c.name: c for c in classes}
         self._nodes: MutableMapping[str, NodeView] = {n.name: n for n in nodes}
+        self._dra: dict[str, Mapping[str, int]] = {node: dict(served) for node, served in (dra or {}).items()
+                                                   if served}
         self._inventories: MutableMapping[str, NodeInventory] = {}
         for inventory in inventories:
             self._inventories[inventory.name] = self._freshened(inventory, now)
@@ -566,7 +571,7 @@ class Assembly:
         self._capacity: MutableMapping[str, Mapping[str, NodeCapacity]] = {}
         self._over: frozenset[str] = frozenset()
         for i, node in enumerate(set(self._inventories) | set(self._held) | set(self._raw_on_node)
-                                 | set(self._window_on_node), 1):
+                                 | set(self._window_on_node) | set(self._dra), 1):
             self._capacity[node] = self._node_capacity(node)
             if i % STEP == 0:
                 yield
@@ -645,7 +650,8 @@ class Assembly:
                vmis: Mapping[VmiKey, VMIView | None] | None = None,
                inventories: Mapping[str, NodeInventory] | None = None,
                nodes: Mapping[str, NodeView | None] | None = None,
-               pods: Mapping[tuple[str, str], PodView | None] | None = None) -> Snapshot:
+               pods: Mapping[tuple[str, str], PodView | None] | None = None,
+               dra: Mapping[str, Mapping[str, int]] | None = None) -> Snapshot:
         """The Snapshot after these device, VMI, report and Node changes (a view, or None when it is gone).
 
         A VMI change may change its ``active_pods`` (absent counts as none) when
@@ -661,13 +667,20 @@ class Assembly:
         it: the availability of the classes of the names it serves. A pod
         change (by namespace and name; None when it is gone or no longer one
         the snapshot holds) takes its old contribution away and adds its new
-        one; it must not change which pods are launchers (that is the VMIs').
+        one; it must not change which pods are launchers (that is the VMIs'). A node's DRA units (by
+        resource name; empty when it has none left) move that node's capacity, as a report does.
         """
         if self._snapshot is None:
             raise RuntimeError("update before the first rebuild")
         self._now = now
         self._generation += 1
         generation, log = self._generation, self._log
+        for name, served in (dra or {}).items():
+            if served:
+                self._dra[name] = dict(served)
+            else:
+                self._dra.pop(name, None)
+            self._touched_nodes.add(name)
         if inventories:
             for name, inventory in inventories.items():
                 if not self.takes_report(name, inventory):
@@ -901,13 +914,14 @@ class Assembly:
     def _node_capacity(self, node: str) -> dict[str, NodeCapacity]:
         held, raw, window = self._held.get(node), self._raw_on_node.get(node), self._window_on_node.get(node)
         return cap.node_capacity(node, inventory=self._inventories.get(node), held=held.sums if held else {},
-                                 raw_in_use=raw.sums if raw else {}, window=window.sums if window else {})
+                                 raw_in_use=raw.sums if raw else {}, window=window.sums if window else {},
+                                 dra=self._dra.get(node))
 
     def _refresh_node(self, node: str) -> None:
         """A node's capacity changed: its entries, the names it serves, and the availability there."""
         before = self._capacity.get(node)
         present = (node in self._inventories or node in self._held or node in self._raw_on_node
-                   or node in self._window_on_node)
+                   or node in self._window_on_node or node in self._dra)
         after = self._node_capacity(node) if present else None
         if after == before:
             return  # the same entries: nothing that follows from them moves either

@@ -56,20 +56,27 @@ def node_capacity(
     held: Mapping[str, int],
     raw_in_use: Mapping[str, int],
     window: Mapping[str, int] | None = None,
+    dra: Mapping[str, int] | None = None,
 ) -> dict[str, NodeCapacity]:
-    """The node's capacity for every resource name it serves, holds, or has raw or window usage of."""
+    """The node's capacity for every resource name it serves, holds, or has raw or window usage of.
+
+    ``dra`` is what DRA-sourced offers serve here (their resource name -> free devices of the node's
+    slices, SPEC §1.5): published by the driver, not reported by the agent, so never stale; it stands for
+    that name whatever the node's report says.
+    """
     served = inventory.served if inventory is not None else {}
     fresh = inventory is not None and inventory.fresh
     window = window or {}
-    names = set(served) | set(held) | set(raw_in_use) | set(window)
+    dra = dra or {}
+    names = set(served) | set(held) | set(raw_in_use) | set(window) | set(dra)
     return {
         name: NodeCapacity(
             node=node,
             resource_name=name,
-            served=served.get(name, 0),
+            served=dra[name] if name in dra else served.get(name, 0),
             held=held.get(name, 0),
             raw_in_use=raw_in_use.get(name, 0),
-            fresh=fresh,
+            fresh=fresh or name in dra,
             window=window.get(name, 0),
         )
         for name in names

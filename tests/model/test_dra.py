@@ -3,10 +3,13 @@ the DeviceClass's and the offer's selectors match."""
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
+
 import attrs
 
 from cozygpu.api import claims as claims_api
 from cozygpu.devcluster import dra_driver
+from cozygpu.model.assemble import Assembly
 from cozygpu.model.dra import (
     ClaimView,
     DeviceRef,
@@ -17,8 +20,9 @@ from cozygpu.model.dra import (
     offer_units,
     taken_devices,
 )
+from cozygpu.model.snapshot import Phase, Snapshot
 from cozygpu.views.decode import resource_claim_view, resource_slice_view
-from tests.model.factories import NOW
+from tests.model.factories import NOW, device, gpu_class, inventory, node
 
 VFIO_CLASS = tuple(s["cel"]["expression"] for s in dra_driver.device_class()["spec"]["selectors"])
 
@@ -170,3 +174,35 @@ def test_a_claim_of_someone_else_has_no_holder() -> None:
         "status": {"allocation": {"devices": {"results": [
             {"request": "gpu", "driver": dra_driver.DRIVER, "pool": "n1", "device": "gpu-vfio-0"}]}}}}
     assert resource_claim_view(made) == ClaimView(namespace="tenant-a", name="mine", allocated=refs("n1", 0))
+
+
+DRA_NAME = "deviceclass.resource.kubernetes.io/vfio.gpu.nvidia.com"
+
+
+def dra_world(assembly: Assembly, dra: dict[str, dict[str, int]], *, reported: datetime | None = None) -> Snapshot:
+    """A DRA class over nodes n1 (no agent report, or a stale one) and n2, one set of 1 held on n1."""
+    reports = [inventory("n1", {}, last_report=reported)] if reported is not None else []
+    return assembly.rebuild(now=NOW, classes=[gpu_class("dra-h100", resource=DRA_NAME)],
+                            devices=[device("held", phase=Phase.BOUND, node="n1", cls="dra-h100")],
+                            nodes=[node("n1"), node("n2")], inventories=reports, pods=[], vmis=[], namespaces=[],
+                            dra=dra)
+
+
+def test_a_nodes_dra_units_serve_its_offer_with_no_agent_report_and_never_go_stale() -> None:
+    snapshot = dra_world(Assembly(), {"n1": {DRA_NAME: 2}, "n2": {DRA_NAME: 4}},
+                         reported=NOW - timedelta(days=1))  # n1's agent report is a day old
+    entry = snapshot.capacity["n1"][DRA_NAME]
+    assert (entry.served, entry.held, entry.fresh, entry.room) == (2, 1, True, 1)
+    assert snapshot.availability["dra-h100"].node_free == {"n1": 1, "n2": 4}
+
+
+def test_dra_units_moved_by_an_update_are_what_a_rebuild_makes() -> None:
+    assembly = Assembly()
+    dra_world(assembly, {"n1": {DRA_NAME: 2}, "n2": {DRA_NAME: 4}})
+    updated = assembly.update(now=NOW, devices={}, dra={"n2": {DRA_NAME: 1}})
+    rebuilt = dra_world(Assembly(), {"n1": {DRA_NAME: 2}, "n2": {DRA_NAME: 1}})
+    assert updated.capacity == rebuilt.capacity
+    assert updated.availability == rebuilt.availability
+    gone = assembly.update(now=NOW, devices={}, dra={"n2": {}})
+    assert "n2" not in gone.capacity, "no units left and nothing held there: the node serves nothing"
+    assert gone.availability["dra-h100"].node_free == {"n1": 1}

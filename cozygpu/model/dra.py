@@ -43,6 +43,7 @@ import attrs
 
 from cozygpu.model.cel import CelError, DeviceAttrs, Selector
 from cozygpu.model.cel import compile as compile_selector
+from cozygpu.model.snapshot import DraSource, GPUClassView
 
 
 @attrs.frozen(kw_only=True)
@@ -197,3 +198,43 @@ def choose_devices(units: Sequence[DeviceRef], taken: Collection[DeviceRef], cou
     if not fitting:
         return None
     return tuple(min(fitting, key=lambda group: (len(group), group))[:count])
+
+
+@attrs.frozen(kw_only=True)
+class DraServed:
+    """What DRA-sourced classes serve: node -> resource name -> units (the read model's ``dra`` input), and
+    why a class serves less than its slices hold (by class name)."""
+
+    by_node: Mapping[str, Mapping[str, int]]
+    problems: Mapping[str, tuple[str, ...]]
+
+
+def dra_served(classes: Iterable[GPUClassView], slices: Sequence[SliceView],
+               device_classes: Mapping[str, Sequence[str]], claims: Iterable[ClaimView]) -> DraServed:
+    """Units each DRA-sourced resource name serves per node: the devices its offer matches that no claim
+    of someone else's holds (a hold's devices stay served: its GPUDevice counts as held there).
+
+    Classes that sell one resource name must read one offer; where two differ, the first by name is the
+    offer and the others say so. ``device_classes``: each DeviceClass's selectors, by name.
+    """
+    foreign = {ref for ref, claim in taken_devices(claims).items() if not claim.holder}
+    by_name: dict[str, list[tuple[str, DraSource]]] = {}
+    for gpu_class in sorted(classes, key=lambda c: c.name):
+        if gpu_class.dra is not None:
+            by_name.setdefault(gpu_class.resource_name, []).append((gpu_class.name, gpu_class.dra))
+    by_node: dict[str, dict[str, int]] = {}
+    problems: dict[str, tuple[str, ...]] = {}
+    for resource_name, sellers in sorted(by_name.items()):
+        first, offer = sellers[0]
+        units = offer_units(slices, device_classes.get(offer.device_class), offer.selectors)
+        for name, source in sellers:
+            said = list(units.problems)
+            if source != offer:
+                said.append(f"class {first!r} sells {resource_name} from another DRA offer; its units are used")
+            if said:
+                problems[name] = tuple(said)
+        for node, refs in units.by_node.items():
+            free = sum(1 for ref in refs if ref not in foreign)
+            if free:
+                by_node.setdefault(node, {})[resource_name] = free
+    return DraServed(by_node=by_node, problems=problems)

@@ -109,6 +109,17 @@ class NodeSelectorTerm:
 
 
 @attrs.frozen(kw_only=True)
+class DraSource:
+    """``spec.source.dra`` (SPEC §1.5): a unit is a ResourceSlice device its DeviceClass and selectors match."""
+
+    device_class: str
+    #: CEL expressions, each of which a device must match (beside the DeviceClass's own).
+    selectors: tuple[str, ...] = ()
+    #: ``matchAttribute``: a multi-GPU set's devices share this attribute's value (empty: no constraint).
+    match_attribute: str = ""
+
+
+@attrs.frozen(kw_only=True)
 class GPUClassView:
     """A hoster's offer (GPUClass, SPEC 1.1). ``max_count`` is the spec value, unresolved (R-MOD-11)."""
 
@@ -125,6 +136,8 @@ class GPUClassView:
     #: Tolerations of the class's launcher pods (``spec.tolerations``; empty when unset).
     tolerations: tuple[Toleration, ...] = ()
     deleting: bool = False
+    #: Set for a DRA-sourced class; None for device-plugin units (``source.devicePlugin``).
+    dra: DraSource | None = None
 
 
 @attrs.frozen(kw_only=True)

@@ -33,6 +33,7 @@ from cozygpu.model.snapshot import (
     BindAnswer,
     BindRequest,
     DeviceView,
+    DraSource,
     GPUClassView,
     LabelSelector,
     MediatedDevice,
@@ -139,7 +140,23 @@ def gpu_class_view(obj: Obj) -> GPUClassView:
         on_cordon=on_cordon,
         tolerations=_tolerations(spec.get("tolerations")),
         deleting=bool(meta.get("deletionTimestamp")),
+        dra=_dra_source(as_map(spec.get("source")).get("dra")),
     )
+
+
+def _dra_source(value: object) -> DraSource | None:
+    """``spec.source.dra``; None when the class's units come from device plugins."""
+    if not _is_map(value):
+        return None
+    device_class = as_str(value.get("deviceClassName"))
+    if not device_class:
+        raise InvalidObject("spec.source.dra needs deviceClassName")
+    selectors = tuple(as_str(as_map(as_map(selector).get("cel")).get("expression"))
+                      for selector in _list(value.get("selectors")))
+    if any(not expression for expression in selectors):
+        raise InvalidObject("spec.source.dra.selectors: each selector needs cel.expression")
+    return DraSource(device_class=device_class, selectors=selectors,
+                     match_attribute=as_str(value.get("matchAttribute")))
 
 
 def device_view(obj: Obj) -> DeviceView:

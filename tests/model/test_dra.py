@@ -4,6 +4,7 @@ the DeviceClass's and the offer's selectors match."""
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from typing import Any
 
 import attrs
 
@@ -17,11 +18,12 @@ from cozygpu.model.dra import (
     SliceView,
     choose_devices,
     current_slices,
+    dra_served,
     offer_units,
     taken_devices,
 )
-from cozygpu.model.snapshot import Phase, Snapshot
-from cozygpu.views.decode import resource_claim_view, resource_slice_view
+from cozygpu.model.snapshot import DraSource, GPUClassView, Phase, Snapshot
+from cozygpu.views.decode import gpu_class_view, resource_claim_view, resource_slice_view
 from tests.model.factories import NOW, device, gpu_class, inventory, node
 
 VFIO_CLASS = tuple(s["cel"]["expression"] for s in dra_driver.device_class()["spec"]["selectors"])
@@ -206,3 +208,45 @@ def test_dra_units_moved_by_an_update_are_what_a_rebuild_makes() -> None:
     gone = assembly.update(now=NOW, devices={}, dra={"n2": {}})
     assert "n2" not in gone.capacity, "no units left and nothing held there: the node serves nothing"
     assert gone.availability["dra-h100"].node_free == {"n1": 1}
+
+
+def dra_class(name: str, *, selectors: tuple[str, ...] = (), resource: str = DRA_NAME) -> GPUClassView:
+    return attrs.evolve(gpu_class(name, resource=resource),
+                        dra=DraSource(device_class=dra_driver.DEVICE_CLASS, selectors=selectors))
+
+
+def test_what_dra_classes_serve_leaves_out_devices_of_someone_elses_claims_but_keeps_holds() -> None:
+    slices = [node_slice("n1", 4), node_slice("n2", 2)]
+    held = claim("gpu-a", *refs("n1", 0), holder="gpu-a")
+    pods_own = claim("pod-claim", *refs("n1", 1, 2))
+    served = dra_served([dra_class("dra-h100"), gpu_class("plugin")], slices, {dra_driver.DEVICE_CLASS: VFIO_CLASS},
+                        [held, pods_own])
+    assert served.by_node == {"n1": {DRA_NAME: 2}, "n2": {DRA_NAME: 2}}, "n1: four, two of them a pod's claim's"
+    assert served.problems == {}
+
+
+def test_classes_selling_one_name_from_different_offers_take_the_first_and_say_so() -> None:
+    narrow = dra_class("b-narrow", selectors=("device.attributes['resource.kubernetes.io'].numaNode == 1",))
+    served = dra_served([narrow, dra_class("a-all")], [node_slice("n1", 8)], {dra_driver.DEVICE_CLASS: VFIO_CLASS},
+                        [])
+    assert served.by_node == {"n1": {DRA_NAME: 8}}, "a-all's offer, first by name"
+    assert served.problems == {"b-narrow": (f"class 'a-all' sells {DRA_NAME} from another DRA offer; its units "
+                                            "are used",)}
+
+
+def test_a_dra_class_whose_device_class_is_gone_serves_nothing_and_says_why() -> None:
+    served = dra_served([dra_class("dra-h100")], [node_slice("n1", 2)], {}, [])
+    assert served.by_node == {}
+    assert served.problems == {"dra-h100": ("its DeviceClass does not exist",)}
+
+
+def test_the_class_view_reads_its_dra_source() -> None:
+    vfio = "device.attributes['gpu.nvidia.com'].type == 'vfio'"
+    source: dict[str, Any] = {"dra": {"deviceClassName": dra_driver.DEVICE_CLASS, "selectors": [{"cel": {
+        "expression": vfio}}], "matchAttribute": "resource.kubernetes.io/pcieRoot"}}
+    spec: dict[str, Any] = {"mode": "Passthrough", "resourceName": DRA_NAME, "source": source}
+    obj = {"metadata": {"name": "dra-h100"}, "spec": spec}
+    assert gpu_class_view(obj).dra == DraSource(device_class=dra_driver.DEVICE_CLASS, selectors=(vfio,),
+                                                match_attribute="resource.kubernetes.io/pcieRoot")
+    spec["source"] = {"devicePlugin": {}}
+    assert gpu_class_view(obj).dra is None

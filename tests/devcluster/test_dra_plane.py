@@ -16,10 +16,12 @@ from typing import Any
 
 import pytest
 
-from cozygpu.api.times import rfc3339
+from cozygpu import keys
+from cozygpu.api import claims as claims_api
 from cozygpu.devcluster import dra_driver, nodes
 from cozygpu.devcluster.plane import ControlPlane
 from cozygpu.kube import Client, errors, resource_path
+from cozygpu.model.dra import DeviceRef
 from tests.support.planes import Fleet
 from tests.support.waiting import eventually
 
@@ -50,22 +52,19 @@ def claim_pod(name: str, *, claim_name: str | None = None, template: str | None 
     }}
 
 
-def held_status(node: str, device: str, consumer: dict[str, str]) -> dict[str, Any]:
-    """What cozygpu writes to hold ``device`` of ``node``: the allocation itself, reserved for a GPUDevice."""
-    return {
-        "allocation": {
-            "devices": {"results": [{"request": "gpu", "driver": dra_driver.DRIVER, "pool": node, "device": device}]},
-            "nodeSelector": {"nodeSelectorTerms": [
-                {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}]},
-            "allocationTimestamp": rfc3339(datetime.now(UTC)),
-        },
-        "reservedFor": [consumer],
-    }
+def held_status(node: str, device: str, holder: dict[str, str]) -> dict[str, Any]:
+    """What cozygpu writes to hold ``device`` of ``node`` (``api.claims.hold_status``): the allocation itself,
+    reserved for the GPUDevice ``holder``."""
+    return claims_api.hold_status(node, [DeviceRef(dra_driver.DRIVER, node, device)], device_name=holder["name"],
+                                  device_uid=holder["uid"], now=datetime.now(UTC))
 
 
-def gpudevice_consumer() -> dict[str, str]:
-    return {"apiGroup": "gpu.cozystack.io", "resource": "gpudevices", "name": f"gpu-{uuid.uuid4().hex[:6]}",
-            "uid": str(uuid.uuid4())}
+async def gpudevice(admin: Client, namespace: str, name: str) -> dict[str, str]:
+    """A GPUDevice to hold for (no controller runs here: it stays as made); the claim's owner and consumer."""
+    made = await admin.create(resource_path(keys.GROUP, keys.VERSION, keys.GPUDEVICE_PLURAL, namespace=namespace),
+                              {"apiVersion": keys.API_VERSION, "kind": keys.GPUDEVICE_KIND, "metadata": {"name": name},
+                               "spec": {"className": "dra-h100", "count": 1}})
+    return claims_api.consumer(name, made["metadata"]["uid"])
 
 
 async def new_namespace(admin: Client) -> tuple[str, str, str]:
@@ -106,11 +105,13 @@ async def not_scheduled(admin: Client, path: str, *, what: str) -> dict[str, Any
     return condition
 
 
-async def hold(admin: Client, claims: str, node: str, device: str, *,
+async def hold(admin: Client, namespace: str, node: str, device: str, *,
                stamped: bool = True) -> tuple[dict[str, str], dict[str, Any]]:
-    """A claim ``held`` allocated by the test itself (standing in for cozygpu): its consumer and the stored claim."""
-    await admin.create(claims, claim("held"))
-    consumer = gpudevice_consumer()
+    """A GPUDevice ``held`` and its hold as cozygpu builds it (``api.claims``), allocated by the test standing in
+    for the binder: the claim's consumer and the stored claim."""
+    consumer, claims = await gpudevice(admin, namespace, "held"), claims_path(namespace)
+    await admin.create(claims, claims_api.hold_claim("held", consumer["uid"], device_class=dra_driver.DEVICE_CLASS,
+                                                     count=1))
     status = held_status(node, device, consumer)
     if not stamped:
         del status["allocation"]["allocationTimestamp"]
@@ -169,8 +170,8 @@ async def test_a_claim_held_for_a_gpudevice_keeps_its_device_from_other_pods(
     full_admin: Client, fleet: Fleet
 ) -> None:
     [node] = await gpu_nodes(full_admin, fleet, "held", 2)
-    _namespace, claims, pods = await new_namespace(full_admin)
-    _consumer, held = await hold(full_admin, claims, node, "gpu-vfio-0")
+    namespace, claims, pods = await new_namespace(full_admin)
+    _consumer, held = await hold(full_admin, namespace, node, "gpu-vfio-0")
     for name in ("foreign-1", "foreign-2"):
         await full_admin.create(claims, claim(name))
 
@@ -194,8 +195,8 @@ async def test_a_pod_naming_the_held_claim_joins_its_consumer_and_leaves_the_all
     full_admin: Client, fleet: Fleet
 ) -> None:
     _other, node = await gpu_nodes(full_admin, fleet, "join", 2, 2)
-    _namespace, claims, pods = await new_namespace(full_admin)
-    consumer, held = await hold(full_admin, claims, node, "gpu-vfio-1")
+    namespace, claims, pods = await new_namespace(full_admin)
+    consumer, held = await hold(full_admin, namespace, node, "gpu-vfio-1")
     allocation = held["status"]["allocation"]
 
     await full_admin.create(pods, claim_pod("vm", claim_name="held"))
@@ -244,7 +245,7 @@ async def test_a_held_claim_written_without_allocation_timestamp_takes_no_pod(
 ) -> None:
     [node] = await gpu_nodes(full_admin, fleet, "nots", 1)
     namespace, claims, pods = await new_namespace(full_admin)
-    await hold(full_admin, claims, node, "gpu-vfio-0", stamped=False)
+    await hold(full_admin, namespace, node, "gpu-vfio-0", stamped=False)
     await full_admin.create(pods, claim_pod("vm", claim_name="held"))
     # With DRADeviceBindingConditions (beta, on in 1.36) the scheduler stamps a missing allocationTimestamp when it
     # reserves the claim for the pod, and the API server refuses that as a change to an immutable allocation.
@@ -261,8 +262,10 @@ async def test_a_held_claim_written_without_allocation_timestamp_takes_no_pod(
 async def test_writing_a_hold_needs_the_binding_permission_beside_status(
     full_plane: ControlPlane, full_admin: Client
 ) -> None:
-    _namespace, claims, _pods = await new_namespace(full_admin)
-    await full_admin.create(claims, claim("held"))
+    namespace, claims, _pods = await new_namespace(full_admin)
+    holder_device = await gpudevice(full_admin, namespace, "held")
+    await full_admin.create(claims, claims_api.hold_claim("held", holder_device["uid"],
+                                                          device_class=dra_driver.DEVICE_CLASS, count=1))
     user, rbac = f"holder-{uuid.uuid4().hex[:6]}", "rbac.authorization.k8s.io"
     status_rule = {"apiGroups": [dra_driver.API_GROUP], "resources": ["resourceclaims", "resourceclaims/status"],
                    "verbs": ["get", "patch", "update"]}
@@ -274,7 +277,7 @@ async def test_writing_a_hold_needs_the_binding_permission_beside_status(
         "metadata": {"name": user}, "roleRef": {"apiGroup": rbac, "kind": "ClusterRole", "name": user},
         "subjects": [{"apiGroup": rbac, "kind": "User", "name": user}],
     })
-    hold = {"status": held_status("some-node", "gpu-vfio-0", gpudevice_consumer())}
+    hold = {"status": held_status("some-node", "gpu-vfio-0", holder_device)}
     async with full_plane.client(user, ()) as holder:
         # DRAResourceClaimGranularStatusAuthorization (beta, on in 1.36): status.allocation and status.reservedFor
         # are written only with the synthetic subresource resourceclaims/binding, granted cluster-wide.

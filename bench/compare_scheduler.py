@@ -78,6 +78,8 @@ from cozygpu.kube import Client, errors, resource_path  # noqa: E402
 RESOURCE = "nvidia.com/GH100_H100_SXM5_80GB"
 #: The controller's event-loop lag histogram (``cozygpu/runtime/looplag.py``).
 LAG = "cozygpu_event_loop_lag_seconds"
+#: How often each read model (the binder's, the webhooks') was built again, by why.
+REBUILDS = {"cozygpu_binder_read_model_rebuilds": "binder", "cozygpu_webhook_read_model_rebuilds": "webhooks"}
 CLASS = "h100-compare"
 UNITS = 8
 TENANTS = 10
@@ -590,6 +592,11 @@ async def metrics_of(url: str) -> dict[str, float]:
                 if sample.name.endswith("_bucket"):
                     out[f"{LAG}_bucket{{le={sample.labels['le']}}}"] = sample.value
             continue
+        if family.name in REBUILDS:
+            for sample in family.samples:
+                if sample.name.endswith("_total"):
+                    out[f"{family.name}{{{sample.labels.get('reason', '')}}}"] = sample.value
+            continue
         if family.name not in wanted:
             continue
         for sample in family.samples:
@@ -618,6 +625,17 @@ def loop_lag(*spans: tuple[dict[str, float], dict[str, float]]) -> dict[str, flo
         return next(bound for bound, count in bounds if count >= share * total) * 1000
 
     return {"ticks": total, "p99_ms": under(0.99), "max_ms": under(1.0)}
+
+
+def rebuilds(before: dict[str, float], after: dict[str, float]) -> str:
+    """The read models' rebuilds between two scrapes, by model and why."""
+    said = []
+    for family, model in REBUILDS.items():
+        moved = {key[len(family) + 1:-1]: after[key] - before.get(key, 0.0) for key in after
+                 if key.startswith(f"{family}{{")}
+        reasons = ", ".join(f"{why} {count:.0f}" for why, count in sorted(moved.items()) if count)
+        said.append(f"{model}: {reasons or 'none'}")
+    return "; ".join(said)
 
 
 def shares(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
@@ -856,6 +874,8 @@ async def drive(plane: Any, args: argparse.Namespace, sizes: list[int], run_star
                                       ("the run: bulk report refresh, samples, bursts (not the SIGSTOP)", lag)):
                     print(f"    controller event-loop lag over N={n}, {what}: {figures['ticks']:.0f} wake-ups, "
                           f"p99 under {figures['p99_ms']:g} ms, max under {figures['max_ms']:g} ms", flush=True)
+                print(f"    read-model rebuilds over N={n}, the fleet's growth: {rebuilds(grown_from, grown)}; "
+                      f"the run: {rebuilds(grown, ended)}", flush=True)
                 results[n] = {"one": one, "burst": bursts, "shares": shares(before, after_one), "frozen": frozen,
                               "percent": percent, "scored": scored, "lag": lag,
                               "growth_lag": growth_lag}

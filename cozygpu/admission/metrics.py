@@ -5,6 +5,7 @@
                                                         is the refusal's (``metric_reason``), "" when allowed
     cozygpu_admission_duration_seconds{webhook}         request read → answer written
     cozygpu_admission_bind_wait_seconds{result}         bind request written → the binder's answer seen
+    cozygpu_webhook_read_model_rebuilds_total{reason}   the webhooks' model built again from the stores, by why
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ class AdmissionMetrics:
     answers: Counter
     latency: Histogram
     bind_wait: Histogram
+    rebuilds: Counter
 
     @classmethod
     def on(cls, registry: CollectorRegistry) -> AdmissionMetrics:
@@ -52,4 +54,6 @@ class AdmissionMetrics:
             bind_wait=Histogram("cozygpu_admission_bind_wait_seconds", "From a bind request written to the "
                                 "binder's answer seen in the cache (result: Succeeded, Failed, timeout)",
                                 ("result",), buckets=_BUCKETS, registry=registry),
+            rebuilds=Counter("cozygpu_webhook_read_model_rebuilds", "The webhooks' read model built again from "
+                             "the stores (in slices), by why", ("reason",), registry=registry),
         )

@@ -23,7 +23,7 @@ anyway), served but not synced is ``NotReady``.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Final
 
@@ -51,12 +51,13 @@ class SnapshotSource:
     """The snapshot of one cache, kept up to date from its events."""
 
     def __init__(self, cache: Cache, *, hoster_names: Sequence[str] = (),
-                 launcher_grace: timedelta = DEFAULT_LAUNCHER_GRACE, clock: Clock | None = None) -> None:
+                 launcher_grace: timedelta = DEFAULT_LAUNCHER_GRACE, clock: Clock | None = None,
+                 on_rebuild: Callable[[str], None] | None = None) -> None:
         self._cache = cache
         #: Report freshness and the kept snapshot's age are read on it (injected: a test moves time).
         self._clock: Clock = clock if clock is not None else LoopClock()
         # The binder's grace: a launcher window keeps units off orders here exactly as long as there (R-MOD-7).
-        self._live = LiveSnapshot(hoster_names=hoster_names, launcher_grace=launcher_grace)
+        self._live = LiveSnapshot(hoster_names=hoster_names, launcher_grace=launcher_grace, on_rebuild=on_rebuild)
         #: The kept snapshot and when it was taken.
         self._kept: tuple[float, Snapshot] | None = None
         #: One refresh at a time: a rebuild in slices must not be entered again from another webhook call.

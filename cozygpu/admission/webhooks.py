@@ -75,9 +75,10 @@ class AdmissionWebhooks:
     def __init__(self, cache: Cache, client: Client, config: AdmissionConfig, *,
                  registry: CollectorRegistry | None = None, clock: Clock | None = None) -> None:
         self.config = config
+        self.metrics = metrics = AdmissionMetrics.on(registry) if registry is not None else None
         self.source = SnapshotSource(cache, hoster_names=config.hoster_names, launcher_grace=config.launcher_grace,
-                                     clock=clock)
-        self.metrics = AdmissionMetrics.on(registry) if registry is not None else None
+                                     clock=clock, on_rebuild=(lambda why: metrics.rebuilds.labels(why).inc())
+                                     if metrics is not None else None)
         self.devices = DeviceWebhook(self.source)
         self.finalizers = DeviceFinalizerWebhook()
         self.vmis = VMIWebhook(cache, client, self.source, VMIConfig(

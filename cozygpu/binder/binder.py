@@ -83,6 +83,7 @@ class Binder:
         #: The Events of its writes, sent off the placement path (``run`` it beside the passes).
         self.events = EventRecorder(client, instance=config.identity, capacity=config.event_queue,
                                     on_dropped=self._events_dropped)
+        self._metrics = metrics
         self._context = Context(cache, client, config, clock, metrics, self.events,
                                 Assumed(lambda: cache.store(specs.GPU_DEVICES)), self._new_live())
         for spec in self.kinds:
@@ -97,8 +98,10 @@ class Binder:
 
     def _new_live(self) -> LiveSnapshot:
         config = self._config
+        metrics = self._metrics
+        counted = (lambda why: metrics.rebuilds.labels(why).inc()) if metrics is not None else None
         return LiveSnapshot(hoster_names=config.hoster_names, report_stale_after=config.report_stale_after,
-                            launcher_grace=config.launcher_grace, on_invalid=self._invalid)
+                            launcher_grace=config.launcher_grace, on_invalid=self._invalid, on_rebuild=counted)
 
     # -- the term -------------------------------------------------------------------------
 

@@ -12,6 +12,8 @@
                                                      server refused one, or the term ended first
     cozygpu_read_model_drift_total                   checks that found the live read model off a build from the
                                                      stores (each repaired by a rebuild; expected to stay 0)
+    cozygpu_binder_read_model_rebuilds_total{reason} the binder's model built again from the stores, by why (a
+                                                     store listed again, a class or namespace changed, ...)
 
 The gauges follow each reports pass's snapshot (the view the pass decided on,
 so they trail its own writes by one pass) and only the leader's; a replica
@@ -49,6 +51,7 @@ class BinderMetrics:
     devices: Gauge
     drift: Counter
     events_dropped: Counter
+    rebuilds: Counter
     #: The per-node families, read from the last snapshot when scraped.
     per_node: PerNodeUnits
     #: Devices by (class, phase), kept from the change log between snapshots of one model.
@@ -80,6 +83,8 @@ class BinderMetrics:
             events_dropped=Counter("cozygpu_binder_events_dropped", "Events about GPUDevices not sent (best "
                                    "effort, off the placement path): queue full, refused, or the term ended",
                                    ("reason",), registry=registry),
+            rebuilds=Counter("cozygpu_binder_read_model_rebuilds", "The binder's read model built again from the "
+                             "stores (in slices), by why", ("reason",), registry=registry),
             per_node=PerNodeUnits.on(registry),
         )
 

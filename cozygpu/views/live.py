@@ -245,8 +245,11 @@ class LiveSnapshot:
         report_stale_after: timedelta = DEFAULT_REPORT_STALE_AFTER,
         launcher_grace: timedelta = DEFAULT_LAUNCHER_GRACE,
         on_invalid: InvalidHandler | None = None,
+        on_rebuild: Callable[[str], None] | None = None,
     ) -> None:
         self._hoster = tuple(hoster_names)
+        #: Told why, each time a rebuild starts (a metric: what makes the model rebuild on a live cluster).
+        self._on_rebuild = on_rebuild
         self._stale_after = report_stale_after
         self._on_invalid = on_invalid
         self._grace = launcher_grace
@@ -265,6 +268,8 @@ class LiveSnapshot:
         #: Pod UIDs a VMI started or stopped listing as active: their launcher (and so their usage) moved.
         self._launching: set[str] = set()
         self._rebuild = True
+        #: Why ``_rebuild`` was set (the first build's reason is the stores being new).
+        self._why = "first build"
         #: Why the last snapshot was rebuilt or updated, and how many objects it converted (for benches, logs).
         self.last_step = ""
 
@@ -295,7 +300,7 @@ class LiveSnapshot:
                     return
             except ValueError:
                 pass
-        self._rebuild = True
+        self._rebuild, self._why = True, f"{kind} changed"
 
     def matters(self, kind: str, old: Obj | None, new: Obj | None) -> bool:
         """Whether a change of an object of ``kind`` (not a device or VMI) moves anything a decision reads.
@@ -319,7 +324,7 @@ class LiveSnapshot:
             before = vmi_view(old) if old is not None else None
             after = vmi_view(new) if new is not None else None
         except ValueError:
-            self._rebuild = True
+            self._rebuild, self._why = True, "VirtualMachineInstance unreadable"
             return
         if before is not None and before == after:
             return  # nothing a decision reads moved
@@ -362,7 +367,7 @@ class LiveSnapshot:
             "Node", self._nodes, sources.get("Node"), node_view)
         pod_source = sources.get("Pod")
         if self._launching and not self._launchers_moved(pod_source):
-            return self._build(now, sources)
+            return self._build(now, sources, "a VM's launchers moved where pods held may change")
         pods: dict[tuple[str, str], PodView | None] = self._views(
             "Pod", (k for k in self._pods if pod_source is None or self._wanted_pod(pod_source.get(*k))),
             pod_source, pod_view)
@@ -370,7 +375,7 @@ class LiveSnapshot:
         self._forget_changes()
         inventories = {key[1]: view for key, view in reports.items() if view is not None}
         if len(inventories) < len(reports):  # gone or unreadable since: not a change of one node's report
-            return self._build(now, sources)
+            return self._build(now, sources, "a GPUNode report gone or unreadable")
         self.last_step = (f"update of {len(changes)} device(s)" + (f" and {len(vmi_changes)} VMI(s)"
                                                                    if vmi_changes else "")
                           + (f" and {len(inventories)} report(s)" if inventories else "")
@@ -380,7 +385,7 @@ class LiveSnapshot:
             return self._assembly.update(now=now, devices=changes, vmis=vmi_changes, inventories=inventories,
                                          nodes={key[1]: view for key, view in nodes.items()}, pods=pods)
         except ValueError:  # a report's names changed after all: its later state is what the stores hold
-            return self._build(now, sources)
+            return self._build(now, sources, "a GPUNode report's names changed")
 
     def _launchers_moved(self, pods: Source | None) -> bool:
         """Note the pods VMIs started or stopped listing as active, when which pods the snapshot holds stays
@@ -421,7 +426,7 @@ class LiveSnapshot:
         built = await in_slices(_derived(fresh, now, objects, None, None), budget)
         drift = await in_slices(_differences(live, built), budget)
         if drift is not None:
-            self._rebuild = True
+            self._rebuild, self._why = True, "drift found by the safety net"
         return drift
 
     def _forget_changes(self) -> None:
@@ -445,8 +450,8 @@ class LiveSnapshot:
             out[key] = view
         return out
 
-    def _build(self, now: datetime, sources: Mapping[str, Source | None]) -> Snapshot:
-        return drain(self._building(now, sources))
+    def _build(self, now: datetime, sources: Mapping[str, Source | None], why: str | None = None) -> Snapshot:
+        return drain(self._building(now, sources, why))
 
     async def refreshed(self, *, now: datetime, sources: Mapping[str, Source | None],
                         budget: float = DEFAULT_SLICE) -> Snapshot:
@@ -486,18 +491,32 @@ class LiveSnapshot:
                 self._assembly.update(now=now, devices={}, inventories=inventories,
                                       nodes={key[1]: view for key, view in nodes.items()})
             except ValueError:  # as ``snapshot`` would: the stores' later state is taken by a rebuild
-                self._rebuild = True
+                self._rebuild, self._why = True, "a GPUNode report gone or its names changed"
                 return
             yield
+
+    def _reason(self, identities: Mapping[str, object], now: datetime) -> str:
+        """Why a rebuild is due: the stores new or one listed again, a change noted, a launcher window."""
+        if not self._identities:
+            return "first build"
+        replaced = sorted(kind for kind in identities if identities[kind] is not self._identities.get(kind))
+        if replaced:
+            return f"{replaced[0]} listed again"
+        if self._rebuild:
+            return self._why
+        return "a launcher window closed" if self._assembly.needs_rebuild(now) else "asked"
 
     def _needs_rebuild(self, now: datetime, sources: Mapping[str, Source | None]) -> bool:
         identities = {kind: (source.identity if source is not None else None) for kind, source in sources.items()}
         return identities != self._identities or self._rebuild or self._assembly.needs_rebuild(now)
 
-    def _building(self, now: datetime, sources: Mapping[str, Source | None]) -> Generator[None, None, Snapshot]:
+    def _building(self, now: datetime, sources: Mapping[str, Source | None],
+                  why: str | None = None) -> Generator[None, None, Snapshot]:
         """The rebuild, in steps: the objects of this instant converted through the memo, then derived."""
-        self._identities = {kind: (source.identity if source is not None else None)
-                            for kind, source in sources.items()}
+        identities = {kind: (source.identity if source is not None else None) for kind, source in sources.items()}
+        if self._on_rebuild is not None:
+            self._on_rebuild(why or self._reason(identities, now))
+        self._identities = identities
         objects = {kind: list(source.objects()) if source is not None else [] for kind, source in sources.items()}
         self._rebuild = False
         self._forget_changes()
@@ -507,7 +526,7 @@ class LiveSnapshot:
             done = True
         finally:
             if not done:  # left half-way (cancelled, or a view raised): the assembly is not a snapshot's
-                self._rebuild = True
+                self._rebuild, self._why = True, "a rebuild cut short"
         self.last_step = "rebuild"
         return snapshot
 

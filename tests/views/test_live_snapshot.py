@@ -513,6 +513,26 @@ async def test_reports_and_nodes_changed_by_the_many_are_taken_in_slices(monkeyp
         assert live[name] == reference[name], name
 
 
+def test_each_rebuild_says_why() -> None:
+    """The reasons a live model gives for building again (the rebuilds metric's label): a first build, a
+    change a view reads that takes a rebuild, a store listed again, a report's names changed."""
+    reasons: list[str] = []
+    world = World()
+    world.live = LiveSnapshot(report_stale_after=STALE, on_rebuild=reasons.append)
+    seed(world)
+    assert_same(world)
+    apply(world, ("device", "d0", "tenant-a", "a", 1, "Bound", "n1", None, False, False, False))
+    assert_same(world)  # an update: no reason given
+    world.put(keys.GPUCLASS_KIND, gpu_class("a", RESOURCES[0], selector=True))
+    assert_same(world)
+    world.replace_store("Node")
+    assert_same(world)
+    world.put(keys.GPUNODE_KIND, report("n1", {RESOURCES[0]: 4}, reported=world.now))  # one name fewer
+    assert_same(world)
+    assert reasons == ["first build", f"{keys.GPUCLASS_KIND} changed", "Node listed again",
+                       f"{keys.GPUNODE_KIND} changed"]
+
+
 async def test_a_rebuild_left_half_way_is_done_again() -> None:
     world = World()
     seed(world)

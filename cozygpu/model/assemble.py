@@ -635,13 +635,22 @@ class Assembly:
         return (before is not None and after is not None and before.resource_names == after.resource_names
                 and before.served.keys() == after.served.keys())
 
+    @staticmethod
+    def adds_names_only(before: NodeInventory | None, after: NodeInventory | None) -> bool:
+        """A report change that drops none of the node's names (it may add some, or keep them all)."""
+        return (before is not None and after is not None and before.resource_names <= after.resource_names
+                and before.served.keys() <= after.served.keys())
+
     def takes_report(self, name: str, inventory: NodeInventory) -> bool:
         """Whether ``update`` can take this report of node ``name``: one that keeps its names, or a first
-        report whose names are all effective GPU names already (a new node of a known kind: the names
-        that follow from every report stay what they were)."""
+        report, or one that only adds names, whose names are all effective GPU names already (a new node
+        of a known kind, or a node's first real report after an empty one: the effective names are a
+        union over reports, so they stay what they were)."""
         before = self._inventories.get(name)
-        if before is not None:
-            return self.same_names(before, inventory)
+        if before is not None and self.same_names(before, inventory):
+            return True
+        if before is not None and not self.adds_names_only(before, inventory):
+            return False
         return inventory.resource_names <= self._names and inventory.served.keys() <= self._names
 
     # -- change by change ---------------------------------------------------------------

@@ -216,7 +216,7 @@ class LiveSnapshot:
     a heartbeat would otherwise count) and asks :meth:`snapshot` with each
     kind's current store. Then:
 
-    - devices, VMIs, a report that keeps its names, a Node's view, a GPU
+    - devices, VMIs, a report that keeps its names or adds known ones, a Node's view, a GPU
       pod or a launcher changed, or a VM started or stopped (a VMI's active
       pods moved and each pod that starts or stops being its launcher asks
       for GPUs, or is gone): each is converted again and
@@ -293,9 +293,10 @@ class LiveSnapshot:
             return
         if kind == keys.GPUNODE_KIND and new is not None:
             try:
-                # A report that keeps its names, or a new node's first one (the update tells whether its
-                # names are known; it rebuilds when they are not).
-                if old is None or Assembly.same_names(node_inventory(old), node_inventory(new)):
+                # A report that keeps its names or only adds some (a node's first real report after the
+                # empty one its GPUNode was made with), or a new node's first one: the update tells whether
+                # the names are known; it rebuilds when they are not.
+                if old is None or Assembly.adds_names_only(node_inventory(old), node_inventory(new)):
                     self._reports.add(_key_of(new))
                     return
             except ValueError:

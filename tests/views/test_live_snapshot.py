@@ -533,6 +533,25 @@ def test_each_rebuild_says_why() -> None:
                        f"{keys.GPUNODE_KIND} changed"]
 
 
+def test_a_nodes_first_real_report_after_its_empty_gpunode_is_an_update() -> None:
+    """A fleet growing: each GPUNode is made empty and then reported; that report only adds known names, so
+    it is an update (each one rebuilt the model: 294 rebuilds while 5,000 nodes joined)."""
+    reasons: list[str] = []
+    world = World()
+    world.live = LiveSnapshot(report_stale_after=STALE, on_rebuild=reasons.append)
+    seed(world)
+    assert_same(world)
+    world.put("Node", node("n4"))
+    world.put(keys.GPUNODE_KIND, {"metadata": meta("n4"), "status": {}})
+    assert_same(world)
+    world.put(keys.GPUNODE_KIND, report("n4", {RESOURCES[0]: 2}, reported=world.now))
+    assert_same(world)
+    assert world.live.last_step.startswith("update"), world.live.last_step
+    world.put(keys.GPUNODE_KIND, report("n4", {RESOURCES[0]: 2, "example.com/new": 1}, reported=world.now))
+    assert_same(world)
+    assert reasons == ["first build", "a GPUNode report's names changed"], "a name no one knew is a rebuild still"
+
+
 async def test_a_rebuild_left_half_way_is_done_again() -> None:
     world = World()
     seed(world)

@@ -78,6 +78,8 @@ from cozygpu.kube import Client, errors, resource_path  # noqa: E402
 RESOURCE = "nvidia.com/GH100_H100_SXM5_80GB"
 #: The controller's event-loop lag histogram (``cozygpu/runtime/looplag.py``).
 LAG = "cozygpu_event_loop_lag_seconds"
+#: How long each garbage collection held the controller, by generation (``cozygpu/runtime/gcpauses.py``).
+GC = "cozygpu_gc_pause_seconds"
 #: How often each read model (the binder's, the webhooks') was built again, by why.
 REBUILDS = {"cozygpu_binder_read_model_rebuilds": "binder", "cozygpu_webhook_read_model_rebuilds": "webhooks"}
 CLASS = "h100-compare"
@@ -584,7 +586,7 @@ async def metrics_of(url: str) -> dict[str, float]:
     async with aiohttp.ClientSession() as session, session.get(url) as resp:
         text = await resp.text()
     wanted = {"cozygpu_admission_duration_seconds", "cozygpu_admission_bind_wait_seconds",
-              "cozygpu_binder_answer_latency_seconds"}
+              "cozygpu_binder_answer_latency_seconds", GC}
     out: dict[str, float] = {}
     for family in text_string_to_metric_families(text):
         if family.name == LAG:
@@ -636,6 +638,20 @@ def rebuilds(before: dict[str, float], after: dict[str, float]) -> str:
         reasons = ", ".join(f"{why} {count:.0f}" for why, count in sorted(moved.items()) if count)
         said.append(f"{model}: {reasons or 'none'}")
     return "; ".join(said)
+
+
+def gc_pauses(*spans: tuple[dict[str, float], dict[str, float]]) -> str:
+    """The controller's garbage collections over spans: how many of each generation and their seconds."""
+    counts: dict[str, list[float]] = {}
+    for before, after in spans:
+        for key, value in after.items():
+            if key.startswith(f"{GC}_count{{generation="):
+                generation = key[len(f"{GC}_count{{generation="):-1]
+                total = key.replace("_count{", "_sum{")
+                moved = counts.setdefault(generation, [0.0, 0.0])
+                moved[0] += value - before.get(key, 0.0)
+                moved[1] += after.get(total, 0.0) - before.get(total, 0.0)
+    return ", ".join(f"gen {g}: {n:.0f} in {t:.2f} s" for g, (n, t) in sorted(counts.items()) if n) or "none"
 
 
 def shares(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
@@ -876,6 +892,8 @@ async def drive(plane: Any, args: argparse.Namespace, sizes: list[int], run_star
                           f"p99 under {figures['p99_ms']:g} ms, max under {figures['max_ms']:g} ms", flush=True)
                 print(f"    read-model rebuilds over N={n}, the fleet's growth: {rebuilds(grown_from, grown)}; "
                       f"the run: {rebuilds(grown, ended)}", flush=True)
+                print(f"    garbage collections over N={n}, the fleet's growth: {gc_pauses((grown_from, grown))}; "
+                      f"the run: {gc_pauses((grown, stopped), (resumed, ended))}", flush=True)
                 results[n] = {"one": one, "burst": bursts, "shares": shares(before, after_one), "frozen": frozen,
                               "percent": percent, "scored": scored, "lag": lag,
                               "growth_lag": growth_lag}

@@ -50,6 +50,7 @@ from cozygpu.cache.cache import Cache
 from cozygpu.kube import Client
 from cozygpu.runtime import kinds
 from cozygpu.runtime.flags import Address, Options
+from cozygpu.runtime.gcpauses import GcPauses
 from cozygpu.runtime.leader import ElectionConfig, LeaderElector
 from cozygpu.runtime.looplag import LoopLag
 from cozygpu.runtime.metrics import LeaderMetrics, ProcessMetrics, SettingsMetrics
@@ -132,6 +133,8 @@ class Controller:
             self.admission.install(self.webhook_app)
         #: How late the event loop runs, on every replica (``cozygpu_event_loop_lag_seconds``).
         self.loop_lag = LoopLag(self.registry)
+        #: How long each garbage collection held the process (``cozygpu_gc_pause_seconds``): a lag it explains.
+        self.gc_pauses = GcPauses(self.registry)
         #: Ends the process hard when leader work outlives its term (armed by the elector).
         self.watchdog = Watchdog()
         self.elector = LeaderElector(
@@ -191,8 +194,9 @@ class Controller:
         self.bound[name] = address
 
     async def _run_loop_lag(self, ready: Callable[[], None]) -> None:
-        ready()
-        await self.loop_lag.run()
+        with self.gc_pauses.installed():
+            ready()
+            await self.loop_lag.run()
 
     async def _run_servers(self, ready: Callable[[], None]) -> None:
         endpoints = probe_and_metrics(self.options.health_addr, self.options.metrics_addr, self.readiness,

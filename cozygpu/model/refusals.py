@@ -44,6 +44,8 @@ class Reason(enum.StrEnum):
     NODE_SELECTOR_MISMATCH = "NodeSelectorMismatch"
     REPORT_STALE = "ReportStale"
     CAPACITY_LOST = "CapacityLost"
+    #: A DRA hold's claim cannot name its devices on its node: fewer are free there than it holds.
+    DEVICES_SHORT = "DevicesShort"
     # A request carrying more than admission reads (issue 22): a list, a string, a count, JSON nesting.
     OVER_LIMIT = "OverLimit"
     # The webhooks' own (R-ADM-1…5): what a GPUDevice, a VMI start or a launcher pod is refused for besides
@@ -259,6 +261,20 @@ def node_refusal(reason: Reason, node: str, detail: str) -> Refusal:
 def report_stale(node: str) -> Refusal:
     """A node whose agent report is stale: its units count as unknown until the next one."""
     return node_refusal(Reason.REPORT_STALE, node, "the agent's report is stale, its units count as unknown")
+
+
+def devices_short(node: str, *, device: str, requested: int, free: int, match_attribute: str = "") -> Refusal:
+    """A DRA hold whose claim cannot be allocated on its node (SPEC §1.5): someone else's claim took one of
+    its devices since it was placed, or no group sharing ``match_attribute`` is large enough."""
+    keep = f" sharing {match_attribute}" if match_attribute else ""
+    return Refusal(
+        reason=Reason.DEVICES_SHORT,
+        message=(f"node {node}: GPUDevice {device} holds {requested} device(s){keep} there and "
+                 f"{free} are free for its claim"),
+        subject=f"node {node}",
+        limit=free,
+        requested=requested,
+    )
 
 
 def capacity_lost(node: str, *, resource_name: str, served: int, in_use: int) -> Refusal:

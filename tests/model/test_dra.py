@@ -11,18 +11,23 @@ import attrs
 from cozygpu.api import claims as claims_api
 from cozygpu.devcluster import dra_driver
 from cozygpu.model.assemble import Assembly
+from cozygpu.model.cel import DeviceAttrs
 from cozygpu.model.dra import (
+    ClaimAction,
     ClaimView,
     DeviceRef,
+    DraUnits,
     SliceDevice,
     SliceView,
     choose_devices,
+    claim_plan,
     current_slices,
     dra_served,
     offer_units,
     taken_devices,
 )
-from cozygpu.model.snapshot import DraSource, GPUClassView, Phase, Snapshot
+from cozygpu.model.refusals import Reason
+from cozygpu.model.snapshot import DeviceView, DraSource, GPUClassView, Phase, Snapshot
 from cozygpu.views.decode import gpu_class_view, resource_claim_view, resource_slice_view
 from tests.model.factories import NOW, device, gpu_class, inventory, node
 
@@ -250,3 +255,65 @@ def test_the_class_view_reads_its_dra_source() -> None:
                                                 match_attribute="resource.kubernetes.io/pcieRoot")
     spec["source"] = {"devicePlugin": {}}
     assert gpu_class_view(obj).dra is None
+
+
+def plan_world(*gpus: int) -> tuple[dict[str, DraUnits], dict[DeviceRef, DeviceAttrs]]:
+    """Nodes n1, n2, … with that many vfio GPUs each: the DRA offer's units and the devices' attributes."""
+    slices = [node_slice(f"n{i + 1}", count) for i, count in enumerate(gpus)]
+    attrs_of = {DeviceRef(view.driver, view.pool, d.name): d.attrs for view in slices for d in view.devices
+                if d.attrs is not None}
+    return {DRA_NAME: offer_units(slices, VFIO_CLASS, ())}, attrs_of
+
+
+DRA_CLASSES = {"dra-h100": dra_class("dra-h100")}
+
+
+def bound(name: str, node: str, count: int = 1) -> DeviceView:
+    return device(name, phase=Phase.BOUND, node=node, count=count, cls="dra-h100")
+
+
+def test_a_bound_device_without_a_claim_gets_one_holding_free_devices_of_its_node() -> None:
+    units, attrs_of = plan_world(4)
+    others = {("tenant-a", "pod-claim"): claim("pod-claim", *refs("n1", 0))}
+    steps = claim_plan([bound("a", "n1", 2), bound("b", "n1", 1)], DRA_CLASSES, others, units, attrs_of)
+    assert [(s.device[1], s.action, s.devices) for s in steps] == [
+        ("a", ClaimAction.CREATE, refs("n1", 1, 2)),
+        ("b", ClaimAction.CREATE, refs("n1", 3)),
+    ], "someone else's device is left alone, and two holds never share one"
+
+
+def test_a_claim_holding_its_devices_on_its_node_is_left_alone_and_a_moved_set_is_allocated_again() -> None:
+    units, attrs_of = plan_world(2, 2)
+    kept = claim("a", *refs("n1", 0), holder="a")
+    moved = ClaimView(namespace="tenant-a", name="b", allocated=refs("n1", 1), node="n1", holder="b")
+    steps = claim_plan([bound("a", "n1"), bound("b", "n2")], DRA_CLASSES,
+                       {("tenant-a", "a"): attrs.evolve(kept, node="n1"), ("tenant-a", "b"): moved}, units, attrs_of)
+    assert [(s.device[1], s.action, s.node, s.devices) for s in steps] == [
+        ("b", ClaimAction.REALLOCATE, "n2", refs("n2", 0))]
+
+
+def test_a_running_vms_claim_is_not_moved() -> None:
+    units, attrs_of = plan_world(2, 2)
+    moved = ClaimView(namespace="tenant-a", name="b", allocated=refs("n1", 1), node="n1", holder="b")
+    assert claim_plan([bound("b", "n2")], DRA_CLASSES, {("tenant-a", "b"): moved}, units, attrs_of,
+                      in_use={("tenant-a", "b")}) == [], "R-BIND-7: the move waits for the VM's stop"
+
+
+def test_a_hold_whose_devices_someone_else_took_says_so_with_the_numbers() -> None:
+    units, attrs_of = plan_world(2)
+    foreign = claim("pod-claim", *refs("n1", 0))
+    steps = claim_plan([bound("a", "n1", 2)], DRA_CLASSES, {("tenant-a", "pod-claim"): foreign}, units, attrs_of)
+    assert [s.action for s in steps] == [ClaimAction.SHORT]
+    refusal = steps[0].refusal
+    assert refusal is not None
+    assert (refusal.reason, refusal.limit, refusal.requested) == (Reason.DEVICES_SHORT, 1, 2)
+    assert refusal.message == "node n1: GPUDevice tenant-a/a holds 2 device(s) there and 1 are free for its claim"
+
+
+def test_an_unallocated_claim_is_allocated_and_a_device_plugin_class_is_not_the_plans() -> None:
+    units, attrs_of = plan_world(2)
+    empty = ClaimView(namespace="tenant-a", name="a", holder="a")
+    plugin = device("p", phase=Phase.BOUND, node="n1", cls="h100")
+    steps = claim_plan([bound("a", "n1"), plugin], {**DRA_CLASSES, "h100": gpu_class()}, {("tenant-a", "a"): empty},
+                       units, attrs_of)
+    assert [(s.device[1], s.action, s.devices) for s in steps] == [("a", ClaimAction.ALLOCATE, refs("n1", 0))]

@@ -668,10 +668,10 @@ class Assembly:
         pods that start or stop being its launchers ask for extended resources,
         or are gone): their usage is judged again with the launcher index
         patched; a pod that two VMIs list takes a rebuild (``ValueError``). A
-        report change must keep the
-        node's names (``same_names``): its units, its time and its freshness
-        move that one node's capacity and the availability there (a first report
-        too, when its names are known GPU names: ``takes_report``). A Node's
+        report change must keep the node's names, or only add names already
+        known (``takes_report``; a first report too): its units, its time and
+        its freshness move that one node's capacity and the availability there
+        (otherwise ``ValueError``). A Node's
         view (labels, taints, Ready, cordon) moves only which classes may use
         it: the availability of the classes of the names it serves. A pod
         change (by namespace and name; None when it is gone or no longer one
@@ -684,6 +684,10 @@ class Assembly:
         self._now = now
         self._generation += 1
         generation, log = self._generation, self._log
+        if inventories:
+            for name, inventory in inventories.items():
+                if not self.takes_report(name, inventory):
+                    raise ValueError(f"GPUNode {name}: its resource names changed; rebuild")
         for name, served in (dra or {}).items():
             if served:
                 self._dra[name] = dict(served)
@@ -691,9 +695,6 @@ class Assembly:
                 self._dra.pop(name, None)
             self._touched_nodes.add(name)
         if inventories:
-            for name, inventory in inventories.items():
-                if not self.takes_report(name, inventory):
-                    raise ValueError(f"GPUNode {name}: its resource names changed; rebuild")
             for name, inventory in inventories.items():
                 self._inventories[name] = self._freshened(inventory, now)
                 self._report_deadline(name, self._inventories[name])

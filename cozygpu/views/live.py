@@ -496,27 +496,28 @@ class LiveSnapshot:
                 return
             yield
 
-    def _reason(self, identities: Mapping[str, object], now: datetime) -> str:
-        """Why a rebuild is due: the stores new or one listed again, a change noted, a launcher window."""
+    def _rebuild_reason(self, identities: Mapping[str, object], now: datetime) -> str | None:
+        """Why a rebuild is due, or None when an update will do: the stores new or one listed again (another
+        store object), a change noted that an update cannot take, a launcher window closed."""
         if not self._identities:
             return "first build"
-        replaced = sorted(kind for kind in identities if identities[kind] is not self._identities.get(kind))
+        replaced = sorted(kind for kind in identities.keys() | self._identities.keys()
+                          if identities.get(kind) is not self._identities.get(kind))
         if replaced:
             return f"{replaced[0]} listed again"
         if self._rebuild:
             return self._why
-        return "a launcher window closed" if self._assembly.needs_rebuild(now) else "asked"
+        return "a launcher window closed" if self._assembly.needs_rebuild(now) else None
 
     def _needs_rebuild(self, now: datetime, sources: Mapping[str, Source | None]) -> bool:
-        identities = {kind: (source.identity if source is not None else None) for kind, source in sources.items()}
-        return identities != self._identities or self._rebuild or self._assembly.needs_rebuild(now)
+        return self._rebuild_reason(_identities(sources), now) is not None
 
     def _building(self, now: datetime, sources: Mapping[str, Source | None],
                   why: str | None = None) -> Generator[None, None, Snapshot]:
         """The rebuild, in steps: the objects of this instant converted through the memo, then derived."""
-        identities = {kind: (source.identity if source is not None else None) for kind, source in sources.items()}
+        identities = _identities(sources)
         if self._on_rebuild is not None:
-            self._on_rebuild(why or self._reason(identities, now))
+            self._on_rebuild(why or self._rebuild_reason(identities, now) or "asked")
         self._identities = identities
         objects = {kind: list(source.objects()) if source is not None else [] for kind, source in sources.items()}
         self._rebuild = False
@@ -631,6 +632,11 @@ def _differences(live: Snapshot, fresh: Snapshot) -> Generator[None, None, str |
         elif a != b:
             return field.name
     return None
+
+
+def _identities(sources: Mapping[str, Source | None]) -> dict[str, object]:
+    """Each kind's store, by identity (None while the kind is not served): another one is a relist."""
+    return {kind: (source.identity if source is not None else None) for kind, source in sources.items()}
 
 
 def _key_of(obj: Obj) -> tuple[str, str]:

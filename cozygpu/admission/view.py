@@ -39,7 +39,7 @@ from cozygpu.views.live import LiveSnapshot, Source
 #: Seconds a snapshot is reused while nothing changed.
 MAX_AGE: Final = 1.0
 
-OPTIONAL: Final = (specs.VMIS, specs.KUBEVIRTS)
+OPTIONAL: Final = specs.OPTIONAL_SNAPSHOT_SPECS
 REQUIRED: Final = tuple(spec for spec in specs.SNAPSHOT_SPECS.values() if spec not in OPTIONAL)
 
 

@@ -96,7 +96,7 @@ class Context:
             try:
                 store = self.cache.store(spec)
             except KindNotServed:
-                if spec not in (specs.VMIS, specs.KUBEVIRTS):
+                if spec not in specs.OPTIONAL_SNAPSHOT_SPECS:
                     raise
                 sources[kind] = None
                 continue

@@ -10,10 +10,13 @@ refuses a second, different spec under one key.
   Namespaces, the tenant quotas (only ResourceQuotas named ``tenant-quota``),
   Pods and the settings ConfigMap (field-selected to that one object).
   Without GPU: GPUClass and GPUDevice, which the always-on reconcilers read.
-- ``lazy_kinds`` (GPU enabled only): VMIs and KubeVirt CRs. They are added to
-  the cache too, start whenever KubeVirt's CRDs are served, and are never
-  waited for by readiness (other components wait for this controller's
-  readiness and must not hang on KubeVirt).
+- ``lazy_kinds`` (GPU enabled only): VMIs and KubeVirt CRs, and DRA's
+  ResourceSlices, DeviceClasses and ResourceClaims. They are added to the
+  cache too, start whenever KubeVirt's CRDs are served (DRA's kinds: when API
+  discovery lists ``resource.k8s.io/v1``), and are never waited for by
+  readiness (other components wait for this controller's readiness and must
+  not hang on KubeVirt or on a cluster without DRA). A webhook that reads one
+  before it synced answers "not ready" for that call only.
 """
 
 from __future__ import annotations
@@ -31,5 +34,5 @@ def webhook_kinds(*, enable_gpu: bool, namespace: str) -> tuple[KindSpec, ...]:
 
 
 def lazy_kinds(*, enable_gpu: bool) -> tuple[KindSpec, ...]:
-    """KubeVirt's kinds: cached once served, never waited for."""
-    return (specs.VMIS, specs.KUBEVIRTS) if enable_gpu else ()
+    """KubeVirt's and DRA's kinds: cached once served, never waited for."""
+    return specs.OPTIONAL_SNAPSHOT_SPECS if enable_gpu else ()

@@ -72,6 +72,15 @@ VMIS: Final = KindSpec(
     indexers={VMIS_BY_NODE: index_field("status", "nodeName")},
 )
 VMS: Final = KindSpec("kubevirt.io", "v1", "virtualmachines", "VirtualMachine", True)
+
+#: DRA (``resource.k8s.io/v1``, GA since 1.34; SPEC §1.5): the drivers' published devices, the classes of
+#: devices, and the claims that hold them (a hold's own, named after its GPUDevice, and everyone else's).
+#: Built in, so served when API discovery lists them: absent on a plane without ``resource.k8s.io/v1``.
+RESOURCE_SLICES: Final = KindSpec("resource.k8s.io", "v1", "resourceslices", "ResourceSlice", False)
+DEVICE_CLASSES: Final = KindSpec("resource.k8s.io", "v1", "deviceclasses", "DeviceClass", False)
+RESOURCE_CLAIMS: Final = KindSpec("resource.k8s.io", "v1", "resourceclaims", "ResourceClaim", True)
+#: The kinds a cluster without DRA (or KubeVirt) does not serve: a snapshot is built without them.
+OPTIONAL_SNAPSHOT_SPECS: Final = (VMIS, KUBEVIRTS, RESOURCE_SLICES, DEVICE_CLASSES, RESOURCE_CLAIMS)
 KUBEVIRTS: Final = KindSpec("kubevirt.io", "v1", "kubevirts", "KubeVirt", True)
 
 
@@ -83,9 +92,10 @@ def settings_configmap(namespace: str) -> KindSpec:
     )
 
 #: The kinds the model's snapshot is made of, by the names ``LiveSnapshot`` takes them under
-#: (the binder's and the webhooks'); the KubeVirt ones may be not served.
+#: (the binder's and the webhooks'); the KubeVirt and DRA ones may be not served.
 SNAPSHOT_SPECS: Final[dict[str, KindSpec]] = {
     keys.GPUCLASS_KIND: GPU_CLASSES, keys.GPUDEVICE_KIND: GPU_DEVICES, keys.GPUNODE_KIND: GPU_NODES,
     "Node": NODES, "Pod": PODS, "VirtualMachineInstance": VMIS,
     "ResourceQuota": TENANT_QUOTAS, "Namespace": NAMESPACES, "KubeVirt": KUBEVIRTS,
+    "ResourceSlice": RESOURCE_SLICES, "DeviceClass": DEVICE_CLASSES, "ResourceClaim": RESOURCE_CLAIMS,
 }

@@ -87,8 +87,10 @@ def assemble(
     permitted: PermittedHostDevices | None = None,
     report_stale_after: timedelta = cap.DEFAULT_REPORT_STALE_AFTER,
     launcher_grace: timedelta = cap.DEFAULT_LAUNCHER_GRACE,
+    dra: Mapping[str, Mapping[str, int]] | None = None,
 ) -> Snapshot:
-    """Build a Snapshot. ``quotas`` maps a tenant namespace to its ``tenant-quota`` ``spec.hard``.
+    """Build a Snapshot. ``quotas`` maps a tenant namespace to its ``tenant-quota`` ``spec.hard``; ``dra``:
+    node -> what DRA-sourced classes serve there (``model.dra.dra_served``).
 
     One derivation: every object's contribution applied to an empty :class:`Assembly`, the very
     contributions the live snapshot adds and takes away event by event.
@@ -96,7 +98,8 @@ def assemble(
     assembly = Assembly(hoster_names=hoster_names, report_stale_after=report_stale_after,
                         launcher_grace=launcher_grace)
     return assembly.rebuild(now=now, classes=classes, devices=devices, nodes=nodes, inventories=inventories,
-                            pods=pods, vmis=vmis, namespaces=namespaces, quotas=quotas, permitted=permitted)
+                            pods=pods, vmis=vmis, namespaces=namespaces, quotas=quotas, permitted=permitted,
+                            dra=dra)
 
 
 def _alike(old: DeviceView, new: DeviceView) -> bool:

@@ -211,35 +211,123 @@ class DraServed:
     problems: Mapping[str, tuple[str, ...]]
 
 
-def dra_served(classes: Iterable[GPUClassView], slices: Sequence[SliceView],
-               device_classes: Mapping[str, Sequence[str]], claims: Iterable[ClaimView]) -> DraServed:
-    """Units each DRA-sourced resource name serves per node: the devices its offer matches that no claim
-    of someone else's holds (a hold's devices stay served: its GPUDevice counts as held there).
+def dra_offers(classes: Iterable[GPUClassView], slices: Sequence[SliceView],
+               device_classes: Mapping[str, Sequence[str]]) -> tuple[dict[str, DraUnits], dict[str, tuple[str, ...]]]:
+    """Each DRA-sourced resource name's units, and why a class serves less than its slices hold.
 
     Classes that sell one resource name must read one offer; where two differ, the first by name is the
     offer and the others say so. ``device_classes``: each DeviceClass's selectors, by name.
     """
-    foreign = {ref for ref, claim in taken_devices(claims).items() if not claim.holder}
     by_name: dict[str, list[tuple[str, DraSource]]] = {}
     for gpu_class in sorted(classes, key=lambda c: c.name):
         if gpu_class.dra is not None:
             by_name.setdefault(gpu_class.resource_name, []).append((gpu_class.name, gpu_class.dra))
-    by_node: dict[str, dict[str, int]] = {}
+    offers: dict[str, DraUnits] = {}
     problems: dict[str, tuple[str, ...]] = {}
     for resource_name, sellers in sorted(by_name.items()):
         first, offer = sellers[0]
-        units = offer_units(slices, device_classes.get(offer.device_class), offer.selectors)
+        units = offers[resource_name] = offer_units(slices, device_classes.get(offer.device_class), offer.selectors)
         for name, source in sellers:
             said = list(units.problems)
             if source != offer:
                 said.append(f"class {first!r} sells {resource_name} from another DRA offer; its units are used")
             if said:
                 problems[name] = tuple(said)
+    return offers, problems
+
+
+def dra_served(classes: Iterable[GPUClassView], slices: Sequence[SliceView],
+               device_classes: Mapping[str, Sequence[str]], claims: Iterable[ClaimView]) -> DraServed:
+    """Units each DRA-sourced resource name serves per node: the devices its offer matches that no claim
+    of someone else's holds (a hold's devices stay served: its GPUDevice counts as held there). From
+    scratch: the reference ``DraTracker`` is kept equal to."""
+    offers, problems = dra_offers(classes, slices, device_classes)
+    foreign = {ref for ref, claim in taken_devices(claims).items() if not claim.holder}
+    by_node: dict[str, dict[str, int]] = {}
+    for resource_name, units in offers.items():
         for node, refs in units.by_node.items():
             free = sum(1 for ref in refs if ref not in foreign)
             if free:
                 by_node.setdefault(node, {})[resource_name] = free
-    return DraServed(by_node=by_node, problems=problems)
+    return DraServed(by_node={node: by_node[node] for node in sorted(by_node)}, problems=problems)
+
+
+ClaimKey = tuple[str, str]
+
+
+class DraTracker:
+    """``dra_served``, kept current from claim changes (the live read model's DRA input).
+
+    Offers (slices, DeviceClasses, GPU classes) are fixed for the tracker's life: a change of one makes a
+    new tracker (the read model rebuilds). Claims come and go by the thousand (every pod with a claim of
+    its own), so :meth:`claims_changed` re-counts only the nodes whose devices the changed claims held or
+    hold: what a claim change costs is its devices, not the fleet. A device is someone else's when the
+    first claim holding it (by key, as ``taken_devices`` picks) has no GPUDevice holder.
+
+    The binder's claims work reads the same tracker: the offers' ``units``, every device's attributes
+    (``attrs_of``) and the claims by key (``claims``). Not safe to share between threads.
+    """
+
+    def __init__(self, classes: Iterable[GPUClassView], slices: Sequence[SliceView],
+                 device_classes: Mapping[str, Sequence[str]], claims: Iterable[ClaimView]) -> None:
+        self.units, self.problems = dra_offers(classes, slices, device_classes)
+        current, _ = current_slices(slices)
+        #: Every device of the current slices, with what selectors see of it (readable ones only).
+        self.attrs_of: dict[DeviceRef, DeviceAttrs] = {
+            DeviceRef(found.driver, found.pool, device.name): device.attrs
+            for found in current for device in found.devices if device.attrs is not None}
+        self._node_of = {ref: node for units in self.units.values() for node, refs in units.by_node.items()
+                         for ref in refs}
+        self.claims: dict[ClaimKey, ClaimView] = {}
+        self._holding: dict[DeviceRef, set[ClaimKey]] = {}
+        for claim in claims:
+            self._put((claim.namespace, claim.name), claim)
+
+    def _put(self, key: ClaimKey, claim: ClaimView | None) -> set[str]:
+        """Set one claim (None: gone); the nodes whose served count may have moved."""
+        touched: set[str] = set()
+        before = self.claims.pop(key, None)
+        for ref in before.allocated if before is not None else ():
+            holding = self._holding.get(ref)
+            if holding is not None:
+                holding.discard(key)
+                if not holding:
+                    del self._holding[ref]
+            if ref in self._node_of:
+                touched.add(self._node_of[ref])
+        if claim is not None:
+            self.claims[key] = claim
+            for ref in claim.allocated:
+                self._holding.setdefault(ref, set()).add(key)
+                if ref in self._node_of:
+                    touched.add(self._node_of[ref])
+        return touched
+
+    def foreign(self, ref: DeviceRef) -> bool:
+        """Whether someone else's claim holds ``ref`` (not a GPUDevice's hold)."""
+        holding = self._holding.get(ref)
+        return holding is not None and not self.claims[min(holding)].holder
+
+    def served_on(self, node: str) -> dict[str, int]:
+        """Resource name -> the node's units no claim of someone else's holds (names serving none left out)."""
+        served: dict[str, int] = {}
+        for resource_name, units in self.units.items():
+            free = sum(1 for ref in units.by_node.get(node, ()) if not self.foreign(ref))
+            if free:
+                served[resource_name] = free
+        return served
+
+    def served(self) -> dict[str, dict[str, int]]:
+        """Node -> ``served_on`` of every node some offer has units on (nodes serving nothing left out)."""
+        nodes = {node for units in self.units.values() for node in units.by_node}
+        return {node: served for node in sorted(nodes) if (served := self.served_on(node))}
+
+    def claims_changed(self, changes: Mapping[ClaimKey, ClaimView | None]) -> dict[str, dict[str, int]]:
+        """Take claim changes (None: gone); each node they touch, with what it serves now (empty: nothing)."""
+        touched: set[str] = set()
+        for key, claim in changes.items():
+            touched |= self._put(key, claim)
+        return {node: self.served_on(node) for node in sorted(touched)}
 
 
 class ClaimAction(enum.StrEnum):

@@ -490,6 +490,18 @@ def resource_slice_view(obj: Obj) -> SliceView:
                      node=as_str(spec.get("nodeName")), devices=tuple(devices))
 
 
+def device_class_selectors(obj: Obj) -> tuple[str, ...]:
+    """A DeviceClass's CEL selectors (``spec.selectors[].cel.expression``), in order; a selector of another
+    kind is refused (the allocator would not know it either)."""
+    out: list[str] = []
+    for at, selector in enumerate(_list(as_map(obj.get("spec")).get("selectors"))):
+        expression = as_map(as_map(selector).get("cel")).get("expression")
+        if not isinstance(expression, str):
+            raise InvalidObject(f"selector {at} of the DeviceClass has no cel.expression")
+        out.append(expression)
+    return tuple(out)
+
+
 def resource_claim_view(obj: Obj) -> ClaimView:
     """A ResourceClaim: the devices its allocation holds, the allocation's node, and the GPUDevice that
     owns it (its controller reference of our group), if one does."""

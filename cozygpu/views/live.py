@@ -37,6 +37,7 @@ from cozygpu.cache.collector import collector_paused
 from cozygpu.cache.store import Event
 from cozygpu.model.assemble import STEP, Assembly, assemble, drain
 from cozygpu.model.capacity import DEFAULT_LAUNCHER_GRACE, DEFAULT_REPORT_STALE_AFTER
+from cozygpu.model.dra import ClaimView, DraTracker, dra_served
 from cozygpu.model.snapshot import (
     DeviceView,
     NodeInventory,
@@ -52,6 +53,7 @@ from cozygpu.views.decode import (
     as_map,
     as_str,
     asks_extended,
+    device_class_selectors,
     device_view,
     gpu_class_view,
     namespace_view,
@@ -59,6 +61,8 @@ from cozygpu.views.decode import (
     node_view,
     permitted_host_devices,
     pod_view,
+    resource_claim_view,
+    resource_slice_view,
     tenant_quotas,
     vmi_view,
 )
@@ -150,6 +154,9 @@ def build_snapshot(
     quotas: Iterable[Obj] = (),
     namespaces: Iterable[Obj] = (),
     kubevirts: Iterable[Obj] = (),
+    slices: Iterable[Obj] = (),
+    device_classes: Iterable[Obj] = (),
+    claims: Iterable[Obj] = (),
     hoster_names: Iterable[str] = (),
     report_stale_after: timedelta = DEFAULT_REPORT_STALE_AFTER,
     launcher_grace: timedelta = DEFAULT_LAUNCHER_GRACE,
@@ -170,6 +177,9 @@ def build_snapshot(
         inventory_views = _convert(keys.GPUNODE_KIND, gpunodes, node_inventory, on_invalid, memo)
         pod_views = _convert("Pod", (p for p in pods if wanted(p)), pod_view, on_invalid, memo)
         namespace_views = _convert("Namespace", namespaces, namespace_view, on_invalid, memo)
+        slice_views = _convert("ResourceSlice", slices, resource_slice_view, on_invalid, memo)
+        selectors = _convert("DeviceClass", device_classes, _device_class, on_invalid, memo)
+        claim_views = _convert("ResourceClaim", claims, resource_claim_view, on_invalid, memo)
         if memo is not None:
             memo.forget_unseen()
         return assemble(
@@ -186,6 +196,7 @@ def build_snapshot(
             permitted=permitted_host_devices(kubevirts),
             report_stale_after=report_stale_after,
             launcher_grace=launcher_grace,
+            dra=dra_served(class_views, slice_views, dict(selectors), claim_views).by_node,
         )
 
 
@@ -267,6 +278,11 @@ class LiveSnapshot:
         self._pods: set[tuple[str, str]] = set()
         #: Pod UIDs a VMI started or stopped listing as active: their launcher (and so their usage) moved.
         self._launching: set[str] = set()
+        #: ResourceClaims whose allocation or holder changed, came or went: the DRA units of their nodes.
+        self._claims: set[tuple[str, str]] = set()
+        #: What DRA classes serve, kept from claim changes between rebuilds (the binder's claims work reads
+        #: its offers, device attributes and claims too).
+        self.dra = DraTracker((), (), {}, ())
         self._rebuild = True
         #: Why ``_rebuild`` was set (the first build's reason is the stores being new).
         self._why = "first build"
@@ -282,6 +298,10 @@ class LiveSnapshot:
             return
         if kind == "VirtualMachineInstance":
             self._vmi_changed(old, new)
+            return
+        if kind == "ResourceClaim":
+            if _claim_of(old) != _claim_of(new):
+                self._claims.add(_key_of(new or old or EMPTY_OBJECT))
             return
         if not self.matters(kind, old, new):
             return
@@ -345,7 +365,7 @@ class LiveSnapshot:
     def dirty(self) -> bool:
         """Whether a change was noted since the last snapshot (heartbeats are not)."""
         return self._rebuild or any((self._devices, self._vmis, self._reports, self._nodes, self._pods,
-                                     self._launching))
+                                     self._launching, self._claims))
 
     def _wanted_pod(self, pod: Obj | None) -> bool:
         if pod is None:
@@ -373,6 +393,8 @@ class LiveSnapshot:
             "Pod", (k for k in self._pods if pod_source is None or self._wanted_pod(pod_source.get(*k))),
             pod_source, pod_view)
         pods.update((key, None) for key in self._pods if key not in pods)  # no longer one the snapshot holds
+        claims: dict[tuple[str, str], ClaimView | None] = self._views(
+            "ResourceClaim", self._claims, sources.get("ResourceClaim"), resource_claim_view)
         self._forget_changes()
         inventories = {key[1]: view for key, view in reports.items() if view is not None}
         if len(inventories) < len(reports):  # gone or unreadable since: not a change of one node's report
@@ -381,10 +403,12 @@ class LiveSnapshot:
                                                                    if vmi_changes else "")
                           + (f" and {len(inventories)} report(s)" if inventories else "")
                           + (f" and {len(nodes)} node(s)" if nodes else "")
-                          + (f" and {len(pods)} pod(s)" if pods else ""))
+                          + (f" and {len(pods)} pod(s)" if pods else "")
+                          + (f" and {len(claims)} claim(s)" if claims else ""))
         try:
             return self._assembly.update(now=now, devices=changes, vmis=vmi_changes, inventories=inventories,
-                                         nodes={key[1]: view for key, view in nodes.items()}, pods=pods)
+                                         nodes={key[1]: view for key, view in nodes.items()}, pods=pods,
+                                         dra=self.dra.claims_changed(claims) if claims else None)
         except ValueError:  # a report's names changed after all: its later state is what the stores hold
             return self._build(now, sources, "a GPUNode report's names changed")
 
@@ -424,14 +448,14 @@ class LiveSnapshot:
         live = await self.refreshed(now=now, sources=sources, budget=budget)
         objects = {kind: list(source.objects()) if source is not None else [] for kind, source in sources.items()}
         fresh = Assembly(hoster_names=self._hoster, report_stale_after=self._stale_after, launcher_grace=self._grace)
-        built = await in_slices(_derived(fresh, now, objects, None, None), budget)
+        built, _ = await in_slices(_derived(fresh, now, objects, None, None), budget)
         drift = await in_slices(_differences(live, built), budget)
         if drift is not None:
             self._rebuild, self._why = True, "drift found by the safety net"
         return drift
 
     def _forget_changes(self) -> None:
-        for noted in (self._devices, self._vmis, self._reports, self._nodes, self._pods):
+        for noted in (self._devices, self._vmis, self._reports, self._nodes, self._pods, self._claims):
             noted.clear()
         self._launching.clear()
 
@@ -524,7 +548,7 @@ class LiveSnapshot:
         self._forget_changes()
         done = False
         try:
-            snapshot = yield from _derived(self._assembly, now, objects, self._on_invalid, self._memo)
+            snapshot, self.dra = yield from _derived(self._assembly, now, objects, self._on_invalid, self._memo)
             done = True
         finally:
             if not done:  # left half-way (cancelled, or a view raised): the assembly is not a snapshot's
@@ -534,8 +558,9 @@ class LiveSnapshot:
 
 
 def _derived(assembly: Assembly, now: datetime, objects: Mapping[str, list[Obj]], on_invalid: InvalidHandler | None,
-             memo: ViewMemo | None) -> Generator[None, None, Snapshot]:
-    """Every object converted (through ``memo`` when given) and derived by ``assembly``, in steps."""
+             memo: ViewMemo | None) -> Generator[None, None, tuple[Snapshot, DraTracker]]:
+    """Every object converted (through ``memo`` when given) and derived by ``assembly``, in steps; and the DRA
+    tracker of those objects."""
     with collector_paused():  # tens of thousands of acyclic, long-lived views
         views: dict[str, list[Any]] = {}
         for kind, convert in _VIEWS.items():
@@ -544,14 +569,17 @@ def _derived(assembly: Assembly, now: datetime, objects: Mapping[str, list[Obj]]
                 wanted = _pods_wanted(views["VirtualMachineInstance"])
                 listed = (p for p in listed if wanted(p))
             views[kind] = yield from _converting(kind, listed, convert, on_invalid, memo)
+        dra = DraTracker(views[keys.GPUCLASS_KIND], views["ResourceSlice"], dict(views["DeviceClass"]),
+                         views["ResourceClaim"])
+        yield
         snapshot = yield from assembly.rebuilding(
             now=now, classes=views[keys.GPUCLASS_KIND], devices=views[keys.GPUDEVICE_KIND], nodes=views["Node"],
             inventories=views[keys.GPUNODE_KIND], pods=views["Pod"], vmis=views["VirtualMachineInstance"],
             namespaces=views["Namespace"], quotas=tenant_quotas(objects.get("ResourceQuota", ())),
-            permitted=permitted_host_devices(objects.get("KubeVirt", ())))
+            permitted=permitted_host_devices(objects.get("KubeVirt", ())), dra=dra.served())
         if memo is not None:
             memo.forget_unseen()
-        return snapshot
+        return snapshot, dra
 
 
 def _converting(kind: str, objects: Iterable[Obj], convert: Callable[[Obj], Any], on_invalid: InvalidHandler | None,
@@ -596,13 +624,6 @@ def _pods_wanted(vmis: Iterable[VMIView]) -> Callable[[Obj], bool]:
     return wanted
 
 
-#: The kinds converted into views one by one, each with its converter (VMIs first: they decide which pods).
-_VIEWS: dict[str, Callable[[Obj], Any]] = {
-    "VirtualMachineInstance": vmi_view, keys.GPUCLASS_KIND: gpu_class_view, keys.GPUDEVICE_KIND: device_view,
-    "Node": node_view, keys.GPUNODE_KIND: node_inventory, "Pod": pod_view, "Namespace": namespace_view,
-}
-
-
 def first_difference(live: Snapshot, fresh: Snapshot) -> str | None:
     """The first field (and key in it) where two snapshots differ, or None when they are the same.
 
@@ -639,6 +660,15 @@ def _identities(sources: Mapping[str, Source | None]) -> dict[str, object]:
     return {kind: (source.identity if source is not None else None) for kind, source in sources.items()}
 
 
+def _device_class(obj: Obj) -> tuple[str, tuple[str, ...]]:
+    """A DeviceClass as offers read it: its name and selectors."""
+    return as_str(as_map(obj.get("metadata")).get("name")), device_class_selectors(obj)
+
+
+def _claim_of(obj: Obj | None) -> ClaimView | None:
+    return resource_claim_view(obj) if obj is not None else None
+
+
 def _key_of(obj: Obj) -> tuple[str, str]:
     meta = as_map(obj.get("metadata"))
     return (as_str(meta.get("namespace")), as_str(meta.get("name")))
@@ -656,5 +686,15 @@ _SAME_VIEW: dict[str, Callable[[Obj], object]] = {
     keys.GPUCLASS_KIND: gpu_class_view,
     "Namespace": namespace_view,
     "Pod": pod_view,
+    "ResourceSlice": resource_slice_view,
+    "DeviceClass": _device_class,
     "ResourceQuota": lambda obj: (as_map(obj.get("metadata")).get("name"), as_map(obj.get("spec")).get("hard")),
+}
+
+
+#: The kinds converted into views one by one, each with its converter (VMIs first: they decide which pods).
+_VIEWS: dict[str, Callable[[Obj], Any]] = {
+    "VirtualMachineInstance": vmi_view, keys.GPUCLASS_KIND: gpu_class_view, keys.GPUDEVICE_KIND: device_view,
+    "Node": node_view, keys.GPUNODE_KIND: node_inventory, "Pod": pod_view, "Namespace": namespace_view,
+    "ResourceSlice": resource_slice_view, "DeviceClass": _device_class, "ResourceClaim": resource_claim_view,
 }

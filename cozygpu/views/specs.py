@@ -72,6 +72,7 @@ VMIS: Final = KindSpec(
     indexers={VMIS_BY_NODE: index_field("status", "nodeName")},
 )
 VMS: Final = KindSpec("kubevirt.io", "v1", "virtualmachines", "VirtualMachine", True)
+KUBEVIRTS: Final = KindSpec("kubevirt.io", "v1", "kubevirts", "KubeVirt", True)
 
 #: DRA (``resource.k8s.io/v1``, GA since 1.34; SPEC §1.5): the drivers' published devices, the classes of
 #: devices, and the claims that hold them (a hold's own, named after its GPUDevice, and everyone else's).
@@ -81,7 +82,6 @@ DEVICE_CLASSES: Final = KindSpec("resource.k8s.io", "v1", "deviceclasses", "Devi
 RESOURCE_CLAIMS: Final = KindSpec("resource.k8s.io", "v1", "resourceclaims", "ResourceClaim", True)
 #: The kinds a cluster without DRA (or KubeVirt) does not serve: a snapshot is built without them.
 OPTIONAL_SNAPSHOT_SPECS: Final = (VMIS, KUBEVIRTS, RESOURCE_SLICES, DEVICE_CLASSES, RESOURCE_CLAIMS)
-KUBEVIRTS: Final = KindSpec("kubevirt.io", "v1", "kubevirts", "KubeVirt", True)
 
 
 def settings_configmap(namespace: str) -> KindSpec:

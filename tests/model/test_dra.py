@@ -7,6 +7,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import attrs
+import hypothesis
+from hypothesis import strategies as hst
 
 from cozygpu.api import claims as claims_api
 from cozygpu.devcluster import dra_driver
@@ -16,6 +18,7 @@ from cozygpu.model.dra import (
     ClaimAction,
     ClaimView,
     DeviceRef,
+    DraTracker,
     DraUnits,
     SliceDevice,
     SliceView,
@@ -166,10 +169,11 @@ def test_the_hold_claim_as_built_reads_back_as_its_devices_node_and_holder() -> 
     made["status"] = claims_api.hold_status("n1", devices, device_name="gpu-a", device_uid="uid-a", now=NOW)
     view = resource_claim_view(made)
     assert view == ClaimView(namespace="tenant-a", name="gpu-a", allocated=devices, node="n1", holder="gpu-a")
-    request = made["spec"]["devices"]["requests"][0]
-    assert request["exactly"]["count"] == 2
-    assert made["status"]["allocation"]["devices"]["results"][0]["request"] == request["name"]
-    assert made["spec"]["devices"]["constraints"] == [{"requests": [request["name"]],
+    requests = made["spec"]["devices"]["requests"]
+    assert [(r["name"], r["exactly"]["count"]) for r in requests] == [("gpu-0", 1), ("gpu-1", 1)], \
+        "one device per request: KubeVirt's launcher takes exactly one device per gpus entry"
+    assert [r["request"] for r in made["status"]["allocation"]["devices"]["results"]] == ["gpu-0", "gpu-1"]
+    assert made["spec"]["devices"]["constraints"] == [{"requests": ["gpu-0", "gpu-1"],
                                                        "matchAttribute": "resource.kubernetes.io/pcieRoot"}]
     assert made["status"]["reservedFor"] == [{"apiGroup": "gpu.cozystack.io", "resource": "gpudevices",
                                               "name": "gpu-a", "uid": "uid-a"}]
@@ -317,3 +321,33 @@ def test_an_unallocated_claim_is_allocated_and_a_device_plugin_class_is_not_the_
     steps = claim_plan([bound("a", "n1"), plugin], {**DRA_CLASSES, "h100": gpu_class()}, {("tenant-a", "a"): empty},
                        units, attrs_of)
     assert [(s.device[1], s.action, s.devices) for s in steps] == [("a", ClaimAction.ALLOCATE, refs("n1", 0))]
+
+
+_CLAIM_NAMES = ("a", "b", "c", "d")
+_DEVICES = refs("n1", 0, 1, 2) + refs("n2", 0, 1)
+
+
+@hypothesis.settings(max_examples=200, deadline=None)
+@hypothesis.given(hst.lists(hst.tuples(hst.sampled_from(_CLAIM_NAMES), hst.booleans(), hst.booleans(),
+                                       hst.sets(hst.sampled_from(_DEVICES), max_size=2)), max_size=12))
+def test_the_tracker_kept_from_claim_changes_equals_the_served_of_its_claims(
+        changes: list[tuple[str, bool, bool, set[DeviceRef]]]) -> None:
+    """Claims come, change, overlap (two claiming one device: the first by key decides) and go; after each
+    change the tracker equals ``dra_served`` over the claims it holds, and it names every node that moved."""
+    classes, slices = [dra_class("dra-h100")], [node_slice("n1", 3), node_slice("n2", 2)]
+    device_classes = {dra_driver.DEVICE_CLASS: VFIO_CLASS}
+    tracker = DraTracker(classes, slices, device_classes, [])
+    held: dict[tuple[str, str], ClaimView] = {}
+    for name, gone, ours, devices in changes:
+        key = ("tenant-a", name)
+        before = tracker.served()
+        view = None if gone else claim(name, *sorted(devices), holder=name if ours else "")
+        moved = tracker.claims_changed({key: view})
+        if view is None:
+            held.pop(key, None)
+        else:
+            held[key] = view
+        after = tracker.served()
+        assert after == dra_served(classes, slices, device_classes, held.values()).by_node
+        assert {node for node in set(before) | set(after) if before.get(node) != after.get(node)} <= set(moved)
+        assert all(after.get(node, {}) == served for node, served in moved.items())

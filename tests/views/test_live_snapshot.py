@@ -1,7 +1,8 @@
 """LiveSnapshot: after any sequence of cache events, the same snapshot ``build_snapshot`` builds from scratch.
 
 A small world (two classes, three nodes and their reports, VMIs with launcher
-pods, raw GPU pods, tenant namespaces and budgets, devices in every phase)
+pods, raw GPU pods, tenant namespaces and budgets, devices in every phase, a DRA class
+over simulated NVIDIA slices with claims of holds and of others)
 is changed event by event as an informer would show it — a device placed,
 moved, lost, attached, deleted; a node cordoned; a report changed, gone
 stale, or deleted and made again (a new node's first report); a VMI's launcher
@@ -24,7 +25,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cozygpu import keys
+from cozygpu.api import claims as claims_api
+from cozygpu.devcluster import dra_driver
 from cozygpu.model.assemble import STEP, Assembly
+from cozygpu.model.dra import DeviceRef
 from cozygpu.model.snapshot import Snapshot
 from cozygpu.views import live as live_module
 from cozygpu.views.live import LIVE_KINDS, LiveSnapshot, Source, build_snapshot
@@ -40,6 +44,9 @@ DEVICES = tuple(f"d{i}" for i in range(6))
 #: Where devices are ordered: mostly where the VMIs run, and one tenant no Namespace object names.
 DEVICE_NAMESPACES = ("tenant-a", "tenant-a", "tenant-a-b", "tenant-c", "tenant-a-x")
 PODS = ("p1", "p2", "p3")
+#: The DRA class's resource name (its DeviceClass's extended name) and its claims' names.
+DRA_RESOURCE = f"deviceclass.resource.kubernetes.io/{dra_driver.DEVICE_CLASS}"
+CLAIMS = ("c1", "c2", "d0")
 _rv = itertools.count(1)
 
 
@@ -165,7 +172,8 @@ class World:
         return build_snapshot(now=self.now, classes=s[keys.GPUCLASS_KIND], devices=s[keys.GPUDEVICE_KIND],
                               gpunodes=s[keys.GPUNODE_KIND], nodes=s["Node"], pods=s["Pod"],
                               vmis=s["VirtualMachineInstance"], quotas=s["ResourceQuota"],
-                              namespaces=s["Namespace"], kubevirts=s["KubeVirt"], report_stale_after=STALE)
+                              namespaces=s["Namespace"], kubevirts=s["KubeVirt"], slices=s["ResourceSlice"],
+                              device_classes=s["DeviceClass"], claims=s["ResourceClaim"], report_stale_after=STALE)
 
 
 def normal(snapshot: Snapshot) -> dict[str, Any]:
@@ -222,11 +230,32 @@ def seed(world: World) -> None:
     for namespace in NAMESPACES:
         world.put("Namespace", {"metadata": meta(namespace)})
     world.put("ResourceQuota", quota("tenant-a", 6))
+    world.put(keys.GPUCLASS_KIND, dra_class())
+    world.put("DeviceClass", dra_driver.device_class())
+    for name in NODES[:2]:
+        world.put("ResourceSlice", dra_driver.resource_slice(name, f"uid-{name}", 2))
+
+
+def dra_class() -> Obj:
+    return {"metadata": meta("c"), "spec": {"mode": "Passthrough", "resourceName": DRA_RESOURCE, "source": {
+        "dra": {"deviceClassName": dra_driver.DEVICE_CLASS}}}}
+
+
+def claim(name: str, namespace: str, node_name: str, devices: tuple[int, ...], *, held: bool) -> Obj:
+    """A claim allocated ``devices`` of ``node_name``: a hold's (owned by GPUDevice ``name``) or a pod's own."""
+    body = claims_api.hold_claim(name, f"uid-{name}", device_class=dra_driver.DEVICE_CLASS, count=len(devices))
+    if not held:
+        body["metadata"]["ownerReferences"] = []
+    body["metadata"].update(meta(name, namespace))
+    refs = [DeviceRef(dra_driver.DRIVER, node_name, dra_driver.device_name(i)) for i in devices]
+    if refs:
+        body["status"] = claims_api.hold_status(node_name, refs, device_name=name, device_uid=f"uid-{name}", now=T0)
+    return body
 
 
 names = st.sampled_from
 steps = st.one_of(
-    st.tuples(st.just("device"), names(DEVICES), names(DEVICE_NAMESPACES), names(("a", "b", "ghost")),
+    st.tuples(st.just("device"), names(DEVICES), names(DEVICE_NAMESPACES), names(("a", "b", "c", "ghost")),
               st.integers(1, 3), names((None, "Pending", "Bound", "Lost")), names((None, *NODES)),
               names((None, *VMIS)), st.booleans(), st.booleans(), st.booleans()),
     st.tuples(st.just("delete device"), names(DEVICES), names(DEVICE_NAMESPACES)),
@@ -240,6 +269,11 @@ steps = st.one_of(
               st.integers(0, 40)),
     st.tuples(st.just("quota"), names(NAMESPACES[:3]), st.integers(0, 8)),
     st.tuples(st.just("class"), names(("a", "b")), st.booleans()),
+    st.tuples(st.just("claim"), names(CLAIMS), names(DEVICE_NAMESPACES[:3]), names(NODES),
+              st.sets(st.integers(0, 2), max_size=2), st.booleans()),
+    st.tuples(st.just("drop claim"), names(CLAIMS), names(DEVICE_NAMESPACES[:3])),
+    st.tuples(st.just("slice"), names(NODES), st.integers(0, 3), st.integers(1, 3)),
+    st.tuples(st.just("device class"), st.booleans()),
     st.tuples(st.just("time"), st.integers(0, 4)),
     st.tuples(st.just("tick"), st.integers(0, 40)),
     st.tuples(st.just("replace"), names(LIVE_KINDS)),
@@ -281,6 +315,20 @@ def apply(world: World, step: tuple[Any, ...]) -> None:
         world.put("ResourceQuota", quota(step[1], step[2]))
     elif what == "class":
         world.put(keys.GPUCLASS_KIND, gpu_class(step[1], RESOURCES[0 if step[1] == "a" else 1], selector=step[2]))
+    elif what == "claim":
+        _, name, namespace, node_name, devices, held = step
+        world.put("ResourceClaim", claim(name, namespace, node_name, tuple(sorted(devices)), held=held))
+    elif what == "drop claim":
+        world.put("ResourceClaim", None, (step[2], step[1]))
+    elif what == "slice":
+        _, name, gpus, generation = step
+        world.put("ResourceSlice", dra_driver.resource_slice(name, f"uid-{name}", gpus, generation=generation),
+                  ("", dra_driver.slice_name(name)))
+    elif what == "device class":
+        if step[1]:
+            world.put("DeviceClass", dra_driver.device_class())
+        else:
+            world.put("DeviceClass", None, ("", dra_driver.DEVICE_CLASS))
     elif what == "time":
         world.now += timedelta(minutes=step[1])
     elif what == "tick":

@@ -10,6 +10,12 @@ terms are ORed) and the tolerations of the devices' classes it lacks. The
 pin goes on the pod, not the VMI: LiveUpdate rewrites the VMI's affinity
 from the VM template.
 
+DRA (SPEC §1.5): when every device is of a DRA-sourced class, the pod gets
+no node affinity, only the tolerations: its ``resourceClaims`` are the held
+claims, and kube-scheduler places it by their allocation's node selector
+(the node the binder allocated them on). A set mixing both kinds is pinned
+as before; its devices share one node all the same.
+
 Bounded (issue 22, ``bounds``): the ownerReferences, the owner's name, the
 required node-affinity terms (the pin copies each) and the tolerations (each
 class toleration is looked up among them) are compared with their limits
@@ -27,7 +33,7 @@ from cozygpu.admission.view import NotReady, SnapshotSource
 from cozygpu.api import meta, pods, scheduling
 from cozygpu.model import refusals
 from cozygpu.model.refusals import Refusal
-from cozygpu.model.snapshot import Toleration
+from cozygpu.model.snapshot import Snapshot, Toleration
 
 
 def _size_problem(pod: Mapping[str, Any], label: str) -> Refusal | None:
@@ -59,33 +65,38 @@ def _toleration(t: Toleration) -> dict[str, Any]:
 
 def pin_patch(pod: Mapping[str, Any], node: str, tolerations: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The JSON patch: a required node affinity to ``node`` and the missing ``tolerations``."""
+    return [*_affinity_patch(pod, node), *tolerations_patch(pod, tolerations)]
+
+
+def _affinity_patch(pod: Mapping[str, Any], node: str) -> list[dict[str, Any]]:
     spec = meta.spec(pod)
     requirement = {"key": "metadata.name", "operator": "In", "values": [node]}
-    patch: list[dict[str, Any]] = []
     terms = scheduling.required_terms(spec)
     if terms:
         path = "/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms"
-        patch.append({"op": "replace", "path": path,
-                      "value": [scheduling.with_match_field(term, requirement) for term in terms]})
-    else:
-        value = {"nodeSelectorTerms": [{"matchFields": [requirement]}]}
-        if scheduling.affinity(spec) is None:
-            patch.append({"op": "add", "path": "/spec/affinity",
-                          "value": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": value}}})
-        elif scheduling.node_affinity(spec) is None:
-            patch.append({"op": "add", "path": "/spec/affinity/nodeAffinity",
-                          "value": {"requiredDuringSchedulingIgnoredDuringExecution": value}})
-        else:
-            patch.append({"op": "add", "path": "/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuring"
-                          "Execution", "value": value})
-    present = scheduling.tolerations_or_none(spec)
+        return [{"op": "replace", "path": path,
+                 "value": [scheduling.with_match_field(term, requirement) for term in terms]}]
+    value = {"nodeSelectorTerms": [{"matchFields": [requirement]}]}
+    if scheduling.affinity(spec) is None:
+        return [{"op": "add", "path": "/spec/affinity",
+                 "value": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": value}}}]
+    if scheduling.node_affinity(spec) is None:
+        return [{"op": "add", "path": "/spec/affinity/nodeAffinity",
+                 "value": {"requiredDuringSchedulingIgnoredDuringExecution": value}}]
+    return [{"op": "add", "path": "/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuring"
+             "Execution", "value": value}]
+
+
+def tolerations_patch(pod: Mapping[str, Any], tolerations: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The JSON patch adding the ``tolerations`` the pod lacks: all that the launcher of DRA devices only
+    gets (kube-scheduler places it by its claims, and the tolerations let it onto their node)."""
+    present = scheduling.tolerations_or_none(meta.spec(pod))
     missing = [t for t in tolerations if present is None or t not in present]
-    if missing:
-        if present is not None:
-            patch.extend({"op": "add", "path": "/spec/tolerations/-", "value": t} for t in missing)
-        else:
-            patch.append({"op": "add", "path": "/spec/tolerations", "value": missing})
-    return patch
+    if not missing:
+        return []
+    if present is not None:
+        return [{"op": "add", "path": "/spec/tolerations/-", "value": t} for t in missing]
+    return [{"op": "add", "path": "/spec/tolerations", "value": missing}]
 
 
 class LauncherPodWebhook:
@@ -133,5 +144,13 @@ class LauncherPodWebhook:
                 entry = _toleration(toleration)
                 if entry not in tolerations:
                     tolerations.append(entry)
+        if all(_sells_dra(snapshot, d.class_name) for d in devices):
+            return Verdict.allow(tolerations_patch(pod, tolerations))
         return Verdict.allow(pin_patch(pod, nodes[0], tolerations))
+
+
+def _sells_dra(snapshot: Snapshot, class_name: str) -> bool:
+    """The class takes its GPUs from a DRA driver: its devices' holds are claims the pod names."""
+    gpu_class = snapshot.classes.get(class_name)
+    return gpu_class is not None and gpu_class.dra is not None
 

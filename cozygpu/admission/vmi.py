@@ -1,8 +1,10 @@
 """The VMI webhook (mutating, CREATE, VMIs labelled with device-refs): attach, ask the binder, wait (R-ADM-2, R-ADM-3).
 
 Order of work, so that a dry run and a refused start leave no trace:
-1. Every refusal check, on this replica's snapshot (``vmi_plan.plan_start``).
-   A dry run ends here, allowed with the ``gpus`` entries the start would get.
+1. Every refusal check, on this replica's snapshot (``vmi_plan.plan_start``),
+   and, for a member of a DRA-sourced class, that the cache serves
+   ResourceClaims (its hold is one). A dry run ends here, allowed with the
+   ``gpus`` and ``resourceClaims`` entries the start would get.
 2. Writes: create the template devices (the template-device label, no owner
    reference: the VMI has no UID yet; the binder deletes them with their VMI),
    then attach every member and record one bind request on it, each a status
@@ -15,12 +17,21 @@ Order of work, so that a dry run and a refused start leave no trace:
    recorded before the undo runs, so the undo knows all of them; after a
    failure no further write starts.
 3. Wait at most ``bind_wait`` for the binder's answer on every member,
-   watching the cache's GPUDevice events (no polling).
-4. Every member Succeeded → allowed, with one ``gpus`` entry per GPU and
-   never a ``resources`` key. Otherwise undo what step 2 wrote (clear the
-   attachment and request where they are still this request's, delete the
-   template devices created, by UID) and refuse with the binder's reason, or
-   with "no answer within N s" and the leader's state from its Lease.
+   watching the cache's GPUDevice events (no polling). A DRA member's answer
+   is ready only once, beside it, the cache's ResourceClaim of that device
+   (named after it) shows its allocation on the device's node with all its
+   devices (``vmi_plan.claim_unready``), watched on ResourceClaim events in
+   the same wait: a claim not allocated yet would be allocated by
+   kube-scheduler itself, maybe on another node.
+4. Every member Succeeded → allowed, with one ``gpus`` entry per GPU (a DRA
+   member's naming its claim's ``resourceClaims`` entry and request, never a
+   ``deviceName``) and never a ``resources`` key. Otherwise undo what step 2
+   wrote (clear the attachment and request where they are still this
+   request's, delete the template devices created, by UID) and refuse with
+   the binder's reason, with "no answer within N s" and the leader's state
+   from its Lease, or, when every answer came but a DRA member's claim did
+   not show its allocation, with the device, the claim, the node and what
+   the claim showed.
 
 Re-invocation (R-ADM-3): the plan finds every member attached to this VMI's
 name with one recent request, answered or not, and takes it as its own: it
@@ -46,14 +57,25 @@ from cozygpu.admission.envelope import Request, Verdict
 from cozygpu.admission.metrics import AdmissionMetrics
 from cozygpu.admission.refs import RefsError, parse_refs
 from cozygpu.admission.view import NotReady, SnapshotSource
-from cozygpu.admission.vmi_plan import Member, Refused, StartPlan, gpus_patch, plan_start
+from cozygpu.admission.vmi_plan import (
+    Member,
+    Refused,
+    StartPlan,
+    claim_not_allocated,
+    claim_unready,
+    dra_not_served,
+    gpus_patch,
+    plan_start,
+)
 from cozygpu.api import admission_devices as devices
 from cozygpu.api import kubevirt, leases, meta
+from cozygpu.api.devices import node_name as device_node
 from cozygpu.api.times import rfc3339
 from cozygpu.base.clock import Clock, LoopClock
 from cozygpu.base.logging import get_logger
 from cozygpu.cache.cache import Cache
-from cozygpu.cache.errors import CacheError
+from cozygpu.cache.errors import CacheError, KindNotServed, NotSynced
+from cozygpu.cache.store import Event
 from cozygpu.kube import Client, errors, resource_path
 from cozygpu.model import refusals
 from cozygpu.model.refusals import Refusal
@@ -80,6 +102,16 @@ class VMIConfig:
 def _device_path(namespace: str, name: str = "", *, status: bool = False) -> str:
     return resource_path(keys.GROUP, keys.VERSION, keys.GPUDEVICE_PLURAL, namespace=namespace, name=name or None,
                          subresource="status" if status else None)
+
+
+@attrs.frozen
+class _Unallocated:
+    """Every answer is Succeeded on one node, but a DRA member's claim does not show its allocation there yet."""
+
+    device: str
+    node: str
+    #: What the claim showed (``vmi_plan.claim_unready``), for the refusal if the wait ends so.
+    seen: str
 
 
 def _requested(device: Mapping[str, Any] | None, request_id: str) -> bool:
@@ -112,8 +144,9 @@ class VMIWebhook:
             recent = timedelta(seconds=2 * self._config.bind_wait + 5)
             plan = plan_start(snapshot, obj, refs, namespace=namespace, raw_forbidden=self._config.raw_forbidden,
                               grace=self._config.attachment_grace, recent=recent)
-            patch = gpus_patch(obj, plan.entries)
+            patch = gpus_patch(obj, plan.entries, plan.claims)
             versions = self._versions(plan)
+            self._claims_served(plan)
         except RefsError as error:
             label = f"VMI {bounds.clip(namespace)}/{bounds.clip(meta.name(obj) or request.name or '?')}"
             return Verdict.refuse(refusals.invalid_device_refs(label, str(error)))
@@ -137,6 +170,20 @@ class VMIWebhook:
                 raise Refused(refusals.unknown_device(plan.namespace, member.name))
             found[member.name] = meta.resource_version(obj)
         return found
+
+    def _claims_served(self, plan: StartPlan) -> None:
+        """A DRA member's hold is a ResourceClaim: without the kind served it cannot exist, so the start is
+        refused before any write (served but not listed yet on this replica: not ready, as for the snapshot)."""
+        dra = [member for member in plan.members if member.dra]
+        if not dra:
+            return
+        try:
+            self._cache.store(specs.RESOURCE_CLAIMS)
+        except KindNotServed as error:
+            refusal = dra_not_served(plan.namespace, dra[0], vmi=plan.vmi, problem=error.reason)
+            raise Refused(refusal) from None
+        except NotSynced as error:
+            raise NotReady(f"this replica's cache of ResourceClaims has not synced yet: {error}") from None
 
     # -- the writes ---------------------------------------------------------------------
 
@@ -164,42 +211,59 @@ class VMIWebhook:
         return Verdict.refuse(failure)
 
     async def _wait(self, plan: StartPlan, request_id: str) -> Refusal | None:
-        """None when every member's answer is Succeeded on one node; else why not."""
+        """None when every member's answer is Succeeded on one node (and each DRA member's claim shows its
+        allocation there); else why not. Woken by GPUDevice events and, with DRA members, by their claims'."""
         started = time.perf_counter()
-        informer = self._cache.informer(specs.GPU_DEVICES)
-        trigger = self._cache.trigger(specs.GPU_DEVICES, name="vmi admission")
+        watched = [specs.GPU_DEVICES]
+        when: dict[str, Callable[[Event], bool]] = {}
+        held = {(plan.namespace, member.name) for member in plan.members if member.dra}
+        if held:
+            watched.append(specs.RESOURCE_CLAIMS)
+            when[specs.RESOURCE_CLAIMS.key] = lambda event: (meta.namespace(event.obj), meta.name(event.obj)) in held
+        informers = [self._cache.informer(spec) for spec in watched]
+        trigger = self._cache.trigger(*watched, name="vmi admission", when=when)
         label = f"VMI {plan.namespace}/{plan.vmi}"
         result = "timeout"
         # Template devices this start created: until this replica's cache has shown one, its absence is
         # the watch not having caught up, not a deletion.
         unseen = {member.name for member in plan.to_create}
+        unallocated: _Unallocated | None = None
         try:
             async with asyncio.timeout(self._config.bind_wait):
                 while True:
                     answers = self._answers(plan, request_id, unseen)
+                    unallocated = answers if isinstance(answers, _Unallocated) else None
                     if answers is True:
                         result = SUCCEEDED
                         return None
-                    if answers is not None:
+                    if answers is not None and not isinstance(answers, _Unallocated):
                         result = str(answers.reason)
                         return answers
                     await trigger.wait()
         except TimeoutError:
+            if unallocated is not None:
+                return claim_not_allocated(label, plan.namespace, unallocated.device, node=unallocated.node,
+                                           seen=unallocated.seen, wait=self._config.bind_wait)
             return await self._timed_out(label)
         finally:
-            informer.remove_trigger(trigger)
+            for informer in informers:
+                informer.remove_trigger(trigger)
             if self._metrics is not None:
                 self._metrics.bind_wait.labels(result).observe(time.perf_counter() - started)
 
-    def _answers(self, plan: StartPlan, request_id: str, unseen: set[str]) -> Refusal | Literal[True] | None:
+    def _answers(self, plan: StartPlan, request_id: str,
+                 unseen: set[str]) -> Refusal | Literal[True] | _Unallocated | None:
         """True when every member is answered Succeeded on one node, why not once all are answered, else None.
 
         ``unseen``: members this start created that the cache has not shown yet (a member leaves it when
         seen); one of them missing from the cache is not an answer yet, any other missing one was deleted.
+        A DRA member answered Succeeded is ready only once its claim shows its allocation on the device's
+        ``status.nodeName``; until then the answer is an ``_Unallocated`` (still waiting, with what it saw).
         """
         store = self._cache.store(specs.GPU_DEVICES)
         label = f"VMI {plan.namespace}/{plan.vmi}"
         nodes: set[str] = set()
+        held: list[tuple[Member, str]] = []
         for member in plan.members:
             obj = store.get(plan.namespace, member.name)
             if obj is None:
@@ -214,8 +278,29 @@ class VMIWebhook:
             if answer.result != SUCCEEDED:
                 return refusals.binder_refused(label, reason=answer.reason, message=answer.message)
             nodes.add(answer.node)
+            if member.dra:
+                # The binder writes the device's nodeName and its answer in one patch: the same node.
+                held.append((member, device_node(obj) or answer.node))
         if len(nodes) != 1 or "" in nodes:
             return refusals.answers_split(label, nodes)
+        return self._claims_allocated(plan, held) if held else True
+
+    def _claims_allocated(self, plan: StartPlan, held: list[tuple[Member, str]]
+                          ) -> Refusal | Literal[True] | _Unallocated | None:
+        """True when each DRA member's claim shows its allocation on its device's node; else the first that
+        does not (an ``_Unallocated``), None while this replica has not listed claims, or why it never will."""
+        try:
+            claim_store = self._cache.store(specs.RESOURCE_CLAIMS)
+        except KindNotServed as error:
+            member = held[0][0]
+            return dra_not_served(plan.namespace, member, vmi=plan.vmi, problem=error.reason)
+        except NotSynced:
+            return None
+        for member, node in held:
+            seen = claim_unready(claim_store.get(plan.namespace, member.name), device=member.name, node=node,
+                                 count=member.count)
+            if seen:
+                return _Unallocated(device=member.name, node=node, seen=seen)
         return True
 
     async def _timed_out(self, label: str) -> Refusal:

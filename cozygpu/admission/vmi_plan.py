@@ -27,11 +27,23 @@ node) are compared with their limits; before any ``gpus`` entry is built, the
 references' GPUs are added up and compared with ``MAX_VMI_GPUS`` (a template
 over it is refused by the GPUDevice webhook's own check first, so the
 message names the class's free units or maxCount). No work grows with a
-count the tenant wrote.
+count the tenant wrote. ``spec.resourceClaims`` is bounded like the device lists.
+
+DRA (SPEC §1.5): a member whose class has ``source.dra`` is held by a
+ResourceClaim in its namespace named after it (requests ``gpu-0`` …
+``gpu-<count-1>`` of one device each, allocated by the binder on the
+device's node). Its GPUs go to the VM as KubeVirt 1.9 takes DRA devices: one
+``spec.resourceClaims`` entry naming the claim (:func:`claim_entries`) and
+one ``gpus`` entry per GPU with ``claimName``/``requestName`` and no
+``deviceName`` (KubeVirt's admitter refuses an entry with both). Its answer
+is ready only once the claim shows that allocation (:func:`claim_unready`):
+kube-scheduler allocates a claim that is not allocated yet itself, maybe on
+another node, and the VM would then run on GPUs nobody holds for it.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Final
@@ -40,17 +52,21 @@ import attrs
 
 from cozygpu.admission import bounds
 from cozygpu.admission.refs import DeviceRef, Ref, TemplateRef
-from cozygpu.api import kubevirt, meta, scheduling
+from cozygpu.api import claims, kubevirt, meta, scheduling
 from cozygpu.model import refusals
 from cozygpu.model.catalog import order_refusal
 from cozygpu.model.naming import template_device_name
 from cozygpu.model.placement import place_set
-from cozygpu.model.refusals import Refusal
+from cozygpu.model.refusals import Reason, Refusal
 from cozygpu.model.snapshot import DeviceView, Snapshot
-from cozygpu.views.decode import vmi_view
+from cozygpu.views.decode import resource_claim_view, vmi_view
 
 #: Names of the ``gpus`` entries the webhook adds: ``cozygpu-gpu0``, ``cozygpu-gpu1``, ...
 ENTRY_PREFIX: Final = "cozygpu-gpu"
+#: Names of the ``spec.resourceClaims`` entries the webhook adds when a device's own name cannot be one
+#: (taken by another entry, or not a DNS label, as a pod's claim entry must be): ``cozygpu-claim0``, ...
+CLAIM_PREFIX: Final = "cozygpu-claim"
+_DNS_LABEL: Final = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 
 Obj = Mapping[str, Any]
 
@@ -73,6 +89,8 @@ class Member:
     #: The device as the cache holds it; None for a template device still to create.
     existing: DeviceView | None
     template: bool
+    #: Its class sells DRA devices: its hold is the ResourceClaim named after it (SPEC §1.5).
+    dra: bool = False
 
 
 @attrs.frozen(kw_only=True)
@@ -84,23 +102,113 @@ class StartPlan:
     node: str
     #: An earlier invocation's bind request for this VMI, taken as this one's (R-ADM-3); "" when none.
     adopted_request: str
-    #: The ``gpus`` entries to add: one per GPU (``claimName`` unset).
+    #: The ``gpus`` entries to add: one per GPU (a device-plugin GPU's ``deviceName``, a DRA GPU's
+    #: ``claimName``/``requestName``).
     entries: tuple[kubevirt.GPU, ...]
+    #: The ``spec.resourceClaims`` entries the DRA members' ``gpus`` entries name, one per DRA member (those
+    #: the VMI has already are kept, not added again).
+    claims: tuple[kubevirt.ResourceClaim, ...] = ()
 
     @property
     def to_create(self) -> tuple[Member, ...]:
         return tuple(m for m in self.members if m.existing is None)
 
 
-def gpu_entries(snapshot: Snapshot, members: Sequence[Member]) -> tuple[kubevirt.GPU, ...]:
-    """One ``gpus`` entry per GPU of the set, in reference order."""
+def gpu_entries(snapshot: Snapshot, members: Sequence[Member],
+                claim_names: Mapping[str, str] | None = None) -> tuple[kubevirt.GPU, ...]:
+    """One ``gpus`` entry per GPU of the set, in reference order.
+
+    A DRA member's (one named in ``claim_names``: member -> its ``resourceClaims`` entry) names that entry
+    and request ``gpu-<i>`` of its claim instead of a device name: one device per entry, as KubeVirt takes it.
+    """
     entries: list[kubevirt.GPU] = []
     for member in members:
+        entry = (claim_names or {}).get(member.name)
+        if entry is not None:
+            entries.extend(kubevirt.GPU(f"{ENTRY_PREFIX}{len(entries)}", "", entry, claims.request_name(i))
+                           for i in range(member.count))
+            continue
         gpu_class = snapshot.classes.get(member.class_name)
         resource = gpu_class.resource_name if gpu_class is not None else ""
         entries.extend(kubevirt.GPU(f"{ENTRY_PREFIX}{len(entries)}", resource)
                        for _ in range(member.count))
     return tuple(entries)
+
+
+def claim_entries(vmi: Obj, members: Sequence[Member]) -> tuple[kubevirt.ResourceClaim, ...]:
+    """The ``spec.resourceClaims`` entry of each DRA member's claim, in member order.
+
+    An entry the VMI has already for that claim is the one (a re-invocation, or the tenant's own): the
+    patch then adds nothing and the ``gpus`` entries name it as before. Else the device's name, when it is
+    a DNS label (a pod's claim entry must be) no other entry has; else ``cozygpu-claim<k>``, the first free.
+    Reads the list ``check_sizes`` bounded.
+    """
+    dra = [member for member in members if member.dra]
+    if not dra:
+        return ()
+    present = [kubevirt.resource_claim(entry) for entry in kubevirt.resource_claims(vmi) or ()]
+    taken = {entry.name for entry in present}
+    by_claim: dict[str, kubevirt.ResourceClaim] = {}
+    for listed in present:
+        if listed.name and listed.claim_name and not listed.template_name:
+            by_claim.setdefault(listed.claim_name, listed)
+    found: list[kubevirt.ResourceClaim] = []
+    for member in dra:
+        entry = by_claim.get(member.name)
+        if entry is None:
+            name = member.name
+            if name in taken or not _DNS_LABEL.fullmatch(name):
+                name = next(n for n in (f"{CLAIM_PREFIX}{k}" for k in range(len(taken) + 1)) if n not in taken)
+            entry = by_claim[member.name] = kubevirt.ResourceClaim(name, member.name)
+            taken.add(name)
+        found.append(entry)
+    return tuple(found)
+
+
+def claim_unready(claim: Obj | None, *, device: str, node: str, count: int) -> str:
+    """What keeps a DRA member's answer from being ready, in words ("" when it is ready).
+
+    Ready: ``claim`` (the cache's ResourceClaim named after the GPUDevice ``device``) is owned by that
+    device and its ``status.allocation`` selects ``node`` (the device's ``status.nodeName``) and holds
+    ``count`` devices. A claim not allocated yet would be allocated by kube-scheduler itself when the
+    launcher asks for it, maybe on another node, with devices no hold counts.
+    """
+    if claim is None:
+        return "does not exist yet"
+    view = resource_claim_view(claim)
+    if view.holder != device:
+        return f"is not owned by GPUDevice {device}"
+    if not view.allocated:
+        return "is not allocated yet"
+    if view.node != node:
+        return f"is allocated on node {view.node}" if view.node else "is allocated on no single node"
+    if len(view.allocated) != count:
+        return f"holds {len(view.allocated)} device(s), not {count}"
+    return ""
+
+
+def claim_not_allocated(label: str, namespace: str, device: str, *, node: str, seen: str,
+                        wait: float) -> Refusal:
+    """The binder answered, but a DRA member's claim did not show its allocation on ``node`` within ``wait``.
+
+    ``model/refusals.py`` has no constructor of its own for it yet: a node refusal of ``BindTimeout``
+    carries the device, the claim, the node and what was seen.
+    """
+    return refusals.node_refusal(
+        Reason.BIND_TIMEOUT, node,
+        f"ResourceClaim {namespace}/{device}, the hold of GPUDevice {namespace}/{device} for {label}, was not "
+        f"allocated on this node within {wait:g} s (it {seen}); nothing was kept")
+
+
+def dra_not_served(namespace: str, member: Member, *, vmi: str, problem: str) -> Refusal:
+    """A DRA member, and the API server serves no ResourceClaims: its hold cannot exist or be used.
+
+    ``model/refusals.py`` has no constructor of its own for it yet: an ``AttachRefused`` of the device.
+    """
+    return refusals.attach_refused(
+        namespace, member.name, vmi=vmi,
+        problem=(f"its class {member.class_name} takes its GPUs from a DRA driver, and the cluster serves no "
+                 f"{claims.API_GROUP}/{claims.API_VERSION} ResourceClaims ({problem})"))
 
 
 def _limited(refusal: Refusal | None) -> None:
@@ -118,6 +226,7 @@ def check_sizes(vmi: Obj, label: str) -> None:
             (kubevirt.HOST_DEVICES_PATH, domain.host_devices, bounds.MAX_LIST),
             (kubevirt.REQUESTS_PATH, domain.requests, bounds.MAX_LIST),
             (kubevirt.LIMITS_PATH, domain.limits, bounds.MAX_LIST),
+            (kubevirt.RESOURCE_CLAIMS_PATH, kubevirt.resource_claims(vmi) or (), bounds.MAX_LIST),
             ("spec.tolerations", scheduling.tolerations(spec), bounds.MAX_TOLERATIONS),
             ("spec.nodeSelector", scheduling.node_selector(spec), bounds.MAX_SELECTOR),
             (scheduling.TERMS_PATH, terms, bounds.MAX_TERMS)):
@@ -138,11 +247,11 @@ def own_gpu_entries(vmi: Obj, effective_names: frozenset[str], ours: Sequence[ku
     Reads the lists ``check_sizes`` bounded.
     """
     domain = kubevirt.domain(vmi)
-    added = {(e.name, e.device_name) for e in ours}
+    added = set(ours)
     found: list[str] = []
     for entry in domain.gpus or ():
         gpu = kubevirt.gpu(entry)
-        if (gpu.name, gpu.device_name) not in added:
+        if gpu not in added:
             found.append(f"gpus entry {gpu.name!r} ({gpu.device_name or gpu.claim_name})")
     for entry in domain.host_devices:
         host = kubevirt.host_device(entry)
@@ -214,7 +323,8 @@ def plan_start(snapshot: Snapshot, vmi: Obj, refs: Sequence[Ref], *, namespace: 
             if held is not None:
                 raise Refused(held)
             members.append(Member(name=device.name, class_name=device.class_name, count=device.count,
-                                  existing=device, template=device.template))
+                                  existing=device, template=device.template,
+                                  dra=_sells_dra(snapshot, device.class_name)))
             continue
         assert isinstance(ref, TemplateRef)
         device_name = template_device_name(name, ref.template)
@@ -229,14 +339,15 @@ def plan_start(snapshot: Snapshot, vmi: Obj, refs: Sequence[Ref], *, namespace: 
                     namespace, device_name, template=ref.template, count=existing.count,
                     class_name=existing.class_name, wanted_count=ref.count, wanted_class=ref.class_name))
         members.append(Member(name=device_name, class_name=ref.class_name, count=ref.count, existing=existing,
-                              template=True))
+                              template=True, dra=_sells_dra(snapshot, ref.class_name)))
     total = sum(member.count for member in members)
     if total > bounds.MAX_VMI_GPUS:
         # Over what any VM takes: the order's own check first, for its numbers; then the cap. Nothing built yet.
         _template_orders(snapshot, namespace, label, members)
         _limited(refusals.over_limit(label, "its device references add up to", limit=bounds.MAX_VMI_GPUS,
                                      found=total, unit="GPUs"))
-    entries = gpu_entries(snapshot, members)
+    claim_list = claim_entries(vmi, members)
+    entries = gpu_entries(snapshot, members, {entry.claim_name: entry.name for entry in claim_list})
     if raw_forbidden:
         own = own_gpu_entries(vmi, snapshot.effective_names, entries)
         if own:
@@ -244,7 +355,7 @@ def plan_start(snapshot: Snapshot, vmi: Obj, refs: Sequence[Ref], *, namespace: 
     adopted = _adopted(members, name, now=now, recent=recent)
     if adopted:
         return StartPlan(namespace=namespace, vmi=name, members=tuple(members), node="",
-                         adopted_request=adopted, entries=entries)
+                         adopted_request=adopted, entries=entries, claims=claim_list)
     _template_orders(snapshot, namespace, label, members)
     views = [m.existing if m.existing is not None else
              DeviceView(namespace=namespace, name=m.name, class_name=m.class_name, count=m.count, template=True,
@@ -256,7 +367,12 @@ def plan_start(snapshot: Snapshot, vmi: Obj, refs: Sequence[Ref], *, namespace: 
     if placement.refusal is not None:
         raise Refused(placement.refusal)
     return StartPlan(namespace=namespace, vmi=name, members=tuple(members), node=placement.node or "",
-                     adopted_request="", entries=entries)
+                     adopted_request="", entries=entries, claims=claim_list)
+
+
+def _sells_dra(snapshot: Snapshot, class_name: str) -> bool:
+    gpu_class = snapshot.classes.get(class_name)
+    return gpu_class is not None and gpu_class.dra is not None
 
 
 def _template_orders(snapshot: Snapshot, namespace: str, label: str, members: Sequence[Member]) -> None:
@@ -268,18 +384,36 @@ def _template_orders(snapshot: Snapshot, namespace: str, label: str, members: Se
                 raise Refused(refusals.template_order_refused(label, member.name, refusal))
 
 
-def gpus_patch(vmi: Obj, entries: Sequence[kubevirt.GPU]) -> list[dict[str, Any]]:
-    """The JSON patch adding ``entries`` to ``spec.domain.devices.gpus`` (those not there already)."""
+def gpus_patch(vmi: Obj, entries: Sequence[kubevirt.GPU],
+               claim_list: Sequence[kubevirt.ResourceClaim] = ()) -> list[dict[str, Any]]:
+    """The JSON patch adding ``entries`` to ``spec.domain.devices.gpus`` and ``claim_list`` to
+    ``spec.resourceClaims`` (each only where not there already: a re-invocation adds nothing twice)."""
     domain = kubevirt.domain(vmi)
     if not domain.present:
         raise Refused(refusals.vmi_without_domain())
+    patch = _claims_patch(vmi, claim_list)
     if not domain.has_devices:
-        return [{"op": "add", "path": "/spec/domain/devices", "value": {"gpus": [e.as_json() for e in entries]}}]
+        return [*patch, {"op": "add", "path": "/spec/domain/devices",
+                         "value": {"gpus": [e.as_json() for e in entries]}}]
     listed = domain.gpus
-    present = {(gpu.name, gpu.device_name) for gpu in map(kubevirt.gpu, listed or ())}
-    missing = [e.as_json() for e in entries if (e.name, e.device_name) not in present]
+    present = set(map(kubevirt.gpu, listed or ()))
+    missing = [e.as_json() for e in entries if e not in present]
+    if not missing:
+        return patch
+    if listed is None:
+        return [*patch, {"op": "add", "path": "/spec/domain/devices/gpus", "value": missing}]
+    return [*patch, *({"op": "add", "path": "/spec/domain/devices/gpus/-", "value": e} for e in missing)]
+
+
+def _claims_patch(vmi: Obj, claim_list: Sequence[kubevirt.ResourceClaim]) -> list[dict[str, Any]]:
+    """The operations adding the ``spec.resourceClaims`` entries not there yet (the others are kept)."""
+    if not claim_list:
+        return []
+    listed = kubevirt.resource_claims(vmi)
+    present = set(map(kubevirt.resource_claim, listed or ()))
+    missing = [c.as_json() for c in claim_list if c not in present]
     if not missing:
         return []
     if listed is None:
-        return [{"op": "add", "path": "/spec/domain/devices/gpus", "value": missing}]
-    return [{"op": "add", "path": "/spec/domain/devices/gpus/-", "value": e} for e in missing]
+        return [{"op": "add", "path": "/spec/resourceClaims", "value": missing}]
+    return [{"op": "add", "path": "/spec/resourceClaims/-", "value": c} for c in missing]

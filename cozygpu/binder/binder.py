@@ -7,8 +7,10 @@ time, so decisions still serialize, in this order:
    whose inputs changed; a bind request or a new order asks for one the
    moment it is seen (R-BIND-3). It reads its own writes back (assumed) and
    waits for no other work's writes;
-2. **attachments**, 3. **finalizers**, 4. **usage**, 5. **reports** and
-   6. **verify** (``housekeeping``): each stops between writes when a
+2. **claims** (DRA hold claims, allocated right after a set is placed: a VM
+   start waits for its claim), 3. **attachments**, 4. **finalizers**,
+   5. **usage**, 6. **reports** and 7. **verify** (``housekeeping``): each
+   stops between writes when a
    placement pass is due, so an order waits behind one write of
    housekeeping, never behind all of it.
 
@@ -33,7 +35,15 @@ from cozygpu.base.logging import get_logger
 from cozygpu.binder import usage
 from cozygpu.binder.assumed import Assumed, StaleWrites
 from cozygpu.binder.context import BinderConfig, Context
-from cozygpu.binder.housekeeping import AttachmentsWork, FinalizersWork, ReportsWork, Stop, UsageWork, VerifyWork
+from cozygpu.binder.housekeeping import (
+    AttachmentsWork,
+    ClaimsWork,
+    FinalizersWork,
+    ReportsWork,
+    Stop,
+    UsageWork,
+    VerifyWork,
+)
 from cozygpu.binder.metrics import BinderMetrics
 from cozygpu.binder.place import PlacementWork
 from cozygpu.binder.recorder import EventRecorder
@@ -56,12 +66,13 @@ log = get_logger("cozygpu.binder")
 #: The binder's lanes, in the order they go. Placement reads its own writes back and waits for no other
 #: work's; every other work waits for the cache to show every write before it decides.
 PLACEMENT = Lane("placement", reads_assumed=True, sees_others=False)
+CLAIMS = Lane("claims")
 ATTACHMENTS = Lane("attachments")
 FINALIZERS = Lane("finalizers")
 USAGE = Lane("usage")
 REPORTS = Lane("reports")
 VERIFY = Lane("verify")
-LANES = (PLACEMENT, ATTACHMENTS, FINALIZERS, USAGE, REPORTS, VERIFY)
+LANES = (PLACEMENT, CLAIMS, ATTACHMENTS, FINALIZERS, USAGE, REPORTS, VERIFY)
 
 
 def _class_changed(event: Event) -> bool:
@@ -89,6 +100,7 @@ class Binder:
         for spec in self.kinds:
             cache.add(spec)
         self.placement = PlacementWork(self._context)
+        self.claims = ClaimsWork(self._context)
         self.attachments = AttachmentsWork(self._context)
         self.finalizers = FinalizersWork(self._context)
         self.usage = UsageWork(self._context)
@@ -128,7 +140,8 @@ class Binder:
         for unsubscribe in self._unsubscribe:
             unsubscribe()
         self._unsubscribe = []
-        for work in (self.placement, self.attachments, self.finalizers, self.usage, self.reports, self.verifier):
+        for work in (self.placement, self.claims, self.attachments, self.finalizers, self.usage, self.reports,
+                     self.verifier):
             work.stopped()
         self._context.assumed.clear()
 
@@ -160,7 +173,7 @@ class Binder:
         if not self._config.gpu_enabled:
             return reconciler
         return (*reconciler, specs.GPU_NODES, specs.NODES, specs.PODS, specs.NAMESPACES, specs.TENANT_QUOTAS,
-                specs.KUBEVIRTS)
+                specs.KUBEVIRTS, specs.RESOURCE_SLICES, specs.DEVICE_CLASSES, specs.RESOURCE_CLAIMS)
 
     #: Chatty kinds whose changes start a pass only when a decision reads what moved (heartbeats, quota
     #: usage, pods that use no GPU and the binder's own GPUNode reports start none).
@@ -193,8 +206,9 @@ class Binder:
         async def place(writes: Writes, _stop: Stop) -> None:
             await self.placement.run(writes)
 
-        return {PLACEMENT: place, ATTACHMENTS: self.attachments.run, FINALIZERS: self.finalizers.run,
-                USAGE: self.usage.run, REPORTS: self.reports.run, VERIFY: self.verifier.run}
+        return {PLACEMENT: place, CLAIMS: self.claims.run, ATTACHMENTS: self.attachments.run,
+                FINALIZERS: self.finalizers.run, USAGE: self.usage.run, REPORTS: self.reports.run,
+                VERIFY: self.verifier.run}
 
     # -- the passes, for a caller without a driver (tests, benchmarks) -------------------------
 
@@ -221,7 +235,7 @@ class Binder:
             await self.placement.run(writes, lane="full")
         except StaleWrites as error:
             stale += error.count
-        for work in (self.attachments, self.finalizers, self.usage, self.reports):
+        for work in (self.claims, self.attachments, self.finalizers, self.usage, self.reports):
             for key, version in writes.items(assumed=False):
                 await self._cache.wait_for_resource_version(key, version, timeout=sync_timeout)
             try:

@@ -1,5 +1,7 @@
 """The binder's housekeeping works, each a lane of its own on the driver after placement.
 
+- ``ClaimsWork``: the hold claims of DRA-sourced devices (SPEC §1.5), right
+  after placement: a VM start waits for its claim's allocation;
 - ``AttachmentsWork``: attachments whose VMI is gone or never came, UIDs to
   adopt (R-BIND-8), and ``AttachmentVerified`` back to True once VMIs are
   served (R-BIND-7);
@@ -28,7 +30,7 @@ from datetime import datetime
 
 from cozygpu.base.clock import Cancellable
 from cozygpu.base.logging import get_logger
-from cozygpu.binder import attachments, finalizers, reports, usage
+from cozygpu.binder import attachments, claims, finalizers, reports, usage
 from cozygpu.binder.assumed import StaleWrites, object_key
 from cozygpu.binder.context import Context, optional
 from cozygpu.binder.patcher import Sent
@@ -287,6 +289,49 @@ class ReportsWork:
         self._reminder = None
         if self._on_due is not None:
             self._on_due()
+
+
+class ClaimsWork:
+    """Creates, allocates, moves and releases hold claims (``binder.claims``); nothing while the cluster
+    serves no ResourceClaims."""
+
+    KINDS = (specs.GPU_CLASSES, specs.GPU_DEVICES, specs.VMIS, specs.RESOURCE_CLAIMS, specs.RESOURCE_SLICES,
+             specs.DEVICE_CLASSES)
+
+    def __init__(self, context: Context) -> None:
+        self._context = context
+        self._inputs = _Inputs(context, self.KINDS)
+
+    def stopped(self) -> None:
+        self._inputs.clean = None
+
+    async def run(self, writes: Writes, stop: Stop = _never) -> Progress:
+        context = self._context
+        if not context.config.gpu_enabled:
+            return Progress.DONE
+        try:
+            store = context.cache.store(specs.RESOURCE_CLAIMS)
+        except KindNotServed:
+            return Progress.DONE
+        inputs = self._inputs.now()
+        if inputs == self._inputs.clean:
+            return Progress.DONE
+        snapshot, _objects, _served = context.snapshot()
+        plan = claims.claims_plan(snapshot, context.live.dra)
+        seen = {key: obj for key in {step.device for step in plan.steps} | set(plan.release)
+                if (obj := store.get(*key)) is not None}
+        first = await context.send(claims.first_writes(plan, snapshot, seen), writes, stop=stop)
+        then = claims.allocations_after(first.written, snapshot)
+        second = await context.send(then, writes) if then else Sent()
+        for write, _answer in (*first.written, *second.written):
+            log.info("hold claim written", object=write.what)
+        for step in plan.steps:
+            if step.refusal is not None:
+                log.warning("hold claim short of devices", device=f"{step.device[0]}/{step.device[1]}",
+                            why=step.refusal.message)
+        sent = Sent(first.written + second.written, first.refused + second.refused, first.left + second.left)
+        self._inputs.clean = inputs if sent.clean else None
+        return _settle(sent)
 
 
 class VerifyWork:

@@ -1,7 +1,7 @@
 """The binder on the pass driver: its works as lanes, one pass at a time, in the leader term only.
 
-- The lanes go in ``binder.LANES`` order: placement first, then attachments,
-  finalizers, usage records, reports and the read model's check. A
+- The lanes go in ``binder.LANES`` order: placement first, then DRA hold
+  claims, attachments, finalizers, usage records, reports and the read model's check. A
   housekeeping pass stops between writes when a placement pass is due
   (``PassDriver.preempted``), so an order waits behind one write, never
   behind a whole report round.

@@ -90,9 +90,32 @@ async def test_a_class_name_that_is_not_a_dns_label_is_refused(admin: Client, na
     await refused(admin.create(CLASSES, passthrough_class(name)), says="must be a DNS label")
 
 
-async def test_a_dra_source_is_refused_as_reserved(admin: Client) -> None:
-    body = passthrough_class(unique("dra"), source={"dra": {"deviceClassName": "gpu.nvidia.com"}})
-    await refused(admin.create(CLASSES, body), says="source.dra is reserved")
+async def test_a_dra_source_is_a_member_with_its_device_class_selectors_and_match_attribute(admin: Client) -> None:
+    dra = {"deviceClassName": "vfio.gpu.nvidia.com", "selectors": [{"cel": {"expression": "device.driver == 'x'"}}],
+           "matchAttribute": "resource.kubernetes.io/pcieRoot"}
+    made = await admin.create(CLASSES, passthrough_class(unique("dra"), source={"dra": dra}))
+    assert made["spec"]["source"] == {"dra": dra}
+    implicit = "deviceclass.resource.kubernetes.io/vfio.gpu.nvidia.com"
+    made = await admin.create(CLASSES, passthrough_class(unique("dra"), source={"dra": dra}, resourceName=implicit))
+    assert made["spec"]["resourceName"] == implicit, "a DeviceClass's implicit extended name, sold by its DRA class"
+
+
+@pytest.mark.parametrize("source", [{"devicePlugin": {}}, {"dra": {"deviceClassName": "other.example.com"}}])
+async def test_a_device_class_name_is_sold_only_by_a_dra_class_of_that_device_class(
+        admin: Client, source: dict[str, Any]) -> None:
+    body = passthrough_class(unique("dra"), source=source,
+                             resourceName="deviceclass.resource.kubernetes.io/vfio.gpu.nvidia.com")
+    await refused(admin.create(CLASSES, body), says="is a DeviceClass's implicit extended resource name")
+
+
+@pytest.mark.parametrize(("dra", "says"), [
+    ({}, "deviceClassName: Required value"),
+    ({"deviceClassName": "vfio.gpu.nvidia.com", "matchAttribute": "pcieRoot"}, "must be a qualified name"),
+    ({"deviceClassName": "vfio.gpu.nvidia.com", "selectors": [{"cel": {}}]}, "expression: Required value"),
+])
+async def test_a_dra_source_without_its_device_class_or_with_a_bad_field_is_refused(
+        admin: Client, dra: dict[str, Any], says: str) -> None:
+    await refused(admin.create(CLASSES, passthrough_class(unique("dra"), source={"dra": dra})), says=says)
 
 
 async def test_an_empty_source_is_refused(admin: Client) -> None:
@@ -101,7 +124,7 @@ async def test_an_empty_source_is_refused(admin: Client) -> None:
 
 
 async def test_a_source_with_two_members_is_refused(admin: Client) -> None:
-    body = passthrough_class(unique("two"), source={"devicePlugin": {}, "dra": {}})
+    body = passthrough_class(unique("two"), source={"devicePlugin": {}, "dra": {"deviceClassName": "x"}})
     await refused(admin.create(CLASSES, body), says="exactly one member")
 
 

@@ -68,11 +68,14 @@ async def test_changing_the_offer_of_a_finalized_class_is_refused_even_for_a_clu
 async def test_changing_the_source_member_of_a_finalized_class_is_refused(
     admin: Client, new_class: NewClass,
 ) -> None:
-    """Today the schema refuses every member but devicePlugin before the policy runs; both must refuse."""
+    """devicePlugin to dra, and one DRA offer to another: what the class sells, fixed while it is finalized."""
     path = await new_class()
-    with pytest.raises((errors.Forbidden, errors.Invalid)) as caught:
-        await admin.merge_patch(path, {"spec": {"source": {"devicePlugin": None, "dra": {}}}})
-    assert "source" in caught.value.message
+    name = path.rsplit("/", 1)[1]
+    await s.refused(admin.merge_patch(path, {"spec": {"source": {"devicePlugin": None, "dra": {
+        "deviceClassName": "vfio.gpu.nvidia.com"}}}}), f"changing the member of spec.source of GPUClass {name}")
+    dra_path = await new_class(source={"dra": {"deviceClassName": "vfio.gpu.nvidia.com"}})
+    other = {"source": {"dra": {"deviceClassName": "other.example.com"}}}
+    await s.refused(admin.merge_patch(dra_path, {"spec": other}), "changing spec.source.dra of GPUClass")
 
 
 @pytest.mark.parametrize("change", ["vendor", "memory", "maxCount set"])

@@ -1,0 +1,180 @@
+"""A GPUDevice of a DRA class holds its GPU as a ResourceClaim the binder allocates (SPEC §1.5), on the full plane.
+
+The real kube-scheduler and resourceclaim controller, kwok nodes, the simulated
+NVIDIA driver's slices: the binder places an order of a ``source.dra`` class
+on a node its DeviceClass's devices are on, creates the hold claim (named
+after and owned by the device) and allocates it itself, reserved for the
+GPUDevice. Then:
+
+- a foreign pod with a claim of its own of that DeviceClass, on that node,
+  cannot have the held GPU (kube-scheduler: "cannot allocate all claims"),
+  though no VM runs and no pod uses the hold;
+- nothing deallocates the hold while it stands;
+- the order released (deleted), its claim goes, and a foreign pod runs on
+  the GPU it freed;
+- a set moved off a cordoned node (``onCordon: Move``) is allocated again
+  on its new node.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from cozygpu import keys
+from cozygpu.api import claims as claims_api
+from cozygpu.devcluster import dra_driver, nodes
+from cozygpu.kube import Client, errors, resource_path
+from tests.binder.support import class_path, device_path
+from tests.binder.world import driven_binder
+from tests.devcluster.test_dra_plane import claim_pod, claim_spec, not_scheduled, results, running
+from tests.support.planes import Fleet
+from tests.support.waiting import eventually
+
+NAMESPACES = resource_path("", "v1", "namespaces")
+IMPLICIT = f"deviceclass.resource.kubernetes.io/{dra_driver.DEVICE_CLASS}"
+
+
+def claims_path(namespace: str, name: str | None = None) -> str:
+    return resource_path(claims_api.API_GROUP, claims_api.API_VERSION, "resourceclaims", namespace=namespace,
+                         name=name)
+
+
+class DraWorld:
+    """A namespace, kwok nodes with vfio GPUs labelled for this test only, and a DRA class that sells them."""
+
+    def __init__(self, admin: Client, fleet: Fleet) -> None:
+        self.admin, self.fleet = admin, fleet
+        self.tag = uuid.uuid4().hex[:6]
+        self.namespace = f"t-{self.tag}"
+        self.gpu_class = f"dra-{self.tag}"
+
+    async def make(self, *, on_cordon: str | None = None) -> None:
+        await self.admin.create(NAMESPACES, {"metadata": {"name": self.namespace}})
+        spec: dict[str, Any] = {
+            "vendor": "NVIDIA", "model": "H100", "mode": "Passthrough", "memory": "80Gi", "resourceName": IMPLICIT,
+            "source": {"dra": {"deviceClassName": dra_driver.DEVICE_CLASS}},
+            "nodeSelector": {"matchLabels": {"cozygpu-test": self.tag}}}
+        if on_cordon:
+            spec["onCordon"] = on_cordon
+        await self.admin.create(class_path(), {"apiVersion": keys.API_VERSION, "kind": keys.GPUCLASS_KIND,
+                                               "metadata": {"name": self.gpu_class}, "spec": spec})
+
+    async def nodes(self, *gpus: int) -> list[str]:
+        names = await self.fleet(*(nodes.SimNode(f"dra-{self.tag}-{i}", labels={"cozygpu-test": self.tag})
+                                   for i in range(len(gpus))))
+        await dra_driver.publish(self.admin, dict(zip(names, gpus, strict=True)))
+        return names
+
+    async def order(self, name: str, count: int = 1) -> dict[str, Any]:
+        made: dict[str, Any] = await self.admin.create(device_path(self.namespace), {
+            "apiVersion": keys.API_VERSION, "kind": keys.GPUDEVICE_KIND, "metadata": {"name": name},
+            "spec": {"className": self.gpu_class, "count": count}})
+        return made
+
+    async def held(self, name: str, node: str, count: int = 1) -> dict[str, Any]:
+        """The device's claim once it holds ``count`` devices of ``node``, reserved for the device alone."""
+
+        async def check() -> dict[str, Any] | None:
+            try:
+                found = await self.admin.get(claims_path(self.namespace, name))
+            except errors.NotFound:
+                return None
+            status = found.get("status") or {}
+            held = results(found)
+            if len(held) == count and {pool for _driver, pool, _device in held} == {node} \
+                    and [r.get("resource") for r in status.get("reservedFor") or ()] == [keys.GPUDEVICE_PLURAL]:
+                return found
+            return None
+
+        claim: dict[str, Any] = await eventually(check, timeout=60, what=f"claim {name} never held {count} on {node}")
+        return claim
+
+    async def bound_node(self, name: str) -> str:
+        async def check() -> str | None:
+            status = (await self.admin.get(device_path(self.namespace, name))).get("status") or {}
+            node: str | None = status.get("nodeName") if status.get("phase") == "Bound" else None
+            return node
+
+        node: str = await eventually(check, timeout=60, what=f"{name} never Bound")
+        return node
+
+    def foreign_pod(self, name: str, node: str) -> dict[str, Any]:
+        """A pod with a claim of its own of the vfio DeviceClass, on ``node`` (its hostname label)."""
+        pod = claim_pod(name, template=f"{name}-gpu")
+        pod["spec"]["nodeSelector"] = {"kubernetes.io/hostname": node}
+        return pod
+
+    async def foreign_template(self, name: str) -> None:
+        await self.admin.create(resource_path(claims_api.API_GROUP, claims_api.API_VERSION, "resourceclaimtemplates",
+                                              namespace=self.namespace),
+                                {"metadata": {"name": f"{name}-gpu"}, "spec": {"spec": claim_spec()}})
+
+
+@pytest.fixture
+async def dra_world(full_admin: Client, fleet: Fleet) -> DraWorld:
+    world = DraWorld(full_admin, fleet)
+    await world.make()
+    return world
+
+
+async def test_a_held_dra_gpu_is_kept_from_a_foreign_pod_until_its_order_is_released(dra_world: DraWorld) -> None:
+    world, admin = dra_world, dra_world.admin
+    [node] = await world.nodes(1)
+    pods = resource_path("", "v1", "pods", namespace=world.namespace)
+    async with driven_binder(admin, timedelta(seconds=30)):
+        device = await world.order("held")
+        assert await world.bound_node("held") == node
+        claim = await world.held("held", node)
+        owner = claim["metadata"]["ownerReferences"][0]
+        assert (owner["kind"], owner["name"], owner["uid"], owner["controller"]) == (
+            keys.GPUDEVICE_KIND, "held", device["metadata"]["uid"], True)
+        assert results(claim) == [(dra_driver.DRIVER, node, dra_driver.device_name(0))]
+        assert claim["spec"]["devices"]["requests"][0]["name"] == claims_api.request_name(0)
+
+        await world.foreign_template("foreign")
+        await admin.create(pods, world.foreign_pod("foreign", node))
+        condition = await not_scheduled(admin, f"{pods}/foreign", what="the foreign pod was never refused")
+        assert "cannot allocate all claims" in condition["message"], condition
+        again = await admin.get(claims_path(world.namespace, "held"))
+        assert results(again) == results(claim), "the hold stays allocated while no pod uses it"
+
+        await admin.delete(f"{pods}/foreign")
+        await admin.delete(device_path(world.namespace, "held"))
+
+        async def claim_gone() -> bool:
+            try:
+                await admin.get(claims_path(world.namespace, "held"))
+            except errors.NotFound:
+                return True
+            return False
+
+        await eventually(claim_gone, timeout=60, what="the released order's claim never went")
+        await world.foreign_template("after")
+        await admin.create(pods, world.foreign_pod("after", node))
+        await running(admin, f"{pods}/after")
+
+
+async def test_a_set_moved_off_a_cordoned_node_is_allocated_again_on_its_new_node(full_admin: Client,
+                                                                                    fleet: Fleet) -> None:
+    world = DraWorld(full_admin, fleet)
+    await world.make(on_cordon="Move")
+    first, second = await world.nodes(2, 2)
+    async with driven_binder(full_admin, timedelta(seconds=30)):
+        await world.order("pair", count=2)
+        placed = await world.bound_node("pair")
+        await world.held("pair", placed, count=2)
+        other = second if placed == first else first
+        await full_admin.merge_patch(resource_path("", "v1", "nodes", name=placed), {"spec": {"unschedulable": True}})
+
+        async def moved() -> str | None:
+            node = await world.bound_node("pair")
+            return node if node == other else None
+
+        await eventually(moved, timeout=60, what="the set never moved off the cordoned node")
+        claim = await world.held("pair", other, count=2)
+        assert sorted(device for _driver, _pool, device in results(claim)) == [
+            dra_driver.device_name(0), dra_driver.device_name(1)]

@@ -7,7 +7,7 @@ naming what was wrong and exit code 1, never a traceback (bad flags are
 argparse's exit 2).
 
 Contract:
-- :func:`read_cluster` lists every kind the model reads (KubeVirt kinds that
+- :func:`read_cluster` lists every kind the model reads (KubeVirt and DRA kinds that
   are not served read as absent), the leader Lease and the settings
   ConfigMap, wherever the controller runs (found by name across
   namespaces), and builds the model's snapshot from them. The hoster's GPU
@@ -103,7 +103,8 @@ def published_names(settings: Obj | None) -> list[str]:
 
 async def read_cluster(client: Client, *, hoster_names: Sequence[str] | None = None) -> Cluster:
     kinds = (specs.GPU_CLASSES, specs.GPU_DEVICES, specs.GPU_NODES, specs.NODES, specs.PODS, specs.VMIS,
-             specs.TENANT_QUOTAS, specs.NAMESPACES, specs.KUBEVIRTS)
+             specs.TENANT_QUOTAS, specs.NAMESPACES, specs.KUBEVIRTS, specs.RESOURCE_SLICES, specs.DEVICE_CLASSES,
+             specs.RESOURCE_CLAIMS)
     try:
         async with asyncio.TaskGroup() as group:
             listing = [group.create_task(_list(client, spec)) for spec in kinds]
@@ -111,14 +112,16 @@ async def read_cluster(client: Client, *, hoster_names: Sequence[str] | None = N
             settings_task = group.create_task(_named(client, CONFIGMAPS, keys.SETTINGS_CONFIGMAP))
     except ExceptionGroup as failed:
         raise first_error(failed) from None
-    classes, devices, gpunodes, nodes, pods, vmis, quotas, namespaces, kubevirts = (t.result() for t in listing)
+    (classes, devices, gpunodes, nodes, pods, vmis, quotas, namespaces, kubevirts, slices, device_classes,
+     claims) = (t.result() for t in listing)
     settings = settings_task.result()
     names = list(hoster_names) if hoster_names is not None else published_names(settings)
     now = datetime.now(UTC)
     snapshot = build_snapshot(
         now=now, classes=classes or (), devices=devices or (), gpunodes=gpunodes or (), nodes=nodes or (),
         pods=pods or (), vmis=vmis or (), quotas=quotas or (), namespaces=namespaces or (),
-        kubevirts=kubevirts or (), hoster_names=names,
+        kubevirts=kubevirts or (), slices=slices or (), device_classes=device_classes or (), claims=claims or (),
+        hoster_names=names,
     )
     return Cluster(
         snapshot=snapshot,

@@ -10,6 +10,8 @@ GPUDevice. Then:
   cannot have the held GPU (kube-scheduler: "cannot allocate all claims"),
   though no VM runs and no pod uses the hold;
 - nothing deallocates the hold while it stands;
+- the catalog counts the class's free GPUs from the slices and claims, and
+  ``why`` explains an order of it that cannot be placed;
 - the order released (deleted), its claim goes, and a foreign pod runs on
   the GPU it freed;
 - a set moved off a cordoned node (``onCordon: Move``) is allocated again
@@ -26,8 +28,11 @@ import pytest
 
 from cozygpu import keys
 from cozygpu.api import claims as claims_api
+from cozygpu.commands import common, why
+from cozygpu.commands.catalog import catalog_row
 from cozygpu.devcluster import dra_driver, nodes
 from cozygpu.kube import Client, errors, resource_path
+from cozygpu.model.catalog import catalog
 from tests.binder.support import class_path, device_path
 from tests.binder.world import driven_binder
 from tests.devcluster.test_dra_plane import claim_pod, claim_spec, not_scheduled, results, running
@@ -93,6 +98,23 @@ class DraWorld:
         claim: dict[str, Any] = await eventually(check, timeout=60, what=f"claim {name} never held {count} on {node}")
         return claim
 
+    async def catalog_row(self) -> dict[str, Any]:
+        """The catalog's row of the class, as ``cozygpu catalog`` prints it for this namespace."""
+        snapshot = (await common.read_cluster(self.admin)).snapshot
+        [entry] = [e for e in catalog(snapshot, self.namespace) if e.class_name == self.gpu_class]
+        return catalog_row(entry, snapshot, None)
+
+    async def why(self, name: str) -> dict[str, Any]:
+        """``cozygpu why`` of a device, once the binder has decided it."""
+
+        async def decided() -> dict[str, Any] | None:
+            cluster = await common.read_cluster(self.admin)
+            report = await why.explain_device(self.admin, cluster, self.namespace, name)
+            return report if report is not None and report.get("bound") else None
+
+        report: dict[str, Any] = await eventually(decided, timeout=60, what=f"{name} never decided")
+        return report
+
     async def bound_node(self, name: str) -> str:
         async def check() -> str | None:
             status = (await self.admin.get(device_path(self.namespace, name))).get("status") or {}
@@ -125,6 +147,8 @@ async def test_a_held_dra_gpu_is_kept_from_a_foreign_pod_until_its_order_is_rele
     world, admin = dra_world, dra_world.admin
     [node] = await world.nodes(1)
     pods = resource_path("", "v1", "pods", namespace=world.namespace)
+    row = await world.catalog_row()
+    assert (row["freeInCluster"], row["bestNode"], row["orderable"]) == (1, node, True), row
     async with driven_binder(admin, timedelta(seconds=30)):
         device = await world.order("held")
         assert await world.bound_node("held") == node
@@ -141,6 +165,12 @@ async def test_a_held_dra_gpu_is_kept_from_a_foreign_pod_until_its_order_is_rele
         assert "cannot allocate all claims" in condition["message"], condition
         again = await admin.get(claims_path(world.namespace, "held"))
         assert results(again) == results(claim), "the hold stays allocated while no pod uses it"
+        row = await world.catalog_row()
+        assert (row["freeInCluster"], row["orderable"]) == (0, False), row
+        await world.order("more")
+        report = await world.why("more")
+        assert (report["phase"], report["reason"]) == ("Pending", "NoNodeWithRoom"), report
+        await admin.delete(device_path(world.namespace, "more"))
 
         await admin.delete(f"{pods}/foreign")
         await admin.delete(device_path(world.namespace, "held"))

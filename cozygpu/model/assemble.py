@@ -88,9 +88,11 @@ def assemble(
     report_stale_after: timedelta = cap.DEFAULT_REPORT_STALE_AFTER,
     launcher_grace: timedelta = cap.DEFAULT_LAUNCHER_GRACE,
     dra: Mapping[str, Mapping[str, int]] | None = None,
+    dra_raw: Mapping[str, Mapping[str, int]] | None = None,
 ) -> Snapshot:
     """Build a Snapshot. ``quotas`` maps a tenant namespace to its ``tenant-quota`` ``spec.hard``; ``dra``:
-    node -> what DRA-sourced classes serve there (``model.dra.dra_served``).
+    node -> what DRA-sourced classes serve there, ``dra_raw``: namespace -> the units its own claims hold
+    (``model.dra.dra_served``).
 
     One derivation: every object's contribution applied to an empty :class:`Assembly`, the very
     contributions the live snapshot adds and takes away event by event.
@@ -99,7 +101,7 @@ def assemble(
                         launcher_grace=launcher_grace)
     return assembly.rebuild(now=now, classes=classes, devices=devices, nodes=nodes, inventories=inventories,
                             pods=pods, vmis=vmis, namespaces=namespaces, quotas=quotas, permitted=permitted,
-                            dra=dra)
+                            dra=dra, dra_raw=dra_raw)
 
 
 def _alike(old: DeviceView, new: DeviceView) -> bool:
@@ -459,11 +461,12 @@ class Assembly:
         quotas: Mapping[str, Mapping[str, object]] | None = None,
         permitted: PermittedHostDevices | None = None,
         dra: Mapping[str, Mapping[str, int]] | None = None,
+        dra_raw: Mapping[str, Mapping[str, int]] | None = None,
     ) -> Snapshot:
         """Everything derived from these views, in one go (``rebuilding`` is the same in steps)."""
         return drain(self.rebuilding(now=now, classes=classes, devices=devices, nodes=nodes,
                                       inventories=inventories, pods=pods, vmis=vmis, namespaces=namespaces,
-                                      quotas=quotas, permitted=permitted, dra=dra))
+                                      quotas=quotas, permitted=permitted, dra=dra, dra_raw=dra_raw))
 
     def rebuilding(
         self,
@@ -479,11 +482,14 @@ class Assembly:
         quotas: Mapping[str, Mapping[str, object]] | None = None,
         permitted: PermittedHostDevices | None = None,
         dra: Mapping[str, Mapping[str, int]] | None = None,
+        dra_raw: Mapping[str, Mapping[str, int]] | None = None,
     ) -> Generator[None, None, Snapshot]:
         """``rebuild`` as steps: it yields after every ``STEP`` items derived, so a caller on an event loop
         can let the loop go between them; its value is the Snapshot. Nothing but the caller may touch the
         assembly until it is done (``current`` stays the last snapshot meanwhile). ``dra``: node -> the
-        units DRA-sourced offers serve there, by resource name (``cap.node_capacity``)."""
+        units DRA-sourced offers serve there, by resource name (``cap.node_capacity``); ``dra_raw``:
+        namespace -> the units of DRA-sourced names its own claims hold (raw use, counted against its budgets
+        as a raw pod's; not on the node: the node's DRA units leave those devices out already)."""
         self._classes = {c.name: c for c in classes}
         self._nodes: MutableMapping[str, NodeView] = {n.name: n for n in nodes}
         self._dra: dict[str, Mapping[str, int]] = {node: dict(served) for node, served in (dra or {}).items()
@@ -561,6 +567,9 @@ class Assembly:
             self._add_pod(pod)
             if i % STEP == 0:
                 yield
+        self._dra_raw: dict[str, Mapping[str, int]] = {}
+        for namespace, amounts in (dra_raw or {}).items():
+            self._claimed(namespace, amounts)
         yield
         self._local.summed()
         self._pending.summed()
@@ -663,7 +672,8 @@ class Assembly:
                inventories: Mapping[str, NodeInventory] | None = None,
                nodes: Mapping[str, NodeView | None] | None = None,
                pods: Mapping[tuple[str, str], PodView | None] | None = None,
-               dra: Mapping[str, Mapping[str, int]] | None = None) -> Snapshot:
+               dra: Mapping[str, Mapping[str, int]] | None = None,
+               dra_raw: Mapping[str, Mapping[str, int]] | None = None) -> Snapshot:
         """The Snapshot after these device, VMI, report and Node changes (a view, or None when it is gone).
 
         A VMI change may change its ``active_pods`` (absent counts as none) when
@@ -680,7 +690,8 @@ class Assembly:
         change (by namespace and name; None when it is gone or no longer one
         the snapshot holds) takes its old contribution away and adds its new
         one; it must not change which pods are launchers (that is the VMIs'). A node's DRA units (by
-        resource name; empty when it has none left) move that node's capacity, as a report does.
+        resource name; empty when it has none left) move that node's capacity, as a report does; a
+        namespace's DRA raw use (empty: none left) replaces what it counted against its budgets.
         """
         if self._snapshot is None:
             raise RuntimeError("update before the first rebuild")
@@ -750,6 +761,8 @@ class Assembly:
                 touch(log.vmis, vmi_key, generation)
                 for launcher in launchers:
                     self._pod(launcher, +1)
+        for namespace, amounts in (dra_raw or {}).items():
+            self._claimed(namespace, amounts)
         attached_vmis: set[VmiKey] = set()
         for key, device in devices.items():
             touch(log.devices, key, generation)
@@ -797,6 +810,20 @@ class Assembly:
         return self._emit(now)
 
     # -- the parts ----------------------------------------------------------------------
+
+    def _claimed(self, namespace: str, amounts: Mapping[str, int]) -> None:
+        """The namespace's own claims now hold ``amounts`` of DRA-sourced names: raw use against its budgets
+        (and its ancestors'), what it counted before taken away."""
+        before = self._dra_raw.pop(namespace, None)
+        if before:
+            for name, n in before.items():
+                self._local.add("raw", namespace, name, -n, -1)
+            self._local.member(namespace, -1)
+        if amounts:
+            self._dra_raw[namespace] = dict(amounts)
+            self._local.member(namespace, +1)
+            for name, n in amounts.items():
+                self._local.add("raw", namespace, name, n, +1)
 
     #: The maps a Snapshot shares with the model: each a ``CowMap`` once built, so an update patches
     #: them in place and a Snapshot already handed out keeps its own view.

@@ -204,11 +204,13 @@ def choose_devices(units: Sequence[DeviceRef], taken: Collection[DeviceRef], cou
 
 @attrs.frozen(kw_only=True)
 class DraServed:
-    """What DRA-sourced classes serve: node -> resource name -> units (the read model's ``dra`` input), and
-    why a class serves less than its slices hold (by class name)."""
+    """What DRA-sourced classes serve: node -> resource name -> units (the read model's ``dra`` input), the
+    units someone else's claims hold by namespace (its ``dra_raw``: raw use), and why a class serves less
+    than its slices hold (by class name)."""
 
     by_node: Mapping[str, Mapping[str, int]]
     problems: Mapping[str, tuple[str, ...]]
+    raw_by_namespace: Mapping[str, Mapping[str, int]] = attrs.field(factory=dict)
 
 
 def dra_offers(classes: Iterable[GPUClassView], slices: Sequence[SliceView],
@@ -242,6 +244,7 @@ def dra_served(classes: Iterable[GPUClassView], slices: Sequence[SliceView],
     of someone else's holds (a hold's devices stay served: its GPUDevice counts as held there). From
     scratch: the reference ``DraTracker`` is kept equal to."""
     offers, problems = dra_offers(classes, slices, device_classes)
+    claims = list(claims)
     foreign = {ref for ref, claim in taken_devices(claims).items() if not claim.holder}
     by_node: dict[str, dict[str, int]] = {}
     for resource_name, units in offers.items():
@@ -249,7 +252,19 @@ def dra_served(classes: Iterable[GPUClassView], slices: Sequence[SliceView],
             free = sum(1 for ref in refs if ref not in foreign)
             if free:
                 by_node.setdefault(node, {})[resource_name] = free
-    return DraServed(by_node={node: by_node[node] for node in sorted(by_node)}, problems=problems)
+    sold = {resource_name: {ref for refs in units.by_node.values() for ref in refs}
+            for resource_name, units in offers.items()}
+    raw: dict[str, dict[str, int]] = {}
+    for claim in claims:
+        if claim.holder:
+            continue
+        for resource_name, devices in sold.items():
+            held = sum(1 for ref in claim.allocated if ref in devices)
+            if held:
+                counted = raw.setdefault(claim.namespace, {})
+                counted[resource_name] = counted.get(resource_name, 0) + held
+    return DraServed(by_node={node: by_node[node] for node in sorted(by_node)}, problems=problems,
+                     raw_by_namespace=raw)
 
 
 ClaimKey = tuple[str, str]
@@ -278,15 +293,39 @@ class DraTracker:
             for found in current for device in found.devices if device.attrs is not None}
         self._node_of = {ref: node for units in self.units.values() for node, refs in units.by_node.items()
                          for ref in refs}
+        #: Each sold device's resource names (two offers may sell one device).
+        self._names_of: dict[DeviceRef, list[str]] = {}
+        for resource_name, units in self.units.items():
+            for refs in units.by_node.values():
+                for ref in refs:
+                    self._names_of.setdefault(ref, []).append(resource_name)
+        #: Namespace -> resource name -> units its own claims (not holds) hold: raw use.
+        self.raw_by_namespace: dict[str, dict[str, int]] = {}
         self.claims: dict[ClaimKey, ClaimView] = {}
         self._holding: dict[DeviceRef, set[ClaimKey]] = {}
         for claim in claims:
             self._put((claim.namespace, claim.name), claim)
 
+    def _raw(self, claim: ClaimView, sign: int) -> None:
+        if claim.holder:
+            return
+        counted = self.raw_by_namespace.setdefault(claim.namespace, {})
+        for ref in claim.allocated:
+            for resource_name in self._names_of.get(ref, ()):
+                n = counted.get(resource_name, 0) + sign
+                if n:
+                    counted[resource_name] = n
+                else:
+                    del counted[resource_name]
+        if not counted:
+            del self.raw_by_namespace[claim.namespace]
+
     def _put(self, key: ClaimKey, claim: ClaimView | None) -> set[str]:
         """Set one claim (None: gone); the nodes whose served count may have moved."""
         touched: set[str] = set()
         before = self.claims.pop(key, None)
+        if before is not None:
+            self._raw(before, -1)
         for ref in before.allocated if before is not None else ():
             holding = self._holding.get(ref)
             if holding is not None:
@@ -297,6 +336,7 @@ class DraTracker:
                 touched.add(self._node_of[ref])
         if claim is not None:
             self.claims[key] = claim
+            self._raw(claim, +1)
             for ref in claim.allocated:
                 self._holding.setdefault(ref, set()).add(key)
                 if ref in self._node_of:
@@ -322,12 +362,16 @@ class DraTracker:
         nodes = {node for units in self.units.values() for node in units.by_node}
         return {node: served for node in sorted(nodes) if (served := self.served_on(node))}
 
-    def claims_changed(self, changes: Mapping[ClaimKey, ClaimView | None]) -> dict[str, dict[str, int]]:
-        """Take claim changes (None: gone); each node they touch, with what it serves now (empty: nothing)."""
+    def claims_changed(self, changes: Mapping[ClaimKey, ClaimView | None]
+                       ) -> tuple[dict[str, dict[str, int]], dict[str, dict[str, int]]]:
+        """Take claim changes (None: gone); each node they touch, with what it serves now (empty: nothing),
+        and each namespace they are in, with its raw use now (empty: none)."""
         touched: set[str] = set()
         for key, claim in changes.items():
             touched |= self._put(key, claim)
-        return {node: self.served_on(node) for node in sorted(touched)}
+        namespaces = sorted({key[0] for key in changes})
+        return ({node: self.served_on(node) for node in sorted(touched)},
+                {namespace: dict(self.raw_by_namespace.get(namespace, {})) for namespace in namespaces})
 
 
 class ClaimAction(enum.StrEnum):

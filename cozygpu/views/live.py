@@ -182,6 +182,7 @@ def build_snapshot(
         claim_views = _convert("ResourceClaim", claims, resource_claim_view, on_invalid, memo)
         if memo is not None:
             memo.forget_unseen()
+        served = dra_served(class_views, slice_views, dict(selectors), claim_views)
         return assemble(
             now=now,
             classes=class_views,
@@ -196,7 +197,7 @@ def build_snapshot(
             permitted=permitted_host_devices(kubevirts),
             report_stale_after=report_stale_after,
             launcher_grace=launcher_grace,
-            dra=dra_served(class_views, slice_views, dict(selectors), claim_views).by_node,
+            dra=served.by_node, dra_raw=served.raw_by_namespace,
         )
 
 
@@ -405,10 +406,11 @@ class LiveSnapshot:
                           + (f" and {len(nodes)} node(s)" if nodes else "")
                           + (f" and {len(pods)} pod(s)" if pods else "")
                           + (f" and {len(claims)} claim(s)" if claims else ""))
+        dra, dra_raw = self.dra.claims_changed(claims) if claims else (None, None)
         try:
             return self._assembly.update(now=now, devices=changes, vmis=vmi_changes, inventories=inventories,
-                                         nodes={key[1]: view for key, view in nodes.items()}, pods=pods,
-                                         dra=self.dra.claims_changed(claims) if claims else None)
+                                         nodes={key[1]: view for key, view in nodes.items()}, pods=pods, dra=dra,
+                                         dra_raw=dra_raw)
         except ValueError:  # a report's names changed after all: its later state is what the stores hold
             return self._build(now, sources, "a GPUNode report's names changed")
 
@@ -576,7 +578,8 @@ def _derived(assembly: Assembly, now: datetime, objects: Mapping[str, list[Obj]]
             now=now, classes=views[keys.GPUCLASS_KIND], devices=views[keys.GPUDEVICE_KIND], nodes=views["Node"],
             inventories=views[keys.GPUNODE_KIND], pods=views["Pod"], vmis=views["VirtualMachineInstance"],
             namespaces=views["Namespace"], quotas=tenant_quotas(objects.get("ResourceQuota", ())),
-            permitted=permitted_host_devices(objects.get("KubeVirt", ())), dra=dra.served())
+            permitted=permitted_host_devices(objects.get("KubeVirt", ())), dra=dra.served(),
+            dra_raw=dra.raw_by_namespace)
         if memo is not None:
             memo.forget_unseen()
         return snapshot, dra

@@ -342,12 +342,15 @@ def test_the_tracker_kept_from_claim_changes_equals_the_served_of_its_claims(
         key = ("tenant-a", name)
         before = tracker.served()
         view = None if gone else claim(name, *sorted(devices), holder=name if ours else "")
-        moved = tracker.claims_changed({key: view})
+        moved, raw = tracker.claims_changed({key: view})
         if view is None:
             held.pop(key, None)
         else:
             held[key] = view
         after = tracker.served()
-        assert after == dra_served(classes, slices, device_classes, held.values()).by_node
+        reference = dra_served(classes, slices, device_classes, held.values())
+        assert after == reference.by_node
+        assert tracker.raw_by_namespace == reference.raw_by_namespace
+        assert raw == {"tenant-a": dict(reference.raw_by_namespace.get("tenant-a", {}))}
         assert {node for node in set(before) | set(after) if before.get(node) != after.get(node)} <= set(moved)
         assert all(after.get(node, {}) == served for node, served in moved.items())

@@ -28,6 +28,7 @@ from cozygpu import keys
 from cozygpu.api import claims as claims_api
 from cozygpu.devcluster import dra_driver
 from cozygpu.model.assemble import STEP, Assembly
+from cozygpu.model.catalog import catalog
 from cozygpu.model.dra import DeviceRef
 from cozygpu.model.snapshot import Snapshot
 from cozygpu.views import live as live_module
@@ -616,3 +617,24 @@ async def test_a_rebuild_left_half_way_is_done_again() -> None:
     assert world.live.dirty, "a rebuild cut short leaves the next snapshot to rebuild"
     assert_same(world)
     assert world.live.last_step == "rebuild"
+
+
+def test_a_tenants_own_claim_of_a_sold_device_class_counts_against_its_raw_budget_and_a_hold_does_not() -> None:
+    """Raw use of DRA (SPEC §1.5): a claim of the tenant's own holding two GPUs a DRA class sells counts two
+    under the class's resource name, as a raw pod asking for them would; the device's own hold counts as the
+    device, not again."""
+    world = World()
+    seed(world)
+    world.put("ResourceQuota", {"metadata": meta(keys.TENANT_QUOTA_NAME, "tenant-a"), "spec": {"hard": {
+        keys.QUOTA_TOTAL: "6", f"requests.{DRA_RESOURCE}": "3"}}})
+    assert_same(world)
+    world.put("ResourceClaim", claim("c1", "tenant-a-b", "n1", (0, 1), held=False))
+    world.put("ResourceClaim", claim("d0", "tenant-a", "n2", (0,), held=True))
+    snapshot = world.live.snapshot(now=world.now, sources=world.sources())
+    assert world.live.last_step == "update of 0 device(s) and 2 claim(s)"
+    assert snapshot.subtree_usage["tenant-a"].raw == {DRA_RESOURCE: 2}, "the child's claim, in the parent's subtree"
+    [entry] = [e for e in catalog(snapshot, "tenant-a") if e.class_name == "c"]
+    assert entry.remaining_budget == 1, entry
+    assert DRA_RESOURCE not in snapshot.capacity["n1"], "the claim's GPUs, the node's two, are no one's to place"
+    assert snapshot.capacity["n2"][DRA_RESOURCE].served == 2, "the hold's GPU stays served: its device holds it"
+    assert_same(world)

@@ -491,6 +491,8 @@ class Assembly:
         namespace -> the units of DRA-sourced names its own claims hold (raw use, counted against its budgets
         as a raw pod's; not on the node: the node's DRA units leave those devices out already)."""
         self._classes = {c.name: c for c in classes}
+        #: The names DRA offers sell: a node's DRA truth for them is its slices, never a stale report.
+        self._dra_names = frozenset(c.resource_name for c in self._classes.values() if c.dra is not None)
         self._nodes: MutableMapping[str, NodeView] = {n.name: n for n in nodes}
         self._dra: dict[str, Mapping[str, int]] = {node: dict(served) for node, served in (dra or {}).items()
                                                    if served}
@@ -955,7 +957,7 @@ class Assembly:
         held, raw, window = self._held.get(node), self._raw_on_node.get(node), self._window_on_node.get(node)
         return cap.node_capacity(node, inventory=self._inventories.get(node), held=held.sums if held else {},
                                  raw_in_use=raw.sums if raw else {}, window=window.sums if window else {},
-                                 dra=self._dra.get(node))
+                                 dra=self._dra.get(node), dra_names=self._dra_names)
 
     def _refresh_node(self, node: str) -> None:
         """A node's capacity changed: its entries, the names it serves, and the availability there."""

@@ -21,7 +21,7 @@ Contract:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from datetime import datetime, timedelta
 
 from cozygpu.model import refusals
@@ -57,12 +57,15 @@ def node_capacity(
     raw_in_use: Mapping[str, int],
     window: Mapping[str, int] | None = None,
     dra: Mapping[str, int] | None = None,
+    dra_names: Collection[str] = (),
 ) -> dict[str, NodeCapacity]:
     """The node's capacity for every resource name it serves, holds, or has raw or window usage of.
 
     ``dra`` is what DRA-sourced offers serve here (their resource name -> free devices of the node's
     slices, SPEC §1.5): published by the driver, not reported by the agent, so never stale; it stands for
-    that name whatever the node's report says.
+    that name whatever the node's report says. ``dra_names`` are the names DRA offers sell: one absent
+    from ``dra`` serves nothing here, and that is as fresh (a held GPU its driver tainted or withdrew is
+    capacity lost, R-BIND-5).
     """
     served = inventory.served if inventory is not None else {}
     fresh = inventory is not None and inventory.fresh
@@ -73,10 +76,10 @@ def node_capacity(
         name: NodeCapacity(
             node=node,
             resource_name=name,
-            served=dra[name] if name in dra else served.get(name, 0),
+            served=dra.get(name, 0) if name in dra or name in dra_names else served.get(name, 0),
             held=held.get(name, 0),
             raw_in_use=raw_in_use.get(name, 0),
-            fresh=fresh or name in dra,
+            fresh=fresh or name in dra or name in dra_names,
             window=window.get(name, 0),
         )
         for name in names

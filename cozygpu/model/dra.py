@@ -31,8 +31,12 @@ constraint where the offer asks for one (every chosen device has the
 attribute, with one value), best fit first so the large groups stay whole for
 large sets.
 
-Not here: ``adminAccess``; partitionable devices and their shared counters;
-the device taints of ``DeviceTaints``.
+- **Taints.** A device its driver tainted ``NoSchedule`` or ``NoExecute``
+  (``DeviceTaints``, beta in 1.36) is no unit, and is named in ``problems``:
+  a hold on it has lost capacity and moves (R-BIND-5). Tolerations in the
+  offer are not read: a tainted device is never sold.
+
+Not here: ``adminAccess``; partitionable devices and their shared counters.
 """
 
 from __future__ import annotations
@@ -55,6 +59,9 @@ class SliceDevice:
     name: str
     attrs: DeviceAttrs | None
     problem: str = ""
+    #: The driver's first taint that keeps new allocations off the device (``NoSchedule``, ``NoExecute``),
+    #: as ``key=value:effect``; empty when none does.
+    taint: str = ""
 
 
 @attrs.frozen(kw_only=True)
@@ -139,6 +146,11 @@ def offer_units(slices: Iterable[SliceView], device_class: Sequence[str] | None,
         for device in found.devices:
             if device.attrs is None:
                 failed[f"device {device.name!r} of pool {found.pool!r} is unreadable: {device.problem}"] = 1
+                continue
+            if device.taint:
+                # DeviceTaints (beta in 1.36): a device its driver tainted is no unit; a hold on it has lost
+                # capacity and moves (R-BIND-5), as off a node gone NotReady.
+                failed[f"device {device.name!r} of pool {found.pool!r} is tainted {device.taint}"] = 1
                 continue
             try:
                 matched = all(selector.matches(device.attrs) for selector in compiled)

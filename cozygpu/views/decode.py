@@ -480,10 +480,14 @@ def resource_slice_view(obj: Obj) -> SliceView:
     for device in _list(spec.get("devices")):
         if not _is_map(device) or not as_str(device.get("name")):
             continue
+        taint = next((f"{as_str(t.get('key'))}={as_str(t.get('value'))}:{t.get('effect')}"
+                      for t in _list(device.get("taints")) if _is_map(t)
+                      and t.get("effect") in ("NoSchedule", "NoExecute")), "")
         try:
-            devices.append(SliceDevice(name=device["name"], attrs=DeviceAttrs.from_slice_device(driver, device)))
+            devices.append(SliceDevice(name=device["name"], attrs=DeviceAttrs.from_slice_device(driver, device),
+                                       taint=taint))
         except CelError as error:
-            devices.append(SliceDevice(name=device["name"], attrs=None, problem=str(error)))
+            devices.append(SliceDevice(name=device["name"], attrs=None, problem=str(error), taint=taint))
     return SliceView(name=as_str(meta.get("name")), driver=driver, pool=as_str(pool.get("name")),
                      generation=_int(pool.get("generation")) or 0,
                      slice_count=_int(pool.get("resourceSliceCount")) or 1,

@@ -14,8 +14,8 @@ GPUDevice. Then:
   ``why`` explains an order of it that cannot be placed;
 - the order released (deleted), its claim goes, and a foreign pod runs on
   the GPU it freed;
-- a set moved off a cordoned node (``onCordon: Move``) is allocated again
-  on its new node.
+- a set moved off a cordoned node (``onCordon: Move``), or off a GPU its
+  driver tainted, is allocated again on its new node.
 """
 
 from __future__ import annotations
@@ -208,3 +208,30 @@ async def test_a_set_moved_off_a_cordoned_node_is_allocated_again_on_its_new_nod
         claim = await world.held("pair", other, count=2)
         assert sorted(device for _driver, _pool, device in results(claim)) == [
             dra_driver.device_name(0), dra_driver.device_name(1)]
+
+
+async def test_a_set_whose_gpu_the_driver_tainted_moves_and_is_allocated_again(full_admin: Client,
+                                                                                fleet: Fleet) -> None:
+    """DeviceTaints (beta in 1.36): the driver taints the held GPU; the node serves one GPU fewer than is held,
+    capacity is lost (R-BIND-5) and the stopped set moves to the other node, its claim allocated there."""
+    world = DraWorld(full_admin, fleet)
+    await world.make()
+    first, second = await world.nodes(1, 1)
+    async with driven_binder(full_admin, timedelta(seconds=30)):
+        await world.order("one")
+        placed = await world.bound_node("one")
+        await world.held("one", placed)
+        other = second if placed == first else first
+        path = f"{dra_driver.RESOURCE_SLICES}/{dra_driver.slice_name(placed)}"
+        tainted = await full_admin.get(path)
+        tainted["spec"]["devices"][0]["taints"] = [{"key": "gpu.nvidia.com/xid", "value": "79",
+                                                    "effect": "NoSchedule"}]
+        stored = await full_admin.replace(path, tainted)
+        assert stored["spec"]["devices"][0].get("taints"), "the API server kept the device's taint (DeviceTaints)"
+
+        async def moved() -> str | None:
+            node = await world.bound_node("one")
+            return node if node == other else None
+
+        await eventually(moved, timeout=60, what="the set never moved off the tainted GPU")
+        await world.held("one", other)

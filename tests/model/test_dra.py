@@ -8,6 +8,7 @@ from typing import Any
 
 import attrs
 import hypothesis
+import pytest
 from hypothesis import strategies as hst
 
 from cozygpu.api import claims as claims_api
@@ -68,6 +69,16 @@ def test_a_device_of_another_type_is_no_unit() -> None:
     view = resource_slice_view(body)
     units = offer_units([view], VFIO_CLASS, ())
     assert units.by_node == {"n1": refs("n1", 0)}
+
+
+@pytest.mark.parametrize(("effect", "unit"), [("NoSchedule", False), ("NoExecute", False), ("None", True)])
+def test_a_device_its_driver_tainted_is_no_unit_and_says_so(effect: str, unit: bool) -> None:
+    body = dra_driver.resource_slice("n1", "uid-n1", 2)
+    body["spec"]["devices"][0]["taints"] = [{"key": "gpu.nvidia.com/xid", "value": "79", "effect": effect}]
+    units = offer_units([resource_slice_view(body)], VFIO_CLASS, ())
+    assert units.by_node == {"n1": refs("n1", 0, 1) if unit else refs("n1", 1)}
+    assert units.problems == (() if unit else (
+        f"device 'gpu-vfio-0' of pool 'n1' is tainted gpu.nvidia.com/xid=79:{effect}",))
 
 
 def test_only_the_newest_complete_generation_of_a_pool_counts() -> None:

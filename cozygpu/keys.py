@@ -53,6 +53,8 @@ SETTINGS_CONFIGMAP: Final = "cozygpu-settings"
 SETTINGS_RESOURCE_NAMES: Final = "resourceNames"
 SETTINGS_RAW_NAMES: Final = "rawNames"
 SETTINGS_GPU_ENABLED: Final = "gpuEnabled"
+#: The DeviceClasses GPUClasses sell (``source.dra``), a sorted JSON list: the raw-claims policy reads it.
+SETTINGS_DEVICE_CLASS_NAMES: Final = "deviceClassNames"
 RAW_NAMES_ALLOW: Final = "allow"
 RAW_NAMES_FORBID: Final = "forbid"
 

@@ -10,6 +10,15 @@ The admission policies (R-POL-1) and cozystack-api read ConfigMap
   ``--enable-gpu`` neither GPUNodes nor KubeVirt are watched, so the list
   holds the hoster's names and the classes' (no policy reads it then: the
   policies render only with GPU enabled).
+- ``deviceClassNames``: the DRA DeviceClasses the GPUClasses sell
+  (``spec.source.dra.deviceClassName``, SPEC §1.5) as a sorted JSON list.
+  The raw-claims policy refuses a tenant's ResourceClaim or claim template
+  of one of them under ``rawNames: forbid``: a claim of a sold DeviceClass
+  takes the very devices the binder holds for GPUDevices. (A pod asking for
+  such a DeviceClass's extended resource name is already refused by name:
+  the class's ``resourceName`` is that name, so it is in ``resourceNames``.)
+  A class the model cannot read still sells its DeviceClass, as it still
+  sells its resource name: the name is published all the same.
 - ``rawNames``: ``allow`` or ``forbid`` (``--raw-gpu-names``).
 - ``gpuEnabled``: ``"true"`` or ``"false"``.
 
@@ -20,7 +29,8 @@ Contract (one pass of a ``PassDriver``, full lane only; docs/passes.md):
   the cache, so no write is decided on a stale copy). The binder's GPUNode
   writes trigger a pass each, and a read per pass was a sixth of the
   controller's requests under a stream of orders. plan: write only when one
-  of the three keys differs; apply: one write, a create (which fails
+  of the four keys differs (a ConfigMap an older controller wrote, without
+  ``deviceClassNames``, differs); apply: one write, a create (which fails
   if the object appeared meanwhile) or a replace carrying the resourceVersion
   just read. Other keys, labels and annotations on the object (the chart's,
   say) are kept.
@@ -29,10 +39,11 @@ Contract (one pass of a ``PassDriver``, full lane only; docs/passes.md):
   partial set would let raw names through); KubeVirt not being served means
   no table. Any other error fails the pass, which the driver retries with
   backoff; it never ends leader work.
-- Passes run when a GPUClass's or a GPUNode's resource names change (one is
-  added or deleted, or its ``spec.resourceName`` or ``status.resourceNames``
-  moves), a KubeVirt CR or the ConfigMap itself changes (one coalescing
-  trigger, ``worth_a_pass``), and ``resync`` seconds after the last. The
+- Passes run when a GPUClass's or a GPUNode's names change (one is added or
+  deleted, or its ``spec.resourceName``, ``spec.source.dra.deviceClassName``
+  or ``status.resourceNames`` moves), a KubeVirt CR or the ConfigMap itself
+  changes (one coalescing trigger, ``worth_a_pass``), and ``resync`` seconds
+  after the last. The
   agents' reports and the binder's own class and GPUNode status writes keep
   the names: at 5,000 nodes each started a pass that decoded every GPUNode
   (78 ms), and they kept the controller's event loop busy most of the time.
@@ -93,13 +104,25 @@ class SettingsWrite:
     data: dict[str, str]
 
 
-def settings_data(*, resource_names: Iterable[str], raw_names: str, gpu_enabled: bool) -> dict[str, str]:
-    """The three keys as the policies read them."""
+def settings_data(*, resource_names: Iterable[str], raw_names: str, gpu_enabled: bool,
+                  device_class_names: Iterable[str] = ()) -> dict[str, str]:
+    """The four keys as the policies read them.
+
+    ``deviceClassNames`` is written even when empty: the raw-claims policy
+    refuses while the key is not a JSON list (fail closed), so an empty list
+    is how "no class sells a DeviceClass" is said.
+    """
     return {
-        keys.SETTINGS_RESOURCE_NAMES: json.dumps(sorted(set(resource_names)), separators=(",", ":")),
+        keys.SETTINGS_RESOURCE_NAMES: _json_list(resource_names),
+        keys.SETTINGS_DEVICE_CLASS_NAMES: _json_list(device_class_names),
         keys.SETTINGS_RAW_NAMES: raw_names,
         keys.SETTINGS_GPU_ENABLED: "true" if gpu_enabled else "false",
     }
+
+
+def _json_list(names: Iterable[str]) -> str:
+    """Sorted, unique, compact: equal sets are equal strings, so a pass compares them as strings."""
+    return json.dumps(sorted(set(names)), separators=(",", ":"))
 
 
 class SettingsPublisher:
@@ -149,8 +172,7 @@ class SettingsPublisher:
     @staticmethod
     def worth_a_pass() -> dict[str, Callable[[Event], bool]]:
         """Kind key -> whether one of its events can change the published names (``Cache.trigger``'s ``when``)."""
-        return {specs.GPU_NODES.key: _NODE_NAMES_MOVED,
-                specs.GPU_CLASSES.key: _names_moved("spec", "resourceName")}
+        return {specs.GPU_NODES.key: _NODE_NAMES_MOVED, specs.GPU_CLASSES.key: _class_names_moved}
 
     # -- the data --------------------------------------------------------------------------
 
@@ -158,15 +180,21 @@ class SettingsPublisher:
         """The data the ConfigMap should hold now; raises ``CacheError`` while a kind is not synced."""
         classes: list[GPUClassView] = []
         loose_names: list[str] = []
+        device_classes: list[str] = []
         for obj in self._cache.store(specs.GPU_CLASSES).list():
             try:
-                classes.append(gpu_class_view(obj))
+                view = gpu_class_view(obj)
             except (InvalidObject, ValueError) as err:
-                # The model cannot read the offer, but it still sells its resource name.
+                # The model cannot read the offer, but it still sells its resource name and its DeviceClass.
                 name = (obj.get("spec") or {}).get("resourceName")
                 if isinstance(name, str):
                     loose_names.append(name)
+                device_classes += _loose_device_class(obj)
                 _log.warning("unreadable GPUClass", name=obj["metadata"]["name"], error=str(err))
+                continue
+            classes.append(view)
+            if view.dra is not None:
+                device_classes.append(view.dra.device_class)
         reported: frozenset[str] = frozenset()
         kubevirts: list[Mapping[str, Any]] = []
         if self._gpu:
@@ -177,7 +205,8 @@ class SettingsPublisher:
                 kubevirts = []
         names = effective_names(hoster=(*self._hoster, *loose_names, *reported), classes=classes,
                                 permitted=permitted_host_devices(kubevirts))
-        return settings_data(resource_names=names, raw_names=self._raw_names, gpu_enabled=self._gpu)
+        return settings_data(resource_names=names, raw_names=self._raw_names, gpu_enabled=self._gpu,
+                             device_class_names=device_classes)
 
     # -- one pass (snapshot -> plan -> apply) ----------------------------------------------
 
@@ -293,6 +322,22 @@ def _reported(obj: Mapping[str, Any]) -> frozenset[str]:
         return frozenset()
 
 
+def _loose_device_class(obj: Mapping[str, Any]) -> list[str]:
+    """``spec.source.dra.deviceClassName`` of a class the model cannot read, if it is a name."""
+    name = _device_class_field(obj)
+    return [name] if isinstance(name, str) and name else []
+
+
+def _device_class_field(obj: Mapping[str, Any]) -> object:
+    """``spec.source.dra.deviceClassName`` as stored (None where a step is missing or not a map)."""
+    value: object = obj
+    for step in ("spec", "source", "dra", "deviceClassName"):
+        if not isinstance(value, Mapping):
+            return None
+        value = value.get(step)
+    return value
+
+
 def _names_moved(part: str, field: str) -> Callable[[Event], bool]:
     """An event that adds or deletes the object, or moves ``part.field`` (a name or a list of names)."""
 
@@ -305,6 +350,15 @@ def _names_moved(part: str, field: str) -> Callable[[Event], bool]:
 
 
 _NODE_NAMES_MOVED: Final = _names_moved("status", "resourceNames")
+
+
+def _class_names_moved(event: Event) -> bool:
+    """A class came or went, or its resource name or the DeviceClass it sells moved (both are published)."""
+    if event.type == "DELETED" or event.old is None:
+        return True
+    old, new = event.old, event.obj
+    return bool((old.get("spec") or {}).get("resourceName") != (new.get("spec") or {}).get("resourceName")
+                or _device_class_field(old) != _device_class_field(new))
 
 
 def _holds(configmap: Obj, desired: Mapping[str, str]) -> bool:

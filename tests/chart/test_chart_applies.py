@@ -58,7 +58,8 @@ async def test_with_gpu_on_the_chart_installs_then_upgrades_as_its_kinds_appear(
         await admin.create("/api/v1/namespaces", {"metadata": {"name": chart.DEFAULT_NAMESPACE}})
 
         first = await install(admin, empty_plane, values)
-        assert policies(first) == {"cozygpu-usage-monitor-label", "cozygpu-raw-gpu-names-pods"} | GPU_KIND_POLICIES, (
+        assert policies(first) == {"cozygpu-usage-monitor-label", "cozygpu-raw-gpu-names-pods",
+                                  "cozygpu-raw-gpu-claims"} | GPU_KIND_POLICIES, (
             "on an empty cluster the policies on kinds nobody serves yet stay out (the ordering hazard), "
             "those on the chart's own CRDs come with them")
 

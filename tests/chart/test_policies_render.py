@@ -19,12 +19,14 @@ BINDING = "ValidatingAdmissionPolicyBinding"
 
 ALWAYS = {"cozygpu-usage-monitor-label"}
 GPU_PODS = {"cozygpu-raw-gpu-names-pods"}
+GPU_CLAIMS = {"cozygpu-raw-gpu-claims"}
 GPU_VMIS = {"cozygpu-raw-gpu-names-vmis"}
 GPU_KINDS = {"cozygpu-agent-own-node", "cozygpu-device-protection", "cozygpu-class-protection",
              "cozygpu-class-deleting"}
-EVERY_POLICY = ALWAYS | GPU_PODS | GPU_VMIS | GPU_KINDS
+EVERY_POLICY = ALWAYS | GPU_PODS | GPU_CLAIMS | GPU_VMIS | GPU_KINDS
 #: Bindings acting in tenant namespaces only; the others match cluster-scoped kinds.
 TENANT_BOUND = {"cozygpu-usage-monitor-label", "cozygpu-raw-gpu-names-pods", "cozygpu-raw-gpu-names-vmis",
+                "cozygpu-raw-gpu-claims",
                 "cozygpu-device-protection", "cozygpu-class-deleting"}
 
 GPU_ON = {"gpu": {"enabled": True}}
@@ -101,7 +103,7 @@ def test_policies_on_gpu_kinds_render_on_a_first_install_with_the_crds_they_matc
     assert {obj["metadata"]["name"] for obj in crds if obj["kind"] == "CustomResourceDefinition"} == {
         f"{plural}.{keys.GROUP}" for plural in (keys.GPUCLASS_PLURAL, keys.GPUDEVICE_PLURAL, keys.GPUNODE_PLURAL)}
     refused = {**GPU_ON, "policies": {"kinds": {"gpu": False}}}
-    assert policy_names(render(refused, api_versions=first_install)) == ALWAYS | GPU_PODS | GPU_VMIS
+    assert policy_names(render(refused, api_versions=first_install)) == ALWAYS | GPU_PODS | GPU_CLAIMS | GPU_VMIS
 
 
 def test_the_agent_is_bound_to_its_role_only_where_its_node_restriction_renders() -> None:
@@ -142,7 +144,7 @@ def test_tenant_bindings_select_tenant_namespaces_by_the_chart_value() -> None:
 
 def test_the_raw_name_bindings_take_the_settings_configmap_and_fail_closed_without_it() -> None:
     objects = render(GPU_ON, namespace="gpu-system")
-    for name in GPU_PODS | GPU_VMIS:
+    for name in GPU_PODS | GPU_CLAIMS | GPU_VMIS:
         assert named(objects, VAP)[name]["spec"]["paramKind"] == {"apiVersion": "v1", "kind": "ConfigMap"}
         assert named(objects, BINDING)[name]["spec"]["paramRef"] == {
             "name": keys.SETTINGS_CONFIGMAP, "namespace": "gpu-system", "parameterNotFoundAction": "Deny"}

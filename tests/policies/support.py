@@ -64,6 +64,14 @@ def vmis(namespace: str) -> str:
     return resource_path("kubevirt.io", "v1", "virtualmachineinstances", namespace=namespace)
 
 
+def resource_claims(namespace: str) -> str:
+    return resource_path("resource.k8s.io", "v1", "resourceclaims", namespace=namespace)
+
+
+def resource_claim_templates(namespace: str) -> str:
+    return resource_path("resource.k8s.io", "v1", "resourceclaimtemplates", namespace=namespace)
+
+
 def settings_path() -> str:
     return f"{configmaps(RELEASE_NAMESPACE)}/{keys.SETTINGS_CONFIGMAP}"
 
@@ -169,6 +177,45 @@ def settings_configmap(*, raw_names: str = keys.RAW_NAMES_FORBID,
     }
 
 
+def claim_requests(*device_classes: str | tuple[str, ...]) -> list[dict[str, Any]]:
+    """``spec.devices.requests`` (resource.k8s.io/v1), one per argument, named ``gpu``, ``gpu-1``, …:
+    a name asks for exactly one device of that DeviceClass, a tuple for the first available of its classes
+    (choices named ``choice-0``, …)."""
+    requests: list[dict[str, Any]] = []
+    for i, wanted in enumerate(device_classes):
+        request: dict[str, Any] = {"name": "gpu" if i == 0 else f"gpu-{i}"}
+        if isinstance(wanted, str):
+            request["exactly"] = {"deviceClassName": wanted, "allocationMode": "ExactCount", "count": 1}
+        else:
+            request["firstAvailable"] = [{"name": f"choice-{j}", "deviceClassName": name,
+                                          "allocationMode": "ExactCount", "count": 1}
+                                         for j, name in enumerate(wanted)]
+        requests.append(request)
+    return requests
+
+
+def resource_claim(name: str, *device_classes: str | tuple[str, ...], generate: bool = False) -> dict[str, Any]:
+    """A ResourceClaim asking for ``device_classes`` (``claim_requests``); ``generate`` names it by generateName."""
+    meta: dict[str, Any] = {"generateName": f"{name}-"} if generate else {"name": name}
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": meta,
+            "spec": {"devices": {"requests": claim_requests(*device_classes)}}}
+
+
+def resource_claim_template(name: str, *device_classes: str | tuple[str, ...]) -> dict[str, Any]:
+    """A ResourceClaimTemplate whose claims ask for ``device_classes`` (``claim_requests``)."""
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate", "metadata": {"name": name},
+            "spec": {"spec": {"devices": {"requests": claim_requests(*device_classes)}}}}
+
+
+def settings_configmap_selling(device_classes: Iterable[str], *, raw_names: str = keys.RAW_NAMES_FORBID,
+                               names: Iterable[str] = (GPU_NAME, VGPU_NAME)) -> dict[str, Any]:
+    """``settings_configmap`` with GPUClasses selling ``device_classes`` (SPEC §1.5) as the publisher writes it."""
+    body = settings_configmap(raw_names=raw_names, names=names)
+    body["data"] = settings_data(resource_names=names, raw_names=raw_names, gpu_enabled=True,
+                                 device_class_names=device_classes)
+    return body
+
+
 # -- namespaces and RBAC ------------------------------------------------------------------
 
 #: Who the tests act as inside a tenant namespace. RBAC lets each of them do
@@ -216,6 +263,37 @@ async def grant_everything(admin: Client, namespace: str) -> None:
         "subjects": subjects,
     })
     await rbac_in_force(admin, namespace)
+
+
+async def grant_resource_claims(admin: Client, namespace: str) -> None:
+    """``grant_everything`` for ``resource.k8s.io`` too (claims and claim templates, status included)."""
+    rbac = "/apis/rbac.authorization.k8s.io/v1"
+    await admin.create(f"{rbac}/namespaces/{namespace}/roles", {
+        "metadata": {"name": "policy-tests-dra"},
+        "rules": [{"apiGroups": ["resource.k8s.io"], "resources": ["*"], "verbs": ["*"]}],
+    })
+    subjects = [
+        {"kind": "User", "name": TENANT_USER, "apiGroup": "rbac.authorization.k8s.io"},
+        {"kind": "User", "name": KCM_USER, "apiGroup": "rbac.authorization.k8s.io"},
+        *({"kind": "ServiceAccount", "namespace": ns, "name": sa} for ns, sa in SERVICE_ACCOUNTS.values()),
+    ]
+    await admin.create(f"{rbac}/namespaces/{namespace}/rolebindings", {
+        "metadata": {"name": "policy-tests-dra"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "policy-tests-dra"},
+        "subjects": subjects,
+    })
+    review = {
+        "apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+        "spec": {"user": TENANT_USER, "groups": list(TENANT_GROUPS),
+                 "resourceAttributes": {"namespace": namespace, "verb": "create", "group": "resource.k8s.io",
+                                        "resource": "resourceclaims"}},
+    }
+
+    async def allowed() -> bool:
+        answer = await admin.create("/apis/authorization.k8s.io/v1/subjectaccessreviews", review)
+        return bool(answer["status"].get("allowed"))
+
+    await _poll(allowed, what=f"RBAC for resource claims in {namespace}", timeout=30.0)
 
 
 async def rbac_in_force(admin: Client, namespace: str) -> None:

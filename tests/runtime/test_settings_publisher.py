@@ -1,8 +1,9 @@
-"""The settings ConfigMap publisher against the real API server (R-BIND-10)."""
+"""The settings ConfigMap publisher against the real API server (R-BIND-10), and its DRA key fed by hand."""
 
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -15,10 +16,12 @@ from cozygpu import keys
 from cozygpu.cache.cache import Cache
 from cozygpu.kube import Client, errors, resource_path
 from cozygpu.kube.client import Obj
+from cozygpu.passes.driver import Lane
 from cozygpu.runtime import kinds
 from cozygpu.runtime.metrics import SettingsMetrics
 from cozygpu.runtime.settings import SettingsPublisher, settings_data
 from cozygpu.views import specs
+from tests.cache.fakes import FakeApi
 from tests.support.crds import FIXTURE_CRDS, install_fixture_crd, uninstall_fixture_crd
 from tests.support.waiting import eventually
 
@@ -93,6 +96,9 @@ async def test_the_leader_publishes_the_hosters_the_classes_and_the_nodes_names_
         data = await settled(admin, namespace, lambda d: node_resource in names(d))
     assert {"example.com/hoster-gpu", resource_name, node_resource} <= set(names(data))
     assert names(data) == sorted(names(data))
+    # The sold DeviceClasses' key is there, a sorted JSON list.
+    sold = json.loads(data[keys.SETTINGS_DEVICE_CLASS_NAMES])
+    assert sold == sorted(sold)
     assert data[keys.SETTINGS_RAW_NAMES] == "forbid"
     assert data[keys.SETTINGS_GPU_ENABLED] == "true"
 
@@ -210,9 +216,129 @@ async def test_the_gpu_entries_of_kubevirts_permitted_host_devices_are_published
             await uninstall_fixture_crd(admin, KUBEVIRT_CRD)
 
 
-def test_settings_data_is_a_sorted_compact_json_list_and_two_flags() -> None:
+def test_settings_data_is_two_sorted_compact_json_lists_and_two_flags() -> None:
     data = settings_data(resource_names=["b.io/y", "a.io/x", "b.io/y"], raw_names="allow", gpu_enabled=False)
-    assert data == {"resourceNames": '["a.io/x","b.io/y"]', "rawNames": "allow", "gpuEnabled": "false"}
+    assert data == {"resourceNames": '["a.io/x","b.io/y"]', "deviceClassNames": "[]", "rawNames": "allow",
+                    "gpuEnabled": "false"}
+    sold = settings_data(resource_names=[], raw_names="forbid", gpu_enabled=True,
+                         device_class_names=["vfio.gpu.nvidia.com", "gpu.amd.com", "vfio.gpu.nvidia.com"])
+    assert sold[keys.SETTINGS_DEVICE_CLASS_NAMES] == '["gpu.amd.com","vfio.gpu.nvidia.com"]'
+
+
+# -- DRA-sourced classes: the DeviceClasses they sell ---------------------------------------
+#
+# The GPUClass schema still refuses source.dra (docs/dra.md), so no such class
+# can be stored by the API server yet: these tests feed the publisher's cache by
+# hand, as its informer would, and run its pass without a server.
+
+VFIO = "vfio.gpu.nvidia.com"
+
+
+def dra_class(name: str, device_class: str, *, selectors: tuple[str, ...] = ("true",)) -> Obj:
+    """A class selling devices of ``device_class``; its resourceName is that DeviceClass's extended resource name."""
+    return {
+        "apiVersion": keys.API_VERSION, "kind": keys.GPUCLASS_KIND, "metadata": {"name": name},
+        "spec": {"vendor": "NVIDIA", "model": "H100", "mode": "Passthrough", "memory": "80Gi",
+                 "resourceName": f"deviceclass.resource.kubernetes.io/{device_class}",
+                 "source": {"dra": {"deviceClassName": device_class,
+                                    "selectors": [{"cel": {"expression": e}} for e in selectors]}}},
+    }
+
+
+class MemoryConfigMaps:
+    """The settings ConfigMap held in memory (the publisher's ``ConfigMapClient``)."""
+
+    def __init__(self, data: dict[str, str] | None = None) -> None:
+        self.obj: Obj | None = None if data is None else {
+            "apiVersion": "v1", "kind": "ConfigMap", "data": dict(data),
+            "metadata": {"name": keys.SETTINGS_CONFIGMAP, "namespace": "cozy-gpu", "resourceVersion": "1"}}
+
+    async def get_or_none(self, path: str, **kw: Any) -> Obj | None:
+        return copy.deepcopy(self.obj)
+
+    async def create(self, path: str, body: Obj, **kw: Any) -> Obj:
+        self.obj = copy.deepcopy(body)
+        return body
+
+    async def replace(self, path: str, body: Obj, **kw: Any) -> Obj:
+        self.obj = copy.deepcopy(body)
+        return body
+
+
+class HandFed:
+    """A GPU-off publisher (it reads only GPUClasses) whose cache is fed by hand, as its informer would be."""
+
+    def __init__(self, *classes: Obj, configmaps: MemoryConfigMaps | None = None) -> None:
+        self.cache = Cache(FakeApi(), registry=CollectorRegistry())
+        self.configmaps = configmaps or MemoryConfigMaps()
+        self.publisher = SettingsPublisher(self.configmaps, self.cache, namespace="cozy-gpu", hoster_names=(),
+                                           raw_names=keys.RAW_NAMES_FORBID, gpu_enabled=False)
+        self._feed = self.cache.informer(specs.GPU_CLASSES).begin_cycle()
+        self._feed.replace([self._feed.prepare(obj) for obj in classes], "1")
+        self.publisher.trigger.poll()  # what the first list fired
+
+    def modified(self, obj: Obj) -> None:
+        self._feed.apply("MODIFIED", self._feed.prepare(obj))
+
+    def deleted(self, obj: Obj) -> None:
+        self._feed.apply("DELETED", self._feed.prepare(obj))
+
+    def sold(self) -> list[str]:
+        value: list[str] = json.loads(self.publisher.desired()[keys.SETTINGS_DEVICE_CLASS_NAMES])
+        return value
+
+
+async def test_the_device_classes_the_classes_sell_are_published_sorted_once_each() -> None:
+    fed = HandFed(dra_class("h100", VFIO), dra_class("h100-numa", VFIO), dra_class("mi300", "gpu.amd.com"),
+                  gpu_class("plugin", "nvidia.com/GH100"))
+    assert fed.sold() == ["gpu.amd.com", VFIO]
+    # Raw use by name: a DRA class's resourceName, the DeviceClass's extended resource name, is a GPU name.
+    assert f"deviceclass.resource.kubernetes.io/{VFIO}" in names(fed.publisher.desired())
+
+
+async def test_a_dra_class_the_model_cannot_read_still_publishes_its_device_class() -> None:
+    """As an unreadable class still sells its resource name: dropping it would let raw claims of it through."""
+    fed = HandFed(dra_class("broken", VFIO, selectors=("",)))
+    assert fed.sold() == [VFIO]
+    assert f"deviceclass.resource.kubernetes.io/{VFIO}" in names(fed.publisher.desired())
+
+
+async def test_a_class_whose_device_class_moves_starts_a_pass_and_its_status_writes_do_not() -> None:
+    sold = dra_class("h100", VFIO)
+    fed = HandFed(sold)
+    trigger = fed.publisher.trigger
+
+    reported = {**sold, "status": {"units": 4, "free": 3, "held": 1}}
+    fed.modified(reported)
+    assert not trigger.is_set(), "a status write that keeps the names started a pass"
+
+    moved = copy.deepcopy(reported)
+    moved["spec"]["source"]["dra"]["deviceClassName"] = "gpu.example.com"
+    fed.modified(moved)
+    assert trigger.poll(), "a class selling another DeviceClass started no pass"
+    assert fed.sold() == ["gpu.example.com"]
+
+    fed.deleted(moved)
+    assert trigger.poll(), "a deleted class started no pass"
+    assert fed.sold() == []
+
+
+async def test_a_configmap_that_lacks_only_the_device_class_names_is_written_once() -> None:
+    """An older controller's ConfigMap holds the three other keys as they should be: a pass writes the fourth,
+    keeping the rest, and the next pass writes nothing."""
+    current = settings_data(resource_names=[f"deviceclass.resource.kubernetes.io/{VFIO}"],
+                            raw_names=keys.RAW_NAMES_FORBID, gpu_enabled=False)
+    del current[keys.SETTINGS_DEVICE_CLASS_NAMES]
+    fed = HandFed(dra_class("h100", VFIO), configmaps=MemoryConfigMaps({**current, "note": "kept"}))
+
+    write = fed.publisher.plan(await fed.publisher.snapshot(Lane.FULL))
+    assert write is not None
+    assert not write.create
+    assert write.body["data"] == {**current, "note": "kept", keys.SETTINGS_DEVICE_CLASS_NAMES: f'["{VFIO}"]'}
+    assert write.body["metadata"]["resourceVersion"] == "1", "the replace carries the resourceVersion read"
+
+    await fed.configmaps.replace("", write.body)
+    assert fed.publisher.plan(await fed.publisher.snapshot(Lane.FULL)) is None
 
 
 class CountingClient(RacingClient):

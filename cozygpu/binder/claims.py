@@ -39,7 +39,7 @@ from cozygpu.api import claims as claims_api
 from cozygpu.api import meta
 from cozygpu.binder.patcher import Verb, Write
 from cozygpu.kube import resource_path
-from cozygpu.model.dra import ClaimAction, ClaimStep, DraTracker, DraUnits, claim_plan
+from cozygpu.model.dra import ClaimAction, ClaimStep, DraTracker, claim_plan
 from cozygpu.model.snapshot import DeviceKey, DeviceView, GPUClassView, Snapshot
 from cozygpu.views import specs
 
@@ -71,8 +71,8 @@ def claims_plan(snapshot: Snapshot, dra: DraTracker) -> ClaimsPlan:
     dra_classes = {name for name, gpu_class in snapshot.classes.items() if gpu_class.dra is not None}
     holds = [device for device in snapshot.devices.values() if device.class_name in dra_classes]
     # Devices someone else's claim holds are no one's to choose: the offers' units without them.
-    units = {name: DraUnits(by_node={node: tuple(ref for ref in refs if not dra.foreign(ref))
-                                     for node, refs in offer.by_node.items()})
+    units = {name: attrs.evolve(offer, by_node={node: tuple(ref for ref in refs if not dra.foreign(ref))
+                                                for node, refs in offer.by_node.items()})
              for name, offer in dra.units.items()}
     steps = claim_plan(holds, snapshot.classes, own, units, dra.attrs_of, in_use=used)
     release = tuple(sorted(key for key in own if key not in used and not _holds(snapshot.devices.get(key),

@@ -129,7 +129,8 @@ def refusal_for(entry: CatalogEntry, count: int, *, gpu_class: GPUClassView) -> 
         return refusals.no_free_units(entry.class_name, free=entry.free_in_cluster, requested=count)
     if count > entry.free_on_best_node:
         return refusals.no_node_with_room(
-            entry.class_name, best_free=entry.free_on_best_node, best_node=entry.best_node, requested=count
+            entry.class_name, best_free=entry.free_on_best_node, best_node=entry.best_node, requested=count,
+            together=gpu_class.dra.match_attribute if gpu_class.dra is not None else "",
         )
     return None
 

@@ -42,7 +42,7 @@ Not here: ``adminAccess``; partitionable devices and their shared counters.
 from __future__ import annotations
 
 import enum
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 
 import attrs
 
@@ -94,6 +94,8 @@ class DraUnits:
 
     by_node: Mapping[str, tuple[DeviceRef, ...]]
     problems: tuple[str, ...] = ()
+    #: The offer's ``matchAttribute``: a hold's devices share its value (empty: any devices will do).
+    match_attribute: str = ""
 
     def count(self, node: str) -> int:
         return len(self.by_node.get(node, ()))
@@ -201,6 +203,15 @@ def choose_devices(units: Sequence[DeviceRef], taken: Collection[DeviceRef], cou
         return None
     if not match_attribute:
         return tuple(sorted(free)[:count])
+    fitting = [sorted(group) for group in _groups(free, attrs_of, match_attribute) if len(group) >= count]
+    if not fitting:
+        return None
+    return tuple(min(fitting, key=lambda group: (len(group), group))[:count])
+
+
+def _groups(free: Iterable[DeviceRef], attrs_of: Mapping[DeviceRef, DeviceAttrs] | None,
+            match_attribute: str) -> list[list[DeviceRef]]:
+    """``free`` by their value of ``match_attribute`` (devices without it in none)."""
     domain, _, name = match_attribute.rpartition("/")
     groups: dict[object, list[DeviceRef]] = {}
     for ref in free:
@@ -208,10 +219,25 @@ def choose_devices(units: Sequence[DeviceRef], taken: Collection[DeviceRef], cou
         values = found.attributes.get(domain or ref.driver, {}) if found is not None else {}
         if name in values:
             groups.setdefault((type(values[name]).__name__, str(values[name])), []).append(ref)
-    fitting = [sorted(group) for group in groups.values() if len(group) >= count]
-    if not fitting:
-        return None
-    return tuple(min(fitting, key=lambda group: (len(group), group))[:count])
+    return list(groups.values())
+
+
+def node_served(refs: Iterable[DeviceRef], first: Callable[[DeviceRef], ClaimView | None], match_attribute: str,
+                attrs_of: Mapping[DeviceRef, DeviceAttrs]) -> int:
+    """What an offer serves on one node from its units ``refs``, ``first(ref)`` the claim deciding a device
+    (None: free): without ``match_attribute``, every unit no claim of someone else's holds; with one, the
+    holds' units plus the largest free group sharing a value, so the room a placement sees is the largest
+    set a hold there can take whole (a larger one is refused before it is placed)."""
+    if not match_attribute:
+        return sum(1 for ref in refs if (claim := first(ref)) is None or claim.holder)
+    held, free = 0, []
+    for ref in refs:
+        claim = first(ref)
+        if claim is None:
+            free.append(ref)
+        elif claim.holder:
+            held += 1
+    return held + max((len(group) for group in _groups(free, attrs_of, match_attribute)), default=0)
 
 
 @attrs.frozen(kw_only=True)
@@ -240,7 +266,9 @@ def dra_offers(classes: Iterable[GPUClassView], slices: Sequence[SliceView],
     problems: dict[str, tuple[str, ...]] = {}
     for resource_name, sellers in sorted(by_name.items()):
         first, offer = sellers[0]
-        units = offers[resource_name] = offer_units(slices, device_classes.get(offer.device_class), offer.selectors)
+        units = offers[resource_name] = attrs.evolve(
+            offer_units(slices, device_classes.get(offer.device_class), offer.selectors),
+            match_attribute=offer.match_attribute)
         for name, source in sellers:
             said = list(units.problems)
             if source != offer:
@@ -257,11 +285,13 @@ def dra_served(classes: Iterable[GPUClassView], slices: Sequence[SliceView],
     scratch: the reference ``DraTracker`` is kept equal to."""
     offers, problems = dra_offers(classes, slices, device_classes)
     claims = list(claims)
-    foreign = {ref for ref, claim in taken_devices(claims).items() if not claim.holder}
+    taken = taken_devices(claims)
+    attrs_of = {DeviceRef(found.driver, found.pool, device.name): device.attrs
+                for found in current_slices(slices)[0] for device in found.devices if device.attrs is not None}
     by_node: dict[str, dict[str, int]] = {}
     for resource_name, units in offers.items():
         for node, refs in units.by_node.items():
-            free = sum(1 for ref in refs if ref not in foreign)
+            free = node_served(refs, taken.get, units.match_attribute, attrs_of)
             if free:
                 by_node.setdefault(node, {})[resource_name] = free
     sold = {resource_name: {ref for refs in units.by_node.values() for ref in refs}
@@ -357,14 +387,19 @@ class DraTracker:
 
     def foreign(self, ref: DeviceRef) -> bool:
         """Whether someone else's claim holds ``ref`` (not a GPUDevice's hold)."""
+        claim = self.first(ref)
+        return claim is not None and not claim.holder
+
+    def first(self, ref: DeviceRef) -> ClaimView | None:
+        """The claim that decides ``ref`` (the first by key of those holding it), None while it is free."""
         holding = self._holding.get(ref)
-        return holding is not None and not self.claims[min(holding)].holder
+        return self.claims[min(holding)] if holding is not None else None
 
     def served_on(self, node: str) -> dict[str, int]:
-        """Resource name -> the node's units no claim of someone else's holds (names serving none left out)."""
+        """Resource name -> what the node serves (``node_served``; names serving none left out)."""
         served: dict[str, int] = {}
         for resource_name, units in self.units.items():
-            free = sum(1 for ref in units.by_node.get(node, ()) if not self.foreign(ref))
+            free = node_served(units.by_node.get(node, ()), self.first, units.match_attribute, self.attrs_of)
             if free:
                 served[resource_name] = free
         return served

@@ -203,12 +203,16 @@ def no_free_units(class_name: str, *, free: int, requested: int) -> Refusal:
     )
 
 
-def no_node_with_room(class_name: str, *, best_free: int, best_node: str | None, requested: int) -> Refusal:
+def no_node_with_room(class_name: str, *, best_free: int, best_node: str | None, requested: int,
+                      together: str = "") -> Refusal:
+    """``together``: the attribute a DRA class's set must share (``matchAttribute``): what counts as free
+    on a node is then its largest group of free GPUs with one value of it."""
     where = f" (node {best_node})" if best_node else ""
+    sharing = f" sharing one {together}" if together else ""
     return Refusal(
         reason=Reason.NO_NODE_WITH_ROOM,
         message=(
-            f"class {class_name}: at most {_units(best_free)} free on one node{where}, "
+            f"class {class_name}: at most {_units(best_free)}{sharing} free on one node{where}, "
             f"order of {requested} exceeds it by {requested - best_free}"
         ),
         subject=f"class {class_name}",

@@ -21,7 +21,7 @@ GPUDevice. Then:
 from __future__ import annotations
 
 import uuid
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -33,6 +33,7 @@ from cozygpu.commands.catalog import catalog_row
 from cozygpu.devcluster import dra_driver, nodes
 from cozygpu.kube import Client, errors, resource_path
 from cozygpu.model.catalog import catalog
+from cozygpu.model.dra import DeviceRef
 from tests.binder.support import class_path, device_path
 from tests.binder.world import driven_binder
 from tests.devcluster.test_dra_plane import claim_pod, claim_spec, not_scheduled, results, running
@@ -57,11 +58,12 @@ class DraWorld:
         self.namespace = f"t-{self.tag}"
         self.gpu_class = f"dra-{self.tag}"
 
-    async def make(self, *, on_cordon: str | None = None) -> None:
+    async def make(self, *, on_cordon: str | None = None, match_attribute: str = "") -> None:
         await self.admin.create(NAMESPACES, {"metadata": {"name": self.namespace}})
         spec: dict[str, Any] = {
             "vendor": "NVIDIA", "model": "H100", "mode": "Passthrough", "memory": "80Gi", "resourceName": IMPLICIT,
-            "source": {"dra": {"deviceClassName": dra_driver.DEVICE_CLASS}},
+            "source": {"dra": {"deviceClassName": dra_driver.DEVICE_CLASS,
+                               **({"matchAttribute": match_attribute} if match_attribute else {})}},
             "nodeSelector": {"matchLabels": {"cozygpu-test": self.tag}}}
         if on_cordon:
             spec["onCordon"] = on_cordon
@@ -98,11 +100,11 @@ class DraWorld:
         claim: dict[str, Any] = await eventually(check, timeout=60, what=f"claim {name} never held {count} on {node}")
         return claim
 
-    async def catalog_row(self) -> dict[str, Any]:
-        """The catalog's row of the class, as ``cozygpu catalog`` prints it for this namespace."""
+    async def catalog_row(self, *, count: int | None = None) -> dict[str, Any]:
+        """The catalog's row of the class, as ``cozygpu catalog [--count N]`` prints it for this namespace."""
         snapshot = (await common.read_cluster(self.admin)).snapshot
         [entry] = [e for e in catalog(snapshot, self.namespace) if e.class_name == self.gpu_class]
-        return catalog_row(entry, snapshot, None)
+        return catalog_row(entry, snapshot, count)
 
     async def why(self, name: str) -> dict[str, Any]:
         """``cozygpu why`` of a device, once the binder has decided it."""
@@ -235,3 +237,36 @@ async def test_a_set_whose_gpu_the_driver_tainted_moves_and_is_allocated_again(f
 
         await eventually(moved, timeout=60, what="the set never moved off the tainted GPU")
         await world.held("one", other)
+
+
+async def test_a_set_that_must_share_a_pcie_root_goes_where_one_root_has_room(full_admin: Client,
+                                                                              fleet: Fleet) -> None:
+    """Topology (``matchAttribute``): the first node has two GPUs free but on two roots (someone else's claims
+    hold one of each); the second has two on one root. An order of two is placed on the second, and its claim
+    holds two GPUs of one root. An order larger than any root's room is refused naming the attribute (the
+    GPUDevice webhook's check), and one the binder cannot keep together stays Pending."""
+    pcie = "resource.kubernetes.io/pcieRoot"
+    world = DraWorld(full_admin, fleet)
+    await world.make(match_attribute=pcie)
+    split, whole = await world.nodes(4, 2)
+    for index in (0, 2):  # one GPU of each of the first node's roots, in a claim of no GPUDevice's
+        name = f"other-{index}"
+        body = claims_api.hold_claim(name, "no-uid", device_class=dra_driver.DEVICE_CLASS, count=1)
+        body["metadata"]["ownerReferences"] = []
+        await full_admin.create(claims_path(world.namespace), body)
+        status = claims_api.hold_status(split, [DeviceRef(dra_driver.DRIVER, split, dra_driver.device_name(index))],
+                                        device_name=name, device_uid="no-uid", now=datetime.now(UTC))
+        await full_admin.merge_patch(f"{claims_path(world.namespace, name)}/status", {"status": status})
+    row = await world.catalog_row(count=3)  # the GPUDevice webhook's own check of an order of three
+    assert (row["reason"], row["freeInCluster"], row["freeOnBestNode"]) == ("NoNodeWithRoom", 3, 2), row
+    assert f"at most 2 units sharing one {pcie} free on one node (node {whole})" in row["message"], row
+    async with driven_binder(full_admin, timedelta(seconds=30)):
+        await world.order("pair", count=2)
+        assert await world.bound_node("pair") == whole
+        claim = await world.held("pair", whole, count=2)
+        assert sorted(device for _driver, _pool, device in results(claim)) == [
+            dra_driver.device_name(0), dra_driver.device_name(1)]
+        assert claim["spec"]["devices"]["constraints"] == [{"requests": ["gpu-0", "gpu-1"], "matchAttribute": pcie}]
+        await world.order("more", count=2)
+        report = await world.why("more")
+        assert (report["phase"], report["reason"]) == ("Pending", "NoNodeWithRoom"), report

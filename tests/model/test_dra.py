@@ -14,6 +14,7 @@ from hypothesis import strategies as hst
 from cozygpu.api import claims as claims_api
 from cozygpu.devcluster import dra_driver
 from cozygpu.model.assemble import Assembly
+from cozygpu.model.catalog import catalog, refusal_for
 from cozygpu.model.cel import DeviceAttrs
 from cozygpu.model.dra import (
     ClaimAction,
@@ -335,17 +336,20 @@ def test_an_unallocated_claim_is_allocated_and_a_device_plugin_class_is_not_the_
 
 
 _CLAIM_NAMES = ("a", "b", "c", "d")
-_DEVICES = refs("n1", 0, 1, 2) + refs("n2", 0, 1)
+_DEVICES = refs("n1", 0, 1, 2, 3, 4) + refs("n2", 0, 1)
 
 
 @hypothesis.settings(max_examples=200, deadline=None)
 @hypothesis.given(hst.lists(hst.tuples(hst.sampled_from(_CLAIM_NAMES), hst.booleans(), hst.booleans(),
-                                       hst.sets(hst.sampled_from(_DEVICES), max_size=2)), max_size=12))
+                                       hst.sets(hst.sampled_from(_DEVICES), max_size=2)), max_size=12),
+                  hst.sampled_from(("", "resource.kubernetes.io/pcieRoot")))
 def test_the_tracker_kept_from_claim_changes_equals_the_served_of_its_claims(
-        changes: list[tuple[str, bool, bool, set[DeviceRef]]]) -> None:
+        changes: list[tuple[str, bool, bool, set[DeviceRef]]], match: str) -> None:
     """Claims come, change, overlap (two claiming one device: the first by key decides) and go; after each
     change the tracker equals ``dra_served`` over the claims it holds, and it names every node that moved."""
-    classes, slices = [dra_class("dra-h100")], [node_slice("n1", 3), node_slice("n2", 2)]
+    classes = [attrs.evolve(dra_class("dra-h100"), dra=DraSource(device_class=dra_driver.DEVICE_CLASS,
+                                                                 match_attribute=match))]
+    slices = [node_slice("n1", 5), node_slice("n2", 2)]
     device_classes = {dra_driver.DEVICE_CLASS: VFIO_CLASS}
     tracker = DraTracker(classes, slices, device_classes, [])
     held: dict[tuple[str, str], ClaimView] = {}
@@ -365,3 +369,32 @@ def test_the_tracker_kept_from_claim_changes_equals_the_served_of_its_claims(
         assert raw == {"tenant-a": dict(reference.raw_by_namespace.get("tenant-a", {}))}
         assert {node for node in set(before) | set(after) if before.get(node) != after.get(node)} <= set(moved)
         assert all(after.get(node, {}) == served for node, served in moved.items())
+
+
+def test_with_match_attribute_a_node_serves_its_holds_and_its_largest_free_group_sharing_one_value() -> None:
+    """Topology (SPEC §1.5): eight GPUs on two PCIe roots; someone else's claim takes one of the first root.
+    A pcieRoot offer serves the hold's GPU plus the largest free group; an order larger than that group is
+    refused before it is placed, and the refusal names the attribute."""
+    pcie = "resource.kubernetes.io/pcieRoot"
+    root = dra_driver.GPUS_PER_ROOT
+    offer = attrs.evolve(dra_class("dra-h100"), dra=DraSource(device_class=dra_driver.DEVICE_CLASS,
+                                                               match_attribute=pcie))
+    slices = [node_slice("n1", 2 * root), node_slice("n2", 1)]
+    device_classes = {dra_driver.DEVICE_CLASS: VFIO_CLASS}
+    foreign, hold = claim("pod-claim", *refs("n1", 0)), claim("gpu-a", *refs("n1", root), holder="gpu-a")
+    served = dra_served([offer], slices, device_classes, [foreign, hold])
+    assert served.by_node == {"n1": {DRA_NAME: 1 + (root - 1)}, "n2": {DRA_NAME: 1}}, \
+        "the hold, and the second root less the hold"
+    plain = dra_served([dra_class("dra-h100")], slices, device_classes, [foreign, hold])
+    assert plain.by_node["n1"] == {DRA_NAME: 2 * root - 1}, "without the constraint: every GPU but the foreign one"
+    held = device("gpu-a", cls="dra-h100", phase=Phase.BOUND, node="n1")
+    snapshot = Assembly().rebuild(now=NOW, classes=[offer], devices=[held], nodes=[node("n1"), node("n2")],
+                                  inventories=[],
+                                  pods=[], vmis=[], namespaces=[], dra=served.by_node)
+    [entry] = catalog(snapshot, "tenant-a")
+    assert entry.free_on_best_node == root - 1
+    refusal = refusal_for(entry, root, gpu_class=offer)
+    assert refusal is not None
+    assert refusal.reason is Reason.NO_NODE_WITH_ROOM
+    assert refusal.message == (f"class dra-h100: at most 1 unit sharing one {pcie} free on one node (node n1), "
+                               f"order of {root} exceeds it by 1")

@@ -61,9 +61,7 @@ from cozygpu.admission.vmi_plan import (
     Member,
     Refused,
     StartPlan,
-    claim_not_allocated,
     claim_unready,
-    dra_not_served,
     gpus_patch,
     plan_start,
 )
@@ -180,7 +178,8 @@ class VMIWebhook:
         try:
             self._cache.store(specs.RESOURCE_CLAIMS)
         except KindNotServed as error:
-            refusal = dra_not_served(plan.namespace, dra[0], vmi=plan.vmi, problem=error.reason)
+            refusal = refusals.dra_not_served(plan.namespace, dra[0].name, class_name=dra[0].class_name,
+                                              problem=error.reason)
             raise Refused(refusal) from None
         except NotSynced as error:
             raise NotReady(f"this replica's cache of ResourceClaims has not synced yet: {error}") from None
@@ -242,8 +241,9 @@ class VMIWebhook:
                     await trigger.wait()
         except TimeoutError:
             if unallocated is not None:
-                return claim_not_allocated(label, plan.namespace, unallocated.device, node=unallocated.node,
-                                           seen=unallocated.seen, wait=self._config.bind_wait)
+                return refusals.claim_not_allocated(plan.namespace, unallocated.device, vmi_subject=label,
+                                                    node=unallocated.node, seen=unallocated.seen,
+                                                    wait=self._config.bind_wait)
             return await self._timed_out(label)
         finally:
             for informer in informers:
@@ -293,7 +293,8 @@ class VMIWebhook:
             claim_store = self._cache.store(specs.RESOURCE_CLAIMS)
         except KindNotServed as error:
             member = held[0][0]
-            return dra_not_served(plan.namespace, member, vmi=plan.vmi, problem=error.reason)
+            return refusals.dra_not_served(plan.namespace, member.name, class_name=member.class_name,
+                                           problem=error.reason)
         except NotSynced:
             return None
         for member, node in held:

@@ -57,7 +57,7 @@ from cozygpu.model import refusals
 from cozygpu.model.catalog import order_refusal
 from cozygpu.model.naming import template_device_name
 from cozygpu.model.placement import place_set
-from cozygpu.model.refusals import Reason, Refusal
+from cozygpu.model.refusals import Refusal
 from cozygpu.model.snapshot import DeviceView, Snapshot
 from cozygpu.views.decode import resource_claim_view, vmi_view
 
@@ -185,30 +185,6 @@ def claim_unready(claim: Obj | None, *, device: str, node: str, count: int) -> s
     if len(view.allocated) != count:
         return f"holds {len(view.allocated)} device(s), not {count}"
     return ""
-
-
-def claim_not_allocated(label: str, namespace: str, device: str, *, node: str, seen: str,
-                        wait: float) -> Refusal:
-    """The binder answered, but a DRA member's claim did not show its allocation on ``node`` within ``wait``.
-
-    ``model/refusals.py`` has no constructor of its own for it yet: a node refusal of ``BindTimeout``
-    carries the device, the claim, the node and what was seen.
-    """
-    return refusals.node_refusal(
-        Reason.BIND_TIMEOUT, node,
-        f"ResourceClaim {namespace}/{device}, the hold of GPUDevice {namespace}/{device} for {label}, was not "
-        f"allocated on this node within {wait:g} s (it {seen}); nothing was kept")
-
-
-def dra_not_served(namespace: str, member: Member, *, vmi: str, problem: str) -> Refusal:
-    """A DRA member, and the API server serves no ResourceClaims: its hold cannot exist or be used.
-
-    ``model/refusals.py`` has no constructor of its own for it yet: an ``AttachRefused`` of the device.
-    """
-    return refusals.attach_refused(
-        namespace, member.name, vmi=vmi,
-        problem=(f"its class {member.class_name} takes its GPUs from a DRA driver, and the cluster serves no "
-                 f"{claims.API_GROUP}/{claims.API_VERSION} ResourceClaims ({problem})"))
 
 
 def _limited(refusal: Refusal | None) -> None:

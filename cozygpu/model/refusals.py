@@ -62,6 +62,10 @@ class Reason(enum.StrEnum):
     TEMPLATE_REFUSED = "TemplateRefused"
     ATTACH_REFUSED = "AttachRefused"
     BIND_TIMEOUT = "BindTimeout"
+    #: A VM start of a DRA-held device whose claim did not show its allocation on the device's node in time.
+    CLAIM_NOT_ALLOCATED = "ClaimNotAllocated"
+    #: A VM start of a DRA-held device on a cluster that serves no resource.k8s.io/v1 ResourceClaims.
+    DRA_NOT_SERVED = "DRANotServed"
     #: The binder's answer is not Succeeded and carries no reason this model knows.
     BIND_FAILED = "BindFailed"
     SPLIT_SET = "SplitSet"
@@ -424,6 +428,28 @@ def attach_refused(namespace: str, name: str, *, vmi: str, problem: str) -> Refu
         reason=Reason.ATTACH_REFUSED,
         message=f"attaching GPUDevice {namespace}/{name} to VMI {namespace}/{vmi} was refused: {problem}",
         subject=f"GPUDevice {namespace}/{name}",
+    )
+
+
+def claim_not_allocated(namespace: str, device: str, *, vmi_subject: str, node: str, seen: str,
+                        wait: float) -> Refusal:
+    """The binder answered a start, but the hold claim of a DRA member did not show its allocation on ``node``
+    within ``wait`` (``seen``: what it showed); kube-scheduler would otherwise allocate it anywhere."""
+    return Refusal(
+        reason=Reason.CLAIM_NOT_ALLOCATED,
+        message=(f"{vmi_subject}: ResourceClaim {namespace}/{device}, the hold of GPUDevice {namespace}/{device}, "
+                 f"was not allocated on node {node} within {wait:g} s (it {seen}); nothing was kept"),
+        subject=f"GPUDevice {namespace}/{device}",
+    )
+
+
+def dra_not_served(namespace: str, device: str, *, class_name: str, problem: str) -> Refusal:
+    """A DRA member on a cluster serving no ResourceClaims: its hold cannot exist, nor a launcher use it."""
+    return Refusal(
+        reason=Reason.DRA_NOT_SERVED,
+        message=(f"GPUDevice {namespace}/{device}: its class {class_name} takes its GPUs from a DRA driver, and the "
+                 f"cluster serves no resource.k8s.io/v1 ResourceClaims ({problem})"),
+        subject=f"GPUDevice {namespace}/{device}",
     )
 
 

@@ -32,7 +32,6 @@ from cozygpu.admission.vmi_plan import (
     Member,
     Refused,
     StartPlan,
-    claim_not_allocated,
     claim_unready,
     gpus_patch,
     plan_start,
@@ -48,7 +47,7 @@ from cozygpu.devcluster import dra_driver
 from cozygpu.devcluster import kubevirt as standin
 from cozygpu.model.assemble import Assembly
 from cozygpu.model.dra import DeviceRef
-from cozygpu.model.refusals import Reason, Refusal
+from cozygpu.model.refusals import Reason, Refusal, claim_not_allocated
 from cozygpu.model.snapshot import Attachment, BindRequest, DeviceView, DraSource, Phase, Snapshot, Toleration
 from cozygpu.views import specs
 from tests.admission.test_admission_fuzz import FixedSource
@@ -291,12 +290,12 @@ def test_a_dra_members_answer_is_ready_only_with_its_claim_allocated_on_its_node
 
 
 def test_a_claim_not_allocated_in_time_is_refused_naming_the_device_the_claim_and_the_node() -> None:
-    refusal = claim_not_allocated("VMI tenant-a/vm", NAMESPACE, "gpu-a", node="n1", seen="is allocated on node n2",
-                                  wait=5.0)
-    assert refusal.reason is Reason.BIND_TIMEOUT
+    refusal = claim_not_allocated(NAMESPACE, "gpu-a", vmi_subject="VMI tenant-a/vm", node="n1",
+                                  seen="is allocated on node n2", wait=5.0)
+    assert refusal.reason is Reason.CLAIM_NOT_ALLOCATED
     assert refusal.message == (
-        "node n1: ResourceClaim tenant-a/gpu-a, the hold of GPUDevice tenant-a/gpu-a for VMI tenant-a/vm, was not "
-        "allocated on this node within 5 s (it is allocated on node n2); nothing was kept")
+        "VMI tenant-a/vm: ResourceClaim tenant-a/gpu-a, the hold of GPUDevice tenant-a/gpu-a, was not allocated on "
+        "node n1 within 5 s (it is allocated on node n2); nothing was kept")
 
 
 class Caches:
@@ -379,7 +378,7 @@ def test_the_answer_of_a_dra_member_waits_for_its_claim_and_a_device_plugin_memb
     cache.claims_served = False
     refusal = hook._answers(plan, "r1", set())
     assert isinstance(refusal, Refusal)
-    assert refusal.reason is Reason.ATTACH_REFUSED
+    assert refusal.reason is Reason.DRA_NOT_SERVED
     assert "serves no resource.k8s.io/v1" in refusal.message
     assert "GPUDevice tenant-a/gpu-a" in refusal.message
 
@@ -412,7 +411,7 @@ def test_a_claim_never_allocated_on_its_node_within_the_bind_wait_is_refused_wit
         cache.put(specs.GPU_DEVICES, answered("gpu-a", "r1"))
         cache.put(specs.RESOURCE_CLAIMS, hold(devices=1))
         refusal = await hook._wait(dra_plan(DRA_A), "r1")
-        assert refusal == claim_not_allocated("VMI tenant-a/vm", NAMESPACE, "gpu-a", node="n1",
+        assert refusal == claim_not_allocated(NAMESPACE, "gpu-a", vmi_subject="VMI tenant-a/vm", node="n1",
                                               seen="holds 1 device(s), not 2", wait=0.05)
 
     asyncio.run(run())
@@ -437,7 +436,7 @@ def test_a_dry_run_is_allowed_with_the_resource_claims_entries_and_refused_where
     verdict = asyncio.run(webhook(cache, source=snapshot)(request(vmi)))
     assert not verdict.allowed
     assert verdict.message == (
-        "attaching GPUDevice tenant-a/gpu-a to VMI tenant-a/vm was refused: its class dra-h100 takes its GPUs "
+        "GPUDevice tenant-a/gpu-a: its class dra-h100 takes its GPUs "
         "from a DRA driver, and the cluster serves no resource.k8s.io/v1 ResourceClaims (discovery lists no "
         "resource.k8s.io/v1)")
     # A VMI of device-plugin devices does not read the claims at all.

@@ -1,7 +1,7 @@
 """Side by side with kube-scheduler: one control plane, one simulated fleet, one run.
 
     python bench/compare_scheduler.py [--sizes 100,1000,5000] [--samples 200] [--burst 200] [--rounds 4]
-                                      [--quick] [--png PATH] [--json PATH] [--budget-s S]
+                                      [--dra] [--quick] [--png PATH] [--json PATH] [--budget-s S]
 
 Starts the full local plane (etcd, kube-apiserver, kube-controller-manager,
 kube-scheduler with its defaults, kwok), installs the CRDs and the VMI CRD
@@ -44,6 +44,27 @@ lease) and the fenced one its leader work writes through (binder, settings),
 and one more for its Events, as kube-scheduler's have their own client.
 ``--no-qps-match`` runs it unlimited. Figures are printed, never
 asserted; the machine is shared, so read ratios taken in the same run.
+
+GPUs from a DRA driver (``--dra``; ``--quick`` includes it): every node also
+gets 8 vfio GPUs published by the simulated NVIDIA DRA driver
+(``cozygpu/devcluster/dra_driver.py``: the DeviceClass ``vfio.gpu.nvidia.com``
+and one ResourceSlice per node, published as the fleet grows), one more
+GPUClass sells them (``source.dra``), and two more systems join the rounds'
+rotation and the bursts:
+
+- A-DRA, kube-scheduler: a pod with its own ResourceClaim of the DeviceClass
+  (from a ResourceClaimTemplate) created → ``spec.nodeName`` seen; in a
+  namespace of its own that is no tenant's, deleted after each phase as A's
+  pods are (their claims go with them, through the resourceclaim controller;
+  the binder counts a claim's devices as taken, so they would fill the fleet);
+- B-DRA, the binder: a GPUDevice of the DRA class created → ``status.phase:
+  Bound`` seen, and → its hold claim (the ResourceClaim the binder's claims
+  work creates in the device's namespace, named after it) seen allocated
+  (``status.allocation``): two rows from one sample, "B-DRA binder (Bound)"
+  and "B-DRA hold claim allocated", each with its ratio to A-DRA. The hold's
+  path is split from the controller's pass records like B's: create → the
+  claims pass that made its claim started → the claim created → its
+  allocation written → seen here.
 """
 
 from __future__ import annotations
@@ -96,17 +117,30 @@ REFRESH_AFTER_S = 150.0
 #: kwok renews each Lease every quarter of this (5,000 nodes at 600 s: ~33 writes/s).
 NODE_LEASE_SECONDS = 600
 SYSTEMS = ("floor", "A", "B", "C")
+#: With ``--dra``: two more systems in the rotation, and the hold's allocation, timed in B-DRA's samples.
+DRA_SYSTEMS = ("A-DRA", "B-DRA")
+HOLD = "B-DRA hold"
+DRA_CLASS = "h100-compare-dra"
+DRA_PODS_NS = "compare-dra-pods"
+#: The ResourceClaimTemplate A-DRA's pods are made from (in ``DRA_PODS_NS``).
+DRA_TEMPLATE = "vfio-gpu"
 #: Where the controller leaves its binder's pass records (in the plane's directory).
 RECORDS = "compare-binder-passes.json"
 #: The lane of the binder's placement work (``binder.binder.PLACEMENT``); every other lane is housekeeping.
 PLACEMENT = "placement"
-LABELS = {"floor": "floor (ConfigMap → watch)", "A": "A kube-scheduler", "B": "B binder", "C": "C VM start"}
+LABELS = {"floor": "floor (ConfigMap → watch)", "A": "A kube-scheduler", "B": "B binder", "C": "C VM start",
+          "A-DRA": "A-DRA kube-scheduler (claim)", "B-DRA": "B-DRA binder (Bound)", HOLD: "B-DRA hold claim allocated"}
+#: The ratios printed: each of the binder's figures over kube-scheduler's of the same kind.
+RATIOS = (("B", "A"), ("C", "A"), ("B-DRA", "A-DRA"), (HOLD, "A-DRA"))
 
 NODES = resource_path("", "v1", "nodes")
 GPUNODES = resource_path(keys.GROUP, keys.VERSION, keys.GPUNODE_PLURAL)
 ALL_DEVICES = resource_path(keys.GROUP, keys.VERSION, keys.GPUDEVICE_PLURAL)
 VALIDATING = resource_path("admissionregistration.k8s.io", "v1", "validatingwebhookconfigurations")
 MUTATING = resource_path("admissionregistration.k8s.io", "v1", "mutatingwebhookconfigurations")
+RESOURCE_CLAIMS = resource_path("resource.k8s.io", "v1", "resourceclaims")
+#: What one sample saw, by system (B-DRA's also the hold's): when it was sent and when its answer was seen.
+Times = dict[str, tuple[float, float]]
 
 
 def stamp() -> str:
@@ -150,10 +184,12 @@ def instrument(records: list[dict[str, Any]]) -> None:
 
     Each pass of each work leaves one record: its lane, start and end; a
     placement pass also its snapshot, plan, plan_writes and writes, the
-    devices it bound, and when the binder's cache first saw each of them; one
-    monotonic clock, the same as the bench's.
+    devices it bound, and when the binder's cache first saw each of them; a
+    claims pass the hold claims it created (or deallocated), when the
+    server answered those writes and when it answered the allocations that
+    follow them; one monotonic clock, the same as the bench's.
     """
-    from cozygpu.binder import cycle, housekeeping, place
+    from cozygpu.binder import claims, cycle, housekeeping, place
     from cozygpu.binder.binder import Binder
     from cozygpu.binder.context import Context
     from cozygpu.model.placement import Answer, Bind
@@ -163,6 +199,15 @@ def instrument(records: list[dict[str, Any]]) -> None:
 
     # Module globals the binder calls, looked up by name: each is patched below.
     real_plan_pass, real_write_sets = getattr(cycle, "plan_pass"), getattr(place, "write_sets")  # noqa: B009
+    real_allocations_after = getattr(claims, "allocations_after")  # noqa: B009
+
+    def allocations_after(written: Any, *args: Any, **kw: Any) -> Any:
+        written = list(written)  # the first writes the server took: a claim created (or deallocated) each
+        current["claims_created"] = time.monotonic()
+        current.setdefault("claim_keys", []).extend(
+            "/".join(write.tag.device) for write, answer in written
+            if answer is not None and hasattr(write.tag, "device"))
+        return real_allocations_after(written, *args, **kw)
 
     def plan_pass(*args: Any, **kw: Any) -> Any:
         started = time.monotonic()
@@ -179,6 +224,15 @@ def instrument(records: list[dict[str, Any]]) -> None:
             return await real_write_sets(*args, **kw)
         finally:
             current["writes"] = current.get("writes", 0.0) + time.monotonic() - started
+
+    real_send = Context.send
+
+    async def send(self: Any, *args: Any, **kw: Any) -> Any:
+        try:
+            return await real_send(self, *args, **kw)
+        finally:
+            if current.get("lane") == "claims":  # its last: the allocations, on the versions the creates answered
+                current["claims_answered"] = time.monotonic()
 
     def lane(name: str, fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
         async def wrapper(self: Any, *args: Any, **kw: Any) -> Any:
@@ -204,8 +258,11 @@ def instrument(records: list[dict[str, Any]]) -> None:
     setattr(cycle, "plan_pass", plan_pass)  # noqa: B010
     setattr(place, "plan_writes", timed(current, "plan_writes", getattr(place, "plan_writes")))  # noqa: B009,B010
     setattr(place, "write_sets", write_sets)  # noqa: B010
+    setattr(claims, "allocations_after", allocations_after)  # noqa: B010
     setattr(Context, "snapshot", timed(current, "snapshot", Context.snapshot))  # noqa: B010
-    works: dict[str, Any] = {PLACEMENT: place.PlacementWork, "attachments": housekeeping.AttachmentsWork,
+    setattr(Context, "send", send)  # noqa: B010
+    works: dict[str, Any] = {PLACEMENT: place.PlacementWork, "claims": housekeeping.ClaimsWork,
+                              "attachments": housekeeping.AttachmentsWork,
                               "finalizers": housekeeping.FinalizersWork, "usage": housekeeping.UsageWork,
                               "reports": housekeeping.ReportsWork, "verify": housekeeping.VerifyWork}
     for name, work in works.items():
@@ -373,6 +430,10 @@ def device_bound(obj: dict[str, Any]) -> bool:
     return (obj.get("status") or {}).get("phase") == "Bound"
 
 
+def claim_allocated(obj: dict[str, Any]) -> bool:
+    return bool((obj.get("status") or {}).get("allocation"))
+
+
 # -- the world -----------------------------------------------------------------------------------
 
 
@@ -390,6 +451,16 @@ class Bench:
         self.floor = Seen(admin, resource_path("", "v1", "configmaps", namespace=FLOOR_NS), lambda _: True)
         self.pods = Seen(admin, resource_path("", "v1", "pods", namespace=PODS_NS), pod_bound)
         self.devices = Seen(admin, ALL_DEVICES, device_bound, {"labelSelector": f"{BENCH_LABEL}=order"})
+        self.dra = bool(getattr(args, "dra", False))
+        #: The systems of the rounds' rotation and the bursts, and every figure they time (B-DRA's: two).
+        self.systems = SYSTEMS + (DRA_SYSTEMS if self.dra else ())
+        self.measured = self.systems + ((HOLD,) if self.dra else ())
+        self.dra_pods = Seen(admin, resource_path("", "v1", "pods", namespace=DRA_PODS_NS), pod_bound)
+        #: Every ResourceClaim: the holds (in the tenants' namespaces) and A-DRA's pods' own.
+        self.claims = Seen(admin, RESOURCE_CLAIMS, claim_allocated)
+
+    def watches(self) -> list[Seen]:
+        return [self.floor, self.pods, self.devices] + ([self.dra_pods, self.claims] if self.dra else [])
 
     def name(self, prefix: str) -> str:
         self.counter += 1
@@ -399,22 +470,38 @@ class Bench:
         return f"tenant-cmp{self.counter % TENANTS}"
 
     async def setup(self) -> None:
+        from cozygpu.devcluster import dra_driver
+
         namespaces = resource_path("", "v1", "namespaces")
         for ns, labels in [(CONTROLLER_NS, {}), (PODS_NS, {}), (FLOOR_NS, {}),
+                           *([(DRA_PODS_NS, {})] if self.dra else []),
                            *[(f"tenant-cmp{i}", {BENCH_LABEL: "tenant"}) for i in range(TENANTS)]]:
             await self.admin.create(namespaces, {"metadata": {"name": ns, "labels": labels}})
+        budgets = {f"requests.{keys.class_quota_key(name)}": "100000"
+                   for name in (CLASS, *([DRA_CLASS] if self.dra else []))}
         for i in range(TENANTS):
             await self.admin.create(resource_path("", "v1", "resourcequotas", namespace=f"tenant-cmp{i}"), {
-                "metadata": {"name": "tenant-quota"},
-                "spec": {"hard": {f"requests.{keys.GROUP}/{CLASS}": "100000"}}})
-        await self.admin.create(resource_path(keys.GROUP, keys.VERSION, keys.GPUCLASS_PLURAL), {
+                "metadata": {"name": "tenant-quota"}, "spec": {"hard": budgets}})
+        classes = resource_path(keys.GROUP, keys.VERSION, keys.GPUCLASS_PLURAL)
+        h100 = {"vendor": "NVIDIA", "model": "H100", "mode": "Passthrough", "memory": "80Gi"}
+        await self.admin.create(classes, {
             "apiVersion": keys.API_VERSION, "kind": keys.GPUCLASS_KIND, "metadata": {"name": CLASS},
-            "spec": {"vendor": "NVIDIA", "model": "H100", "mode": "Passthrough", "memory": "80Gi",
-                     "resourceName": RESOURCE, "source": {"devicePlugin": {}}}})
+            "spec": {**h100, "resourceName": RESOURCE, "source": {"devicePlugin": {}}}})
+        if not self.dra:
+            return
+        await dra_driver.ensure_device_class(self.admin)
+        await self.admin.create(classes, {
+            "apiVersion": keys.API_VERSION, "kind": keys.GPUCLASS_KIND, "metadata": {"name": DRA_CLASS},
+            "spec": {**h100, "resourceName": f"deviceclass.resource.kubernetes.io/{dra_driver.DEVICE_CLASS}",
+                     "source": {"dra": {"deviceClassName": dra_driver.DEVICE_CLASS}}}})
+        await self.admin.create(
+            resource_path("resource.k8s.io", "v1", "resourceclaimtemplates", namespace=DRA_PODS_NS),
+            {"metadata": {"name": DRA_TEMPLATE}, "spec": {"spec": {"devices": {"requests": [
+                {"name": "gpu", "exactly": {"deviceClassName": dra_driver.DEVICE_CLASS}}]}}}})
 
     async def grow(self, n: int) -> float:
-        """Add kwok nodes (8 units each) and their GPUNode reports until the fleet has ``n``, and wait for the
-        binder's first report on each; seconds taken."""
+        """Add kwok nodes (8 units each) and their GPUNode reports (with ``--dra`` also a ResourceSlice of 8 vfio
+        GPUs each) until the fleet has ``n``, and wait for the binder's first report on each; seconds taken."""
         from cozygpu.devcluster import nodes
 
         started = time.monotonic()
@@ -427,6 +514,13 @@ class Bench:
             await self.admin.merge_patch(f"{GPUNODES}/{name}/status", {"status": self.report_body()})
 
         await bounded(report(name) for name in new)
+        if self.dra:
+            from cozygpu.devcluster import dra_driver
+
+            published = time.monotonic()
+            await dra_driver.publish(self.admin, dict.fromkeys(new, UNITS))
+            print(f"    DRA: {UNITS} vfio GPUs published on each of {len(new)} new nodes (a ResourceSlice each)"
+                  f" in {time.monotonic() - published:.1f}s", flush=True)
         self.nodes += new
         self.refreshed = time.monotonic()
         await nodes.wait_ready(self.admin, self.nodes, timeout=600)
@@ -473,13 +567,21 @@ class Bench:
         return figures
 
     async def clear_pods(self) -> None:
-        """A's pods deleted (kwok removes them): the binder counts them against the nodes' units too."""
-        path = resource_path("", "v1", "pods", namespace=PODS_NS)
-        await self.admin.delete(path)
+        """A's pods deleted (kwok removes them): the binder counts them against the nodes' units too; and
+        A-DRA's, with their claims (the resourceclaim controller deletes a pod's own claim once it is gone):
+        the binder counts a claim's devices as taken."""
+        await self.admin.delete(resource_path("", "v1", "pods", namespace=PODS_NS))
+        if self.dra:
+            await self.admin.delete(resource_path("", "v1", "pods", namespace=DRA_PODS_NS))
+
+        def left(seen: Seen) -> bool:
+            return any(namespace in (PODS_NS, DRA_PODS_NS) for namespace, _ in seen.live)
+
         async with asyncio.timeout(300):
-            while self.pods.live:
-                self.pods.changed.clear()
-                await self.pods.changed.wait()
+            for seen in (self.pods, self.dra_pods, self.claims):  # the claims: A-DRA's, not the holds
+                while left(seen):
+                    seen.changed.clear()
+                    await seen.changed.wait()
         await asyncio.sleep(2.0)  # the binder's passes over the deletions, before any timing
 
     # -- one sample of each ------------------------------------------------------------------------
@@ -492,26 +594,33 @@ class Bench:
             "containers": [{"name": "c", "image": "compare.invalid/c",
                             "resources": {"requests": {RESOURCE: "1"}, "limits": {RESOURCE: "1"}}}]}}
 
-    def order_body(self, name: str) -> dict[str, Any]:
+    def order_body(self, name: str, gpu_class: str = CLASS) -> dict[str, Any]:
         return {"apiVersion": keys.API_VERSION, "kind": keys.GPUDEVICE_KIND,
                 "metadata": {"name": name, "labels": {BENCH_LABEL: "order"}},
-                "spec": {"className": CLASS, "count": 1}}
+                "spec": {"className": gpu_class, "count": 1}}
 
-    async def floor_one(self, client: Client) -> float:
+    def dra_pod_body(self, name: str) -> dict[str, Any]:
+        """A pod with a claim of its own of the vfio DeviceClass, made from the template (``DRA_TEMPLATE``)."""
+        container = {"name": "c", "image": "compare.invalid/c", "resources": {"claims": [{"name": "gpu"}]}}
+        return {"metadata": {"name": name}, "spec": {
+            "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": DRA_TEMPLATE}],
+            "containers": [container]}}
+
+    async def floor_one(self, client: Client) -> Times:
         name = self.name("cm")
         seen = self.floor.expect(FLOOR_NS, name)
         sent = time.monotonic()
         await client.create(resource_path("", "v1", "configmaps", namespace=FLOOR_NS), self.floor_body(name))
-        return await asyncio.wait_for(seen, 120) - sent
+        return {"floor": (sent, await asyncio.wait_for(seen, 120))}
 
-    async def a_one(self, client: Client) -> float:
+    async def a_one(self, client: Client) -> Times:
         name = self.name("pod")
         seen = self.pods.expect(PODS_NS, name)
         sent = time.monotonic()
         await client.create(resource_path("", "v1", "pods", namespace=PODS_NS), self.pod_body(name))
-        return await asyncio.wait_for(seen, 120) - sent
+        return {"A": (sent, await asyncio.wait_for(seen, 120))}
 
-    async def b_one(self, client: Client) -> float:
+    async def b_one(self, client: Client) -> Times:
         name, namespace = self.name("gpu"), self.tenant()
         seen = self.devices.expect(namespace, name)
         sent = time.monotonic()
@@ -520,9 +629,9 @@ class Bench:
         at = await asyncio.wait_for(seen, 120)
         self.held.append((namespace, name))
         self.orders.append({"key": f"{namespace}/{name}", "sent": sent, "seen": at, "phase": self.phase})
-        return at - sent
+        return {"B": (sent, at)}
 
-    async def c_one(self, client: Client) -> float:
+    async def c_one(self, client: Client) -> Times:
         from tests.admission.harness import vmi_body
 
         namespace, device = self.held.pop(0)
@@ -530,44 +639,81 @@ class Bench:
         sent = time.monotonic()
         made = await client.create(resource_path("kubevirt.io", "v1", "virtualmachineinstances", namespace=namespace),
                                    vmi_body(name, [{"device": device}]))
-        took = time.monotonic() - sent
+        answered = time.monotonic()
         if not (made.get("spec") or {}).get("domain", {}).get("devices", {}).get("gpus"):
             raise SystemExit(f"VMI {namespace}/{name} was admitted without its GPU: {made.get('spec')}")
-        return took
+        return {"C": (sent, answered)}
+
+    async def a_dra_one(self, client: Client) -> Times:
+        name = self.name("dra-pod")
+        seen = self.dra_pods.expect(DRA_PODS_NS, name)
+        sent = time.monotonic()
+        await client.create(resource_path("", "v1", "pods", namespace=DRA_PODS_NS), self.dra_pod_body(name))
+        return {"A-DRA": (sent, await asyncio.wait_for(seen, 120))}
+
+    async def b_dra_one(self, client: Client) -> Times:
+        """A GPUDevice of the DRA class: Bound seen, then its hold claim (same key) seen allocated."""
+        name, namespace = self.name("dra-gpu"), self.tenant()
+        bound, held = self.devices.expect(namespace, name), self.claims.expect(namespace, name)
+        sent = time.monotonic()
+        await client.create(resource_path(keys.GROUP, keys.VERSION, keys.GPUDEVICE_PLURAL, namespace=namespace),
+                            self.order_body(name, DRA_CLASS))
+        bound_at = await asyncio.wait_for(bound, 120)
+        held_at = await asyncio.wait_for(held, 120)
+        self.orders.append({"key": f"{namespace}/{name}", "sent": sent, "seen": bound_at, "held": held_at,
+                            "phase": self.phase, "dra": True})
+        return {"B-DRA": (sent, bound_at), HOLD: (sent, held_at)}
+
+    def sample(self, system: str) -> Callable[[Client], Awaitable[Times]]:
+        """One sample of ``system``: when each of its figures was sent and seen (B-DRA's: two)."""
+        return {"floor": self.floor_one, "A": self.a_one, "B": self.b_one, "C": self.c_one,
+                "A-DRA": self.a_dra_one, "B-DRA": self.b_dra_one}[system]
 
     def one(self, system: str) -> Callable[[Client], Awaitable[float]]:
-        return {"floor": self.floor_one, "A": self.a_one, "B": self.b_one, "C": self.c_one}[system]
+        """One sample of ``system``: its latency, s."""
+        async def latency(client: Client) -> float:
+            sent, seen = (await self.sample(system)(client))[system]
+            return seen - sent
+        return latency
 
     async def rounds(self, samples: int, rounds: int) -> dict[str, list[float]]:
-        figures: dict[str, list[float]] = {s: [] for s in SYSTEMS}
+        figures: dict[str, list[float]] = {s: [] for s in self.measured}
         per_round = [samples // rounds + (1 if r < samples % rounds else 0) for r in range(rounds)]
+        systems = self.systems
         for r, count in enumerate(per_round):
             await self.keep_fresh()
             if len(self.held) < count:  # C may come before B this round: devices to start, bound untimed
                 await asyncio.gather(*(self.b_one(self.admin) for _ in range(count - len(self.held))))
-            order = SYSTEMS[r % 4:] + SYSTEMS[:r % 4]
+            order = systems[r % len(systems):] + systems[:r % len(systems)]
             for system in order:
                 for _ in range(count):
-                    figures[system].append(await self.one(system)(self.admin) * 1000)
+                    for key, (sent, seen) in (await self.sample(system)(self.admin)).items():
+                        figures[key].append((seen - sent) * 1000)
             print(f"    round {r + 1}/{rounds} ({' '.join(order)}): " + ", ".join(
-                f"{s} p50 {statistics.median(figures[s]):.1f}" for s in SYSTEMS) + f" ms; {load()}", flush=True)
+                f"{s} p50 {statistics.median(figures[s]):.1f}" for s in self.measured) + f" ms; {load()}", flush=True)
         return figures
 
-    async def burst(self, system: str, count: int) -> dict[str, Any]:
-        """``count`` created at once (spread over several connection pools); each latency and the wall time."""
+    async def burst(self, system: str, count: int) -> dict[str, dict[str, Any]]:
+        """``count`` created at once (spread over several connection pools); for each figure the system
+        times (B-DRA: Bound and the hold's allocation), each latency and the wall time until the last."""
         await self.keep_fresh()
         await asyncio.sleep(1.0)
         clients = self.burst_clients
         started = time.monotonic()
-        answers = await asyncio.gather(*(self.one(system)(clients[i % len(clients)]) for i in range(count)),
+        answers = await asyncio.gather(*(self.sample(system)(clients[i % len(clients)]) for i in range(count)),
                                        return_exceptions=True)
-        wall = time.monotonic() - started
+        ended = time.monotonic()
         refused = [a for a in answers if isinstance(a, errors.ApiError)]
         for answer in answers:
             if isinstance(answer, BaseException) and not isinstance(answer, errors.ApiError):
                 raise answer
-        return {"latencies": [t * 1000 for t in answers if isinstance(t, float)], "wall_ms": wall * 1000,
-                "refused": len(refused), "why": sorted({_reason(a) for a in refused})}
+        out: dict[str, dict[str, Any]] = {}
+        for key in (system, HOLD) if system == "B-DRA" else (system,):
+            times = [a[key] for a in answers if isinstance(a, dict)]
+            last = ended if refused or not times else max(seen for _, seen in times)  # a refusal: its answer too
+            out[key] = {"latencies": [(seen - sent) * 1000 for sent, seen in times], "wall_ms": (last - started) * 1000,
+                        "refused": len(refused), "why": sorted({_reason(a) for a in refused})}
+        return out
 
 
 def _reason(error: errors.ApiError) -> str:
@@ -715,7 +861,7 @@ async def register_webhooks(admin: Client, plane: Any, url: str) -> None:
 async def warm_up(bench: Bench) -> None:
     """A few of each, untimed: the scheduler's and the binder's first cycles after the fleet changed."""
     for _ in range(5):
-        for system in SYSTEMS:
+        for system in bench.systems:
             await bench.one(system)(bench.admin)
 
 
@@ -727,7 +873,8 @@ WAIT_IN_OTHER = "  of the wait, another work's pass running"
 
 
 def answer_path(records: list[dict[str, Any]], orders: list[dict[str, Any]]) -> dict[str, dict[str, list[float]]]:
-    """Per phase ("N one"), each step of every timed order's path, in ms."""
+    """Per phase ("N one", "N burst"; "N one DRA" for B-DRA's orders), each step of every timed order's path,
+    in ms."""
     others = sorted((r for r in records if r["lane"] != PLACEMENT), key=lambda r: float(r["started"]))
     starts = [r["started"] for r in others]
     by_device: dict[str, dict[str, Any]] = {}
@@ -740,7 +887,8 @@ def answer_path(records: list[dict[str, Any]], orders: list[dict[str, Any]]) -> 
         if not order["phase"] or found is None or order["key"] not in found.get("saw", {}):
             continue
         record = found
-        steps = out.setdefault(order["phase"], {step: [] for step in (*STEPS, WAIT_IN_OTHER)})
+        phase = order["phase"] + (" DRA" if order.get("dra") else "")
+        steps = out.setdefault(phase, {step: [] for step in (*STEPS, WAIT_IN_OTHER)})
         saw, started = record["saw"][order["key"]], record["started"]
         writes_started = record.get("writes_started", record["ended"])
         inside = sum(record.get(k, 0.0) for k in ("snapshot", "plan", "plan_writes"))
@@ -757,6 +905,43 @@ def answer_path(records: list[dict[str, Any]], orders: list[dict[str, Any]]) -> 
     return out
 
 
+#: A B-DRA order's hold, step by step (each after the first adds up to the total).
+HOLD_STEPS = ("create → Bound seen here (B-DRA, for reference)", "create → the placement pass that bound it ended",
+              "→ the claims pass that made its claim started", "that pass: snapshot, plan, the claim created (POST)",
+              "the allocation written (PATCH status)", "allocation answered → seen here",
+              "total: create → allocation seen here")
+
+
+def hold_path(records: list[dict[str, Any]], orders: list[dict[str, Any]]) -> dict[str, dict[str, list[float]]]:
+    """Per phase ("N one"), each step of every timed B-DRA order's hold, in ms: the placement pass that bound
+    it, then the claims pass that created its claim (the allocation follows in that pass, on the version the
+    create answered). Between the two the claims lane waits: placement goes first, and a housekeeping lane
+    starts only once the cache has seen every lane's writes (``passes/driver.py``, read-your-writes)."""
+    placed: dict[str, dict[str, Any]] = {}
+    held: dict[str, dict[str, Any]] = {}
+    for record in records:
+        for key in record.get("binds", ()):
+            placed.setdefault(key, record)
+        if record["lane"] == "claims":
+            for key in record.get("claim_keys", ()):
+                held.setdefault(key, record)
+    out: dict[str, dict[str, list[float]]] = {}
+    for order in orders:
+        bound, found = placed.get(order["key"]), held.get(order["key"])
+        if (not order.get("dra") or not order["phase"] or bound is None or found is None
+                or "claims_answered" not in found):
+            continue
+        record = found
+        steps = out.setdefault(order["phase"], {step: [] for step in HOLD_STEPS})
+        created, answered = record["claims_created"], record["claims_answered"]
+        values = [order["seen"] - order["sent"], bound["ended"] - order["sent"], record["started"] - bound["ended"],
+                  created - record["started"], answered - created, order["held"] - answered,
+                  order["held"] - order["sent"]]
+        for step, value in zip(HOLD_STEPS, values, strict=True):
+            steps[step].append(value * 1000)
+    return out
+
+
 def row(values: list[float]) -> tuple[float, float, float, float]:
     return (percentile(values, 50), percentile(values, 90), percentile(values, 99), max(values))
 
@@ -766,7 +951,7 @@ def table(results: dict[int, dict[str, Any]]) -> list[str]:
              "|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
     for n, result in results.items():
         floor = row(result["one"]["floor"])
-        for system in SYSTEMS:
+        for system in result["one"]:
             values = result["one"][system]
             p50, p90, p99, top = row(values)
             wall = result["burst"][system]["wall_ms"]
@@ -776,18 +961,19 @@ def table(results: dict[int, dict[str, Any]]) -> list[str]:
                          f" | {burst} | {p50 / floor[0]:.2f} / {p99 / floor[2]:.2f} |")
     lines += ["", "| N | ratio | p50 | p90 | p99 | max | burst wall |", "|---:|---|---:|---:|---:|---:|---:|"]
     for n, result in results.items():
-        a = row(result["one"]["A"])
-        for system in ("B", "C"):
-            other = row(result["one"][system])
-            wall = result["burst"][system]["wall_ms"] / result["burst"]["A"]["wall_ms"]
-            lines.append(f"| {n} | {system}/A | " + " | ".join(f"{o / x:.2f}" for o, x in zip(other, a, strict=True))
-                         + f" | {wall:.2f} |")
+        for system, theirs in RATIOS:
+            if system not in result["one"]:
+                continue
+            a, other = row(result["one"][theirs]), row(result["one"][system])
+            wall = result["burst"][system]["wall_ms"] / result["burst"][theirs]["wall_ms"]
+            lines.append(f"| {n} | {system}/{theirs} | "
+                         + " | ".join(f"{o / x:.2f}" for o, x in zip(other, a, strict=True)) + f" | {wall:.2f} |")
     sizes = list(results)
     if len(sizes) > 1:
         first = sizes[0]
         lines += ["", f"| growth from N={first} | " + " | ".join(f"N={n} p50 / p99" for n in sizes[1:]) + " |",
                   "|---|" + "---:|" * (len(sizes) - 1)]
-        for system in SYSTEMS:
+        for system in results[first]["one"]:
             base = row(results[first]["one"][system])
             cells = []
             for n in sizes[1:]:
@@ -804,18 +990,23 @@ def picture(results: dict[int, dict[str, Any]], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     sizes = list(results)
-    figure, axes = plt.subplots(1, len(sizes), figsize=(4.2 * len(sizes), 4.2), sharey=True, squeeze=False)
-    colours = {"floor": "#9e9e9e", "A": "#1f77b4", "B": "#2ca02c", "C": "#d62728"}
+    systems = list(results[sizes[0]]["one"])
+    figure, axes = plt.subplots(1, len(sizes), figsize=(max(4.2, 0.75 * len(systems)) * len(sizes), 4.2),
+                                sharey=True, squeeze=False)
+    colours = {"floor": "#9e9e9e", "A": "#1f77b4", "B": "#2ca02c", "C": "#d62728", "A-DRA": "#17becf",
+               "B-DRA": "#bcbd22", HOLD: "#8c564b"}
+    ticks = {"floor": "floor", "A": "A sched", "B": "B binder", "C": "C VM start", "A-DRA": "A-DRA sched",
+             "B-DRA": "B-DRA Bound", HOLD: "B-DRA hold"}
     for axis, n in zip(axes[0], sizes, strict=True):
-        data = [results[n]["one"][s] for s in SYSTEMS]
+        data = [results[n]["one"][s] for s in systems]
         parts = axis.violinplot(data, showmedians=True, showextrema=False)
-        for body, system in zip(parts["bodies"], SYSTEMS, strict=True):
+        for body, system in zip(parts["bodies"], systems, strict=True):
             body.set_facecolor(colours[system])
             body.set_alpha(0.6)
-        for i, system in enumerate(SYSTEMS, start=1):
+        for i, system in enumerate(systems, start=1):
             p99 = percentile(results[n]["one"][system], 99)
             axis.plot([i - 0.25, i + 0.25], [p99, p99], color="black", linewidth=1)
-        axis.set_xticks(range(1, len(SYSTEMS) + 1), ["floor", "A sched", "B binder", "C VM start"])
+        axis.set_xticks(range(1, len(systems) + 1), [ticks[s] for s in systems], rotation=30 if len(systems) > 4 else 0)
         axis.set_yscale("log")
         axis.set_title(f"{n} nodes (one at a time)")
         axis.grid(axis="y", alpha=0.3)
@@ -848,8 +1039,8 @@ async def drive(plane: Any, args: argparse.Namespace, sizes: list[int], run_star
                   f" per clientset (its default), cozygpu "
                   f"{'unlimited' if args.no_qps_match else f'QPS {QPS:.0f} burst {BURST} per client'}",
                   flush=True)
-            watches = [asyncio.create_task(w.run()) for w in (bench.floor, bench.pods, bench.devices)]
-            for w in (bench.floor, bench.pods, bench.devices):
+            watches = [asyncio.create_task(w.run()) for w in bench.watches()]
+            for w in bench.watches():
                 await asyncio.wait_for(w.synced.wait(), 60)
             for n in sizes:
                 if args.budget_s and time.monotonic() - run_started > args.budget_s:
@@ -875,14 +1066,15 @@ async def drive(plane: Any, args: argparse.Namespace, sizes: list[int], run_star
                 resumed = await metrics_of(metrics_url)  # the SIGSTOP is no lag of the controller's own
                 await bench.clear_pods()
                 bursts: dict[str, Any] = {}
-                for system in SYSTEMS:  # C after B: it starts the devices B's burst bound
+                for system in bench.systems:  # C after B: it starts the devices B's burst bound
                     bench.phase = f"{n} burst"
-                    bursts[system] = await bench.burst(system, args.burst)
+                    timed_burst = await bench.burst(system, args.burst)
                     bench.phase = ""
-                    refused = bursts[system]["refused"]
-                    print(f"    burst {system}: {args.burst} in {bursts[system]['wall_ms']:.0f} ms"
-                          + (f", {refused} refused ({'; '.join(bursts[system]['why'])})" if refused else ""),
-                          flush=True)
+                    for key, burst in timed_burst.items():
+                        refused = burst["refused"]
+                        print(f"    burst {key}: {args.burst} in {burst['wall_ms']:.0f} ms"
+                              + (f", {refused} refused ({'; '.join(burst['why'])})" if refused else ""), flush=True)
+                    bursts.update(timed_burst)
                 await bench.clear_pods()
                 ended = await metrics_of(metrics_url)
                 lag, growth_lag = loop_lag((grown, stopped), (resumed, ended)), loop_lag((grown_from, grown))
@@ -913,16 +1105,18 @@ async def drive(plane: Any, args: argparse.Namespace, sizes: list[int], run_star
                 await asyncio.wait_for(controller.wait(), 60)
     records: list[dict[str, Any]] = []
     requests: dict[str, Any] = {}
+    holds: dict[str, dict[str, list[float]]] = {}
     with contextlib.suppress(FileNotFoundError, ValueError):
         records = json.loads(await asyncio.to_thread((plane.directory / RECORDS).read_text))
         profile = answer_path(records, bench.orders if bench is not None else [])
+        holds = hold_path(records, bench.orders if bench is not None else [])
         requests = json.loads(await asyncio.to_thread((plane.directory / RECORDS).with_suffix(
             ".requests.json").read_text))
     stalls: list[dict[str, Any]] = []
     with contextlib.suppress(FileNotFoundError, ValueError):
         stalls = json.loads(await asyncio.to_thread((plane.directory / RECORDS).with_suffix(".stalls.json").read_text))
-    return {"results": results, "profile": profile, "loads": loads, "records": records, "requests": requests,
-            "stalls": stalls, "started": run_started}
+    return {"results": results, "profile": profile, "holds": holds, "loads": loads, "records": records,
+            "requests": requests, "stalls": stalls, "started": run_started}
 
 
 def report(run: dict[str, Any], args: argparse.Namespace, sizes: list[int], run_started: float) -> None:
@@ -943,10 +1137,9 @@ def report(run: dict[str, Any], args: argparse.Namespace, sizes: list[int], run_
                   f"  (n={len(values)})")
     print("\n## bursts, per-item latency (ms)")
     for n, result in results.items():
-        for system in SYSTEMS:
-            values = result["burst"][system]["latencies"]
+        for system, burst in result["burst"].items():
+            values = burst["latencies"]
             p50, p90, p99, top = row(values)
-            burst = result["burst"][system]
             refused = f"; {burst['refused']} refused: {'; '.join(burst['why'])}" if burst.get("refused") else ""
             print(f"  N={n} {LABELS[system]:<28} p50 {p50:7.1f}  p90 {p90:7.1f}  p99 {p99:7.1f}  max {top:7.1f}"
                   f"  all in {burst['wall_ms']:.0f} (n={len(values)}{refused})")
@@ -956,10 +1149,21 @@ def report(run: dict[str, Any], args: argparse.Namespace, sizes: list[int], run_
             print(f"  N={n} {key}: {value:.1f}")
     for phase, steps in profile.items():
         n_orders = len(steps["total"])
-        how = "one at a time" if phase.endswith("one") else "in the burst"
-        print(f"\n## where an order's time goes (B), N={phase.split()[0]}, {n_orders} orders {how}"
+        size, when, *dra = phase.split()
+        how = "one at a time" if when == "one" else "in the burst"
+        print(f"\n## where an order's time goes ({'B-DRA' if dra else 'B'}), N={size}, {n_orders} orders {how}"
               f" (median / p90 / p99 ms)")
         for step in (*STEPS[:2], WAIT_IN_OTHER, *STEPS[2:]):
+            values = steps[step]
+            print(f"  {step:<58} {statistics.median(values):7.2f} {percentile(values, 90):7.2f}"
+                  f" {percentile(values, 99):7.2f}")
+    holds: dict[str, dict[str, list[float]]] = run.get("holds") or {}
+    for phase, steps in holds.items():
+        size, when = phase.split()
+        print(f"\n## where a DRA hold's time goes (B-DRA: the claims work after placement), N={size},"
+              f" {len(steps[HOLD_STEPS[-1]])} orders {'one at a time' if when == 'one' else 'in the burst'}"
+              f" (median / p90 / p99 ms)")
+        for step in HOLD_STEPS:
             values = steps[step]
             print(f"  {step:<58} {statistics.median(values):7.2f} {percentile(values, 90):7.2f}"
                   f" {percentile(values, 99):7.2f}")
@@ -995,7 +1199,8 @@ def report(run: dict[str, Any], args: argparse.Namespace, sizes: list[int], run_
             print(f"  {kind:<44} {count:7d}  {count / seconds:6.1f}/s")
     if args.json:
         Path(args.json).write_text(json.dumps({"results": {str(n): r for n, r in results.items()},
-                                               "profile": profile, "loads": loads}, indent=1))
+                                               "profile": profile, "holds": run.get("holds") or {},
+                                               "loads": loads}, indent=1))
     if args.png and results:
         picture(results, Path(args.png))
         print(f"\npicture: {args.png}")
@@ -1009,7 +1214,11 @@ def main() -> None:
     parser.add_argument("--burst", type=int, default=200, help="items created at once per system per size")
     parser.add_argument("--rounds", type=int, default=4, help="rounds the samples are split into")
     parser.add_argument("--budget-s", type=float, default=0.0, help="skip the next size once this many s are spent")
-    parser.add_argument("--quick", action="store_true", help="CI size: 20 and 50 nodes, 20 samples, bursts of 20")
+    parser.add_argument("--dra", action="store_true",
+                        help="also GPUs from a DRA driver: A-DRA (a pod's own claim) and B-DRA (a GPUDevice of a"
+                             " source.dra class: Bound, and its hold claim allocated)")
+    parser.add_argument("--quick", action="store_true",
+                        help="CI size: 20 and 50 nodes, 20 samples, bursts of 20, with --dra")
     parser.add_argument("--no-qps-match", action="store_true", help="run the controller without client-go's limiter")
     parser.add_argument("--png", help="draw the distributions here (needs the bench extra: matplotlib)")
     parser.add_argument("--json", help="write every figure here")
@@ -1022,7 +1231,7 @@ def main() -> None:
         sys.exit(run_controller(json.loads(args.controller), qps=None if args.no_qps_match else QPS,
                                 records_path=args.records))
     if args.quick:
-        args.sizes, args.samples, args.burst, args.rounds = "20,50", 20, 20, 2
+        args.sizes, args.samples, args.burst, args.rounds, args.dra = "20,50", 20, 20, 2, True
     from cozygpu.devcluster import binaries
     from cozygpu.devcluster.plane import ControlPlane
 
@@ -1031,7 +1240,7 @@ def main() -> None:
     sizes = [int(s) for s in args.sizes.split(",")]
     run_started = time.monotonic()
     print(f"compare_scheduler: sizes {sizes}, {args.samples} samples one at a time in {args.rounds} rounds,"
-          f" bursts of {args.burst}; {load()}", flush=True)
+          f" bursts of {args.burst}{', with DRA' if args.dra else ''}; {load()}", flush=True)
     plane = ControlPlane.start(build=False, full=True, node_lease_seconds=NODE_LEASE_SECONDS, timeout=120)
     print(f"full plane {plane.kubernetes_version} in {plane.directory}", flush=True)
     try:

@@ -3,11 +3,15 @@
 Only the structure of the output is checked (every system has a row with
 four figures, the burst's wall time and its ratios to the floor; the ratios
 to A, the node search, the answer-path profile, the controller's requests);
-no timing is asserted. It starts its own full plane and controller process.
+no timing is asserted. It runs with ``--dra``, so the DRA rows are checked
+too (A-DRA, B-DRA Bound and its hold claim allocated, their ratios to A-DRA,
+the hold's path, the same figures in the JSON). It starts its own full plane
+and controller process.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -27,19 +31,28 @@ def test_the_side_by_side_bench_runs_at_a_tiny_size_and_prints_every_row(tmp_pat
     figures = tmp_path / "figures.json"
     done = subprocess.run(
         [sys.executable, str(SCRIPT), "--sizes", "10", "--samples", "8", "--burst", "8", "--rounds", "2",
-         "--json", str(figures)],
+         "--dra", "--json", str(figures)],
         cwd=ROOT, capture_output=True, text=True, timeout=240, check=False)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     out = done.stdout
     table = out[out.index("## the table"):]
-    for label in ("floor (ConfigMap → watch)", "A kube-scheduler", "B binder", "C VM start"):
+    for label in ("floor (ConfigMap → watch)", "A kube-scheduler", "B binder", "C VM start",
+                  "A-DRA kube-scheduler (claim)", "B-DRA binder (Bound)", "B-DRA hold claim allocated"):
         burst = r"[0-9]+( \([0-9]+ refused\))?"
         row = rf"\| 10 \| {re.escape(label)} \| 8 \|( {NUMBER}+ \|){{4}} {burst} \| {NUMBER}+ / {NUMBER}+ \|"
         assert re.search(row, table), (label, table[:2000])
     assert re.search(rf"\| 10 \| B/A \|( {NUMBER}+ \|){{5}}", table)
     assert re.search(rf"\| 10 \| C/A \|( {NUMBER}+ \|){{5}}", table)
+    assert re.search(rf"\| 10 \| B-DRA/A-DRA \|( {NUMBER}+ \|){{5}}", table)
+    assert re.search(rf"\| 10 \| B-DRA hold/A-DRA \|( {NUMBER}+ \|){{5}}", table)
+    assert "where an order's time goes (B-DRA), N=10" in out
+    assert re.search(rf"where a DRA hold's time goes [^\n]*N=10, [0-9]+ orders one at a time.*?"
+                     rf"total: create → allocation seen here +{NUMBER}+", out, re.S)
     assert "percentageOfNodesToScore 100% -> 10 nodes" in out
     assert "where an order's time goes (B), N=10" in out
     assert "with the controller frozen" in out
     assert "## the controller's API requests" in out
-    assert figures.exists()
+    written = json.loads(figures.read_text())
+    assert {"A-DRA", "B-DRA", "B-DRA hold"} <= set(written["results"]["10"]["one"])
+    assert {"A-DRA", "B-DRA", "B-DRA hold"} <= set(written["results"]["10"]["burst"])
+    assert "10 one" in written["holds"]

@@ -57,6 +57,7 @@ from cozygpu.model.snapshot import DeviceKey, Snapshot
 from cozygpu.passes.driver import Lane, Progress
 from cozygpu.passes.writes import Writes
 from cozygpu.views import specs
+from cozygpu.views.decode import resource_claim_view
 from cozygpu.views.live import LiveSnapshot
 
 __all__ = ["LANES", "Binder", "BinderConfig"]
@@ -73,6 +74,20 @@ USAGE = Lane("usage")
 REPORTS = Lane("reports")
 VERIFY = Lane("verify")
 LANES = (PLACEMENT, CLAIMS, ATTACHMENTS, FINALIZERS, USAGE, REPORTS, VERIFY)
+
+
+def _claim_worth_a_pass(event: Event) -> bool:
+    """A ResourceClaim event, unless it is the binder's own hold claim made or allocated: the claims work
+    wrote both in one pass and reads its answers itself, and placement reads the allocation from the live
+    model when it next looks. Every one of them asked for a pass before, and placement then stopped the
+    claims work between two holds: a burst of thirty orders had its claims written one or two a pass. Someone
+    else's claim (it may free or take GPUs), a hold deallocated or deleted: a pass."""
+    if event.type == "DELETED":
+        return True
+    new = resource_claim_view(event.obj)
+    if new.holder != new.name:
+        return True
+    return not (event.old is None or new.allocated)
 
 
 def _class_changed(event: Event) -> bool:
@@ -193,7 +208,8 @@ class Binder:
         def predicate(kind: str) -> Callable[[Event], bool]:
             return lambda event: context.live.matters(kind, event.old, None if event.type == "DELETED" else event.obj)
 
-        return filters | {specs.SNAPSHOT_SPECS[kind].key: predicate(kind) for kind in self._FILTERED}
+        return filters | {specs.SNAPSHOT_SPECS[kind].key: predicate(kind) for kind in self._FILTERED} | {
+            specs.RESOURCE_CLAIMS.key: _claim_worth_a_pass}
 
     def on_request(self, callback: Callable[[], None]) -> None:
         """Call ``callback`` (the driver's placement lane) whenever a device carries a new unanswered

@@ -270,3 +270,4 @@ async def test_a_set_that_must_share_a_pcie_root_goes_where_one_root_has_room(fu
         await world.order("more", count=2)
         report = await world.why("more")
         assert (report["phase"], report["reason"]) == ("Pending", "NoNodeWithRoom"), report
+

@@ -41,7 +41,6 @@ from tests.support.planes import Fleet
 from tests.support.waiting import eventually
 
 NAMESPACES = resource_path("", "v1", "namespaces")
-IMPLICIT = f"deviceclass.resource.kubernetes.io/{dra_driver.DEVICE_CLASS}"
 
 
 def claims_path(namespace: str, name: str | None = None) -> str:
@@ -59,10 +58,20 @@ class DraWorld:
         self.gpu_class = f"dra-{self.tag}"
 
     async def make(self, *, on_cordon: str | None = None, match_attribute: str = "") -> None:
+        """With ``match_attribute``, the class sells a DeviceClass of its own (a copy of the vfio one): the
+        classes selling one DeviceClass read one offer, and other tests' classes sell the vfio one."""
         await self.admin.create(NAMESPACES, {"metadata": {"name": self.namespace}})
+        device_class = dra_driver.DEVICE_CLASS
+        if match_attribute:
+            device_class = f"{self.tag}.{dra_driver.DEVICE_CLASS}"
+            await dra_driver.ensure_device_class(self.admin)
+            copy = dra_driver.device_class()
+            copy["metadata"]["name"] = device_class
+            await self.admin.create(dra_driver.DEVICE_CLASSES, copy)
         spec: dict[str, Any] = {
-            "vendor": "NVIDIA", "model": "H100", "mode": "Passthrough", "memory": "80Gi", "resourceName": IMPLICIT,
-            "source": {"dra": {"deviceClassName": dra_driver.DEVICE_CLASS,
+            "vendor": "NVIDIA", "model": "H100", "mode": "Passthrough", "memory": "80Gi",
+            "resourceName": f"deviceclass.resource.kubernetes.io/{device_class}",
+            "source": {"dra": {"deviceClassName": device_class,
                                **({"matchAttribute": match_attribute} if match_attribute else {})}},
             "nodeSelector": {"matchLabels": {"cozygpu-test": self.tag}}}
         if on_cordon:

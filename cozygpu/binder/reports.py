@@ -7,7 +7,10 @@ Contract:
   devices, wherever they are), ``free`` (free units on those nodes) and the
   ``Available`` condition: True with the best node and its free units, or
   False with why (no eligible node serves the resource name; all units are
-  held; the class is being deleted).
+  held; the class is being deleted). A DRA-sourced class also gets
+  ``OfferPublished``: True while every device its offer matches is sold,
+  False with what keeps some out (its DeviceClass gone, a pool incomplete,
+  a device tainted or unreadable, another class's offer of its name used).
 - **GPUNode** conditions: ``Eligible`` (the Node exists, is Ready, is not
   cordoned and the agent's report is fresh; else False with the first
   problem) and ``CapacityExceeded`` (False while every resource name holds
@@ -43,6 +46,7 @@ Obj = Mapping[str, Any]
 AVAILABLE: Final = "Available"
 ELIGIBLE: Final = "Eligible"
 CAPACITY_EXCEEDED: Final = "CapacityExceeded"
+OFFER_PUBLISHED: Final = "OfferPublished"
 
 
 def _units(n: int) -> str:
@@ -52,7 +56,18 @@ def _units(n: int) -> str:
 def class_status(snapshot: Snapshot, gpu_class: GPUClassView) -> dict[str, Any]:
     """The status fields of one class (conditions without transition times)."""
     fields, available = class_report(snapshot, gpu_class)
-    return {**fields, "conditions": [available.as_json()]}
+    return {**fields, "conditions": [c.as_json() for c in (available, *offer_report(snapshot, gpu_class))]}
+
+
+def offer_report(snapshot: Snapshot, gpu_class: GPUClassView) -> tuple[Condition, ...]:
+    """A DRA-sourced class's ``OfferPublished`` condition (none for a device-plugin class)."""
+    if gpu_class.dra is None:
+        return ()
+    problems = snapshot.dra_problems.get(gpu_class.name, ())
+    if not problems:
+        return (Condition(OFFER_PUBLISHED, True, "Published",
+                          f"every device of DeviceClass {gpu_class.dra.device_class} the offer matches is sold"),)
+    return (Condition(OFFER_PUBLISHED, False, "DevicesLeftOut", "; ".join(problems)),)
 
 
 def class_report(snapshot: Snapshot, gpu_class: GPUClassView) -> tuple[dict[str, Any], Condition]:
@@ -64,6 +79,10 @@ def class_report(snapshot: Snapshot, gpu_class: GPUClassView) -> tuple[dict[str,
     free = availability.free_in_cluster if availability is not None else 0
     if gpu_class.deleting:
         condition = Condition(AVAILABLE, False, "Deleting", "the class is being deleted: no new orders")
+    elif not node_free and gpu_class.dra is not None:
+        condition = Condition(AVAILABLE, False, "NoEligibleNode",
+                               f"no Ready, eligible node has devices of DeviceClass {gpu_class.dra.device_class} "
+                               "published that the offer matches")
     elif not node_free:
         condition = Condition(AVAILABLE, False, "NoEligibleNode",
                                f"no Ready, eligible node with a fresh report serves {gpu_class.resource_name}")
@@ -188,7 +207,8 @@ def report_writes(snapshot: Snapshot, classes: Iterable[Obj], gpunodes: Iterable
             continue  # unreadable: the snapshot left it out and logged why
         path = resource_path(keys.GROUP, keys.VERSION, keys.GPUCLASS_PLURAL, name=name, subresource="status")
         fields, available = class_report(snapshot, view)
-        write = _write_if_changed(obj, keys.GPUCLASS_KIND, path, fields, [available], now, f"GPUClass {name}")
+        write = _write_if_changed(obj, keys.GPUCLASS_KIND, path, fields, [available, *offer_report(snapshot, view)],
+                                  now, f"GPUClass {name}")
         if write is not None:
             writes.append(write)
     changes = (snapshot.changes_since(memo.snapshot)

@@ -89,6 +89,7 @@ def assemble(
     launcher_grace: timedelta = cap.DEFAULT_LAUNCHER_GRACE,
     dra: Mapping[str, Mapping[str, int]] | None = None,
     dra_raw: Mapping[str, Mapping[str, int]] | None = None,
+    dra_problems: Mapping[str, tuple[str, ...]] | None = None,
 ) -> Snapshot:
     """Build a Snapshot. ``quotas`` maps a tenant namespace to its ``tenant-quota`` ``spec.hard``; ``dra``:
     node -> what DRA-sourced classes serve there, ``dra_raw``: namespace -> the units its own claims hold
@@ -101,7 +102,7 @@ def assemble(
                         launcher_grace=launcher_grace)
     return assembly.rebuild(now=now, classes=classes, devices=devices, nodes=nodes, inventories=inventories,
                             pods=pods, vmis=vmis, namespaces=namespaces, quotas=quotas, permitted=permitted,
-                            dra=dra, dra_raw=dra_raw)
+                            dra=dra, dra_raw=dra_raw, dra_problems=dra_problems)
 
 
 def _alike(old: DeviceView, new: DeviceView) -> bool:
@@ -462,11 +463,13 @@ class Assembly:
         permitted: PermittedHostDevices | None = None,
         dra: Mapping[str, Mapping[str, int]] | None = None,
         dra_raw: Mapping[str, Mapping[str, int]] | None = None,
+        dra_problems: Mapping[str, tuple[str, ...]] | None = None,
     ) -> Snapshot:
         """Everything derived from these views, in one go (``rebuilding`` is the same in steps)."""
         return drain(self.rebuilding(now=now, classes=classes, devices=devices, nodes=nodes,
                                       inventories=inventories, pods=pods, vmis=vmis, namespaces=namespaces,
-                                      quotas=quotas, permitted=permitted, dra=dra, dra_raw=dra_raw))
+                                      quotas=quotas, permitted=permitted, dra=dra, dra_raw=dra_raw,
+                                      dra_problems=dra_problems))
 
     def rebuilding(
         self,
@@ -483,6 +486,7 @@ class Assembly:
         permitted: PermittedHostDevices | None = None,
         dra: Mapping[str, Mapping[str, int]] | None = None,
         dra_raw: Mapping[str, Mapping[str, int]] | None = None,
+        dra_problems: Mapping[str, tuple[str, ...]] | None = None,
     ) -> Generator[None, None, Snapshot]:
         """``rebuild`` as steps: it yields after every ``STEP`` items derived, so a caller on an event loop
         can let the loop go between them; its value is the Snapshot. Nothing but the caller may touch the
@@ -491,6 +495,7 @@ class Assembly:
         namespace -> the units of DRA-sourced names its own claims hold (raw use, counted against its budgets
         as a raw pod's; not on the node: the node's DRA units leave those devices out already)."""
         self._classes = {c.name: c for c in classes}
+        self._dra_problems = dict(dra_problems or {})
         #: The names DRA offers sell: a node's DRA truth for them is its slices, never a stale report.
         self._dra_names = frozenset(c.resource_name for c in self._classes.values() if c.dra is not None)
         self._nodes: MutableMapping[str, NodeView] = {n.name: n for n in nodes}
@@ -1092,6 +1097,7 @@ class Assembly:
             devices_by_vmi=_frozen(self._by_vmi),
             launchers=self._launchers,
             children=self._children,
+            dra_problems=self._dra_problems,
             subtree_usage=_frozen(self._subtree),
             pending_usage=_frozen(self._pending_usage),
             capacity=_frozen(self._capacity),

@@ -473,6 +473,9 @@ class Snapshot:
     launchers: Mapping[str, VmiKey] = attrs.field(factory=dict)
     #: Tenant namespace -> its direct children among known namespaces.
     children: Mapping[str, tuple[str, ...]] = attrs.field(factory=dict)
+    #: DRA-sourced class name -> why it sells less than its slices hold (``model.dra.dra_offers``): its
+    #: DeviceClass gone, a pool incomplete, a device tainted or unreadable, another class's offer used.
+    dra_problems: Mapping[str, tuple[str, ...]] = attrs.field(factory=dict)
     #: Tenant namespace -> usage of its whole subtree (R-MOD-2, R-MOD-4).
     subtree_usage: Mapping[str, Usage] = attrs.field(factory=dict)
     #: Tenant namespace -> orders of its subtree not accepted yet (Pending, not deleting). They count

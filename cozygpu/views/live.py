@@ -197,7 +197,7 @@ def build_snapshot(
             permitted=permitted_host_devices(kubevirts),
             report_stale_after=report_stale_after,
             launcher_grace=launcher_grace,
-            dra=served.by_node, dra_raw=served.raw_by_namespace,
+            dra=served.by_node, dra_raw=served.raw_by_namespace, dra_problems=served.problems,
         )
 
 
@@ -579,7 +579,7 @@ def _derived(assembly: Assembly, now: datetime, objects: Mapping[str, list[Obj]]
             inventories=views[keys.GPUNODE_KIND], pods=views["Pod"], vmis=views["VirtualMachineInstance"],
             namespaces=views["Namespace"], quotas=tenant_quotas(objects.get("ResourceQuota", ())),
             permitted=permitted_host_devices(objects.get("KubeVirt", ())), dra=dra.served(),
-            dra_raw=dra.raw_by_namespace)
+            dra_raw=dra.raw_by_namespace, dra_problems=dra.problems)
         if memo is not None:
             memo.forget_unseen()
         return snapshot, dra

@@ -213,3 +213,29 @@ def test_with_a_judge_limit_a_pass_judges_a_slice_of_the_fleet_even_when_nothing
     computed.clear()
     report_writes(snap, [], objects.values(), now=NOW, memo=memo, lookup=objects.get, limit=3, judge_limit=4)
     assert computed == [], "all judged: nothing left"
+
+
+def test_a_dra_class_says_whether_its_offer_is_published_and_what_keeps_devices_out() -> None:
+    from cozygpu.devcluster import dra_driver
+    from cozygpu.views.live import build_snapshot
+
+    name = f"deviceclass.resource.kubernetes.io/{dra_driver.DEVICE_CLASS}"
+    dra_class = {"metadata": {"name": "dra"}, "spec": {"mode": "Passthrough", "resourceName": name, "source": {
+        "dra": {"deviceClassName": dra_driver.DEVICE_CLASS}}}}
+    tainted = dra_driver.resource_slice("n1", "uid-n1", 2)
+    tainted["spec"]["devices"][1]["taints"] = [{"key": "gpu.nvidia.com/xid", "value": "79", "effect": "NoExecute"}]
+    ready = {"conditions": [{"type": "Ready", "status": "True"}]}
+    nodes = [{"metadata": {"name": "n1", "labels": {}}, "status": ready}]
+    published = build_snapshot(now=NOW, classes=[dra_class], nodes=nodes, slices=[tainted],
+                               device_classes=[dra_driver.device_class()])
+    shown = conditions_by_type(class_status(published, published.classes["dra"])["conditions"])
+    assert shown["Available"][:2] == ("True", "UnitsFree")
+    assert shown["OfferPublished"] == (
+        "False", "DevicesLeftOut", "device 'gpu-vfio-1' of pool 'n1' is tainted gpu.nvidia.com/xid=79:NoExecute")
+    gone = build_snapshot(now=NOW, classes=[dra_class], nodes=nodes, slices=[tainted])
+    shown = conditions_by_type(class_status(gone, gone.classes["dra"])["conditions"])
+    assert shown["Available"] == ("False", "NoEligibleNode", f"no Ready, eligible node has devices of DeviceClass "
+                                  f"{dra_driver.DEVICE_CLASS} published that the offer matches")
+    assert shown["OfferPublished"] == ("False", "DevicesLeftOut", "its DeviceClass does not exist")
+    plugin = conditions_by_type(class_status(snapshot(), snapshot().classes["h100"])["conditions"])
+    assert "OfferPublished" not in plugin, "a device-plugin class has no DRA offer to report"

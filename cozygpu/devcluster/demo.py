@@ -10,10 +10,19 @@ each long-running part a background process (pid in ``DIR/<name>.pid``, log in
   allocatable what the device plugins report), a sysfs tree and a kubelet
   pod-resources socket, read by the **real agent**, which keeps the GPUNode
   reports fresh;
-- two GPU offers (GPUClass) and Cozystack tenant namespaces with GPU budgets
-  and the vGPU entitlement; the KubeVirt VM and VMI CRDs;
+- ``gpu-dra``: a kwok node whose one vfio GPU the simulated NVIDIA DRA driver
+  publishes (``cozygpu.devcluster.dra_driver``: the DeviceClass
+  ``vfio.gpu.nvidia.com``, a ResourceSlice); no agent reports it: a DRA
+  class's units come from the slices;
+- three GPU offers (GPUClass: ``h100`` and ``t4-1q`` from device plugins,
+  ``h100-dra`` from the DRA driver's DeviceClass), Cozystack tenant namespaces
+  with GPU budgets and the vGPU entitlement, and ``gpu-lab``, a namespace of
+  no tenant (step 8's plain pod); the KubeVirt VM and VMI CRDs;
 - ``controller-a`` and ``controller-b``: two replicas of the **controller**
-  with GPU enabled and raw GPU names forbidden (``--raw-gpu-names forbid``);
+  with GPU enabled and raw GPU names forbidden (``--raw-gpu-names forbid``),
+  acting as the chart's controller service account with the chart's RBAC
+  (``controller_identity``): the raw-claims policy lets that caller alone
+  create a claim of a sold DeviceClass in a tenant namespace (the DRA holds);
   one wins the lease and runs the binder and the settings publisher (which
   publishes ``rawNames: forbid``), both warm their caches and serve the
   webhooks. They are the children of ``replicas`` (``cozygpu.devcluster.replicas``),
@@ -54,7 +63,7 @@ import yaml
 from cozygpu import keys
 from cozygpu.admission.webhooks import configurations
 from cozygpu.commands.catalog import catalog_row, read_snapshot, render_table
-from cozygpu.devcluster import apply, background, chart, pki, replicas, simnodes, story
+from cozygpu.devcluster import apply, background, chart, dra_driver, nodes, pki, replicas, simnodes, story
 from cozygpu.devcluster.plane import ControlPlane, alive, free_port, terminate
 from cozygpu.kube import Client, errors, resource_path
 from cozygpu.model.catalog import catalog
@@ -72,6 +81,7 @@ RAW_NAMES = keys.RAW_NAMES_FORBID
 #: The chart's values the demo renders its admission policies with (the rest are the chart's defaults).
 CHART_VALUES: dict[str, Any] = {"gpu": {"enabled": True, "rawNames": RAW_NAMES, "resourceNames": list(HOSTER_NAMES)}}
 POLICY_KINDS = ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
+RBAC_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
 
 
 def _gpu_class(name: str, **spec: Any) -> dict[str, Any]:
@@ -84,7 +94,14 @@ CLASSES = [
                resourceName="nvidia.com/GH100_H100_SXM5_80GB"),
     _gpu_class("t4-1q", vendor="NVIDIA", model="T4", mode="VGPU", profile="GRID T4-1Q", memory="1Gi",
                resourceName="nvidia.com/GRID_T4-1Q"),
+    # SPEC §1.5: the DeviceClass's GPUs, its resourceName the DeviceClass's implicit extended resource name.
+    _gpu_class(story.DRA_CLASS, vendor="NVIDIA", model="H100 SXM5 80GB", mode="Passthrough", memory="80Gi",
+               resourceName=f"deviceclass.resource.kubernetes.io/{dra_driver.DEVICE_CLASS}",
+               source={"dra": {"deviceClassName": dra_driver.DEVICE_CLASS}}),
 ]
+#: The kwok node whose vfio GPUs the simulated DRA driver publishes, and how many.
+DRA_NODE = nodes.SimNode("gpu-dra")
+DRA_GPUS = 1
 
 #: namespace -> (labels, GPU budgets in its tenant-quota)
 TENANTS: dict[str, tuple[dict[str, str], dict[str, str]]] = {
@@ -102,11 +119,21 @@ async def _ensure(client: Client, path: str, body: dict[str, Any]) -> None:
 
 
 async def _tenants(admin: Client) -> None:
+    await _ensure(admin, resource_path("", "v1", "namespaces"), {"metadata": {"name": story.LAB}})
     for name, (labels, budgets) in TENANTS.items():
         await _ensure(admin, resource_path("", "v1", "namespaces"), {"metadata": {"name": name, "labels": labels}})
         if budgets:
             await _ensure(admin, resource_path("", "v1", "resourcequotas", namespace=name),
                           {"metadata": {"name": keys.TENANT_QUOTA_NAME}, "spec": {"hard": budgets}})
+
+
+async def dra_node(admin: Client) -> str:
+    """``DRA_NODE`` (kept when an earlier run made it), Ready, with its vfio GPUs published by the simulated driver."""
+    if await admin.get_or_none(resource_path("", "v1", "nodes", name=DRA_NODE.name)) is None:
+        await nodes.add_nodes(admin, [DRA_NODE])
+    await nodes.wait_ready(admin, [DRA_NODE.name])
+    await dra_driver.publish(admin, {DRA_NODE.name: DRA_GPUS})
+    return DRA_NODE.name
 
 
 def start_simnodes(plane: ControlPlane) -> int:
@@ -176,9 +203,37 @@ def serving_certs(plane: ControlPlane, host: str = BALANCER_HOST) -> Path:
     return certs
 
 
+def controller_user() -> tuple[str, str]:
+    """(service account, user name) of the controller, as the chart's values name it."""
+    account = str(yaml.safe_load((apply.chart_dir() / "values.yaml").read_text())["serviceAccounts"]["controller"])
+    return account, f"system:serviceaccount:{CONTROLLER_NAMESPACE}:{account}"
+
+
+def controller_kubeconfig(plane: ControlPlane) -> Path:
+    return plane.directory / "controller.kubeconfig"
+
+
+async def controller_identity(admin: Client, plane: ControlPlane, rendered: list[dict[str, Any]]) -> None:
+    """The controller's service account and RBAC as the chart renders them, applied, and a kubeconfig acting as it.
+
+    A client certificate of the service account's user name and groups (from the
+    plane's client CA) stands in for its token: the policies that exempt the
+    controller (the raw-claims policy lets it alone create a hold claim of a sold
+    DeviceClass in a tenant namespace) see the replicas as the chart's controller,
+    and the API server grants them what the chart grants it, no more.
+    """
+    account, user = controller_user()
+    objects = [obj for obj in rendered if obj["kind"] in RBAC_KINDS and obj["metadata"]["name"] == account]
+    await apply.apply_objects(admin, objects, namespace=CONTROLLER_NAMESPACE)
+    identity = plane.identity(user, ("system:serviceaccounts", f"system:serviceaccounts:{CONTROLLER_NAMESPACE}"))
+    path = controller_kubeconfig(plane)
+    path.write_text(yaml.safe_dump(plane.kubeconfig_for(identity, name="cozygpu-controller")))
+    path.chmod(0o600)
+
+
 def controller_argv(plane: ControlPlane, name: str, certs: Path, health: int, webhook: int) -> list[str]:
-    """A controller replica's command line: GPU on, webhooks served, raw GPU names forbidden."""
-    return [sys.executable, "-m", "cozygpu", "controller", "--kubeconfig", str(plane.kubeconfig),
+    """A controller replica's command line: GPU on, webhooks served, raw GPU names forbidden, as the controller."""
+    return [sys.executable, "-m", "cozygpu", "controller", "--kubeconfig", str(controller_kubeconfig(plane)),
             "--namespace", CONTROLLER_NAMESPACE, "--health-addr", f"127.0.0.1:{health}",
             "--metrics-addr", f"127.0.0.1:{health}", "--identity", name,
             "--gpu-resource-names", ",".join(HOSTER_NAMES), "--raw-gpu-names", RAW_NAMES, "--log-format", "text",
@@ -302,20 +357,25 @@ async def register_webhooks(admin: Client, plane: ControlPlane, url: str) -> Non
             await asyncio.sleep(0.1)
 
 
-async def install_policies(admin: Client, plane: ControlPlane) -> list[str]:
-    """The chart's ValidatingAdmissionPolicies and bindings, as ``helm install`` would render them here, applied.
-
-    Rendered by helm from ``manifests/`` (``chart.render``) with ``CHART_VALUES``
-    against what this API server serves (so the VMI policy renders: the
-    KubeVirt CRDs are installed first); only the policies and their bindings
-    are applied (the controllers run as processes, not from the chart's
-    Deployment). Returns once both raw-name policies refuse a dry run: a
-    binding is enforced a moment after it is written. The settings ConfigMap
-    (their parameter) must exist already: the bindings fail closed without it.
-    """
+async def render_chart(admin: Client, plane: ControlPlane) -> list[dict[str, Any]]:
+    """The chart as ``helm install`` would render it here: by helm from ``manifests/`` (``chart.render``) with
+    ``CHART_VALUES`` against what this API server serves (so the VMI policy renders: the KubeVirt CRDs are
+    installed first)."""
     served = await chart.served_api_versions(admin)
-    rendered = await asyncio.to_thread(chart.render, CHART_VALUES, api_versions=served, kube_version=plane.minor,
-                                       namespace=CONTROLLER_NAMESPACE)
+    return await asyncio.to_thread(chart.render, CHART_VALUES, api_versions=served, kube_version=plane.minor,
+                                   namespace=CONTROLLER_NAMESPACE)
+
+
+async def install_policies(admin: Client, rendered: list[dict[str, Any]]) -> list[str]:
+    """The chart's ValidatingAdmissionPolicies and bindings (of ``render_chart``), applied.
+
+    Only the policies and their bindings are applied (the controllers run as
+    processes, not from the chart's Deployment; their RBAC is applied by
+    ``controller_identity``). Returns once both raw-name policies refuse a dry
+    run: a binding is enforced a moment after it is written. The settings
+    ConfigMap (their parameter) must exist already: the bindings fail closed
+    without it.
+    """
     policies = [obj for obj in rendered if obj["kind"] in POLICY_KINDS]
     await apply.apply_objects(admin, policies)
     probes = [(resource_path("", "v1", "pods", namespace="tenant-root"), story.raw_pod_body("demo-probe")),
@@ -357,18 +417,25 @@ async def run(plane: ControlPlane) -> int:
         await kubevirt_identity(admin)
         since = datetime.datetime.now(datetime.UTC).replace(microsecond=0)
         simnodes_pid = await asyncio.to_thread(start_simnodes, plane)
+        reports, dra, rendered = await asyncio.gather(_reports(admin, since), dra_node(admin),
+                                                      render_chart(admin, plane))
         print(f"simulated nodes, each read by the real agent (pid {simnodes_pid}, which keeps them reporting):")
-        for (name, _), status in zip(simnodes.DEMO_NODES, await _reports(admin, since), strict=True):
+        for (name, _), status in zip(simnodes.DEMO_NODES, reports, strict=True):
             print(f"  {name}: {status['deviceCount']} GPU functions, {status['allocatable']} allocatable, "
                   f"resource names {', '.join(status['resourceNames'])}")
+        print(f"  {dra}: {DRA_GPUS} vfio GPU published by the simulated NVIDIA DRA driver (ResourceSlice "
+              f"{dra_driver.slice_name(dra)}, DeviceClass {dra_driver.DEVICE_CLASS}), no agent: class "
+              f"{story.DRA_CLASS} counts it from the slice")
 
         certs = await asyncio.to_thread(serving_certs, plane)
+        await controller_identity(admin, plane, rendered)
         spec, running = await asyncio.to_thread(start_replicas, plane, certs)
         leader = await _leader(admin)
         kubevirt_pid = await asyncio.to_thread(start_kubevirt, plane)
         await register_webhooks(admin, plane, spec.url)
         logs = plane.directory / "logs"
-        print("\ntwo controller replicas, both ready (their caches warm), both answering the webhooks:")
+        print(f"\ntwo controller replicas acting as {controller_user()[1]} (the chart's RBAC), both ready (their "
+              "caches warm), both answering the webhooks:")
         for replica in running:
             role = "leader: runs the binder" if replica.name == leader else "standby"
             print(f"  {replica.name} (pid {replica.pid}, {role}), metrics http://127.0.0.1:{replica.health}/metrics, "
@@ -379,7 +446,7 @@ async def run(plane: ControlPlane) -> int:
         settings = await _settings(admin)
         print(f"the leader published {CONTROLLER_NAMESPACE}/{keys.SETTINGS_CONFIGMAP}: "
               f"{json.dumps(settings, sort_keys=True)}")
-        policies = await install_policies(admin, plane)
+        policies = await install_policies(admin, rendered)
         print(f"the chart's admission policies, rendered by helm from {apply.chart_dir()} and in force: "
               f"{', '.join(policies)}")
         cleared = await story.clear(admin)
@@ -390,13 +457,13 @@ async def run(plane: ControlPlane) -> int:
         try:
             told = time.monotonic()
             await story.Story(admin).tell()
-            print(f"   (steps 1-7 took {time.monotonic() - told:.1f} s)")
+            print(f"   (steps 1-8 took {time.monotonic() - told:.1f} s)")
         except story.StoryError as error:
             print(f"cozygpu cluster demo: {error} (the controllers' logs are in {logs})", file=sys.stderr)
             return 1
 
         snapshot = await read_snapshot(admin, hoster_names=HOSTER_NAMES)
-    print("8. the catalog: what each tenant can order now, and why not")
+    print("9. the catalog: what each tenant can order now, and why not")
     for namespace, count in (("tenant-acme-ml", 2), ("tenant-beta", 1)):
         rows = [catalog_row(entry, snapshot, count) for entry in catalog(snapshot, namespace)]
         print(f"\n   cozygpu catalog -n {namespace} --count {count}")
@@ -409,6 +476,9 @@ async def run(plane: ControlPlane) -> int:
         (f"cozygpu why gpudevice/{story.HELD} -n {story.ACME}", "the last decision and what would change it"),
         (f"kubectl patch vm {story.VM} -n {story.ACME} --type merge -p '{{\"spec\":{{\"running\":true}}}}'",
          "start it again, where its GPU now is"),
+        (f"kubectl get resourceclaim {story.DRA_HELD} -n {story.ACME} -o yaml",
+         "the DRA hold: allocated, reserved for the GPUDevice"),
+        (f"kubectl describe pod {story.CLAIM_POD} -n {story.LAB}", "why kube-scheduler cannot place it"),
         ("cozygpu catalog -n tenant-acme", "what the parent tenant can still order"),
         ("./hack/up.sh", "the story again, from a tidy state"),
         (f"cozygpu cluster stop --dir {plane.directory}", "ends everything"),

@@ -17,7 +17,16 @@ from the API server, with how long it took from the call:
    requesting it and a VMI with a ``gpus`` entry but no device-refs label, each
    refused by the chart's raw-name admission policy (``rawNames: forbid``);
 7. the node of the stopped VM's hold cordoned: the binder moves the hold, with
-   an Event saying from, to and why; the node is uncordoned again.
+   an Event saying from, to and why; the node is uncordoned again;
+8. a GPU of the DRA class (SPEC §1.5): the order bound and held as a
+   ResourceClaim the binder allocates on the DRA node, reserved for the
+   GPUDevice; a VM started on it (the VMI webhook gives the VMI the claim,
+   nothing pins the launcher pod: kube-scheduler places it by the claim's
+   allocation, kwok runs it) and stopped: the claim stays allocated, reserved
+   for the GPUDevice alone; a plain pod asking for a GPU of the DeviceClass
+   with a claim of its own on that node stays unschedulable ("cannot allocate
+   all claims"). That pod runs in a namespace of no tenant: with raw GPU names
+   forbidden a tenant's claim of a DeviceClass a class sells is refused.
 
 :func:`clear` removes what an earlier run left, so the story can be told again.
 """
@@ -32,6 +41,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Final, TypeVar
 
 from cozygpu import keys
+from cozygpu.devcluster import dra_driver
 from cozygpu.kube import Client, errors, resource_path
 
 T = TypeVar("T")
@@ -48,6 +58,14 @@ BIG_VMI: Final = "vm-big"
 RAW_POD: Final = "cuda"
 RAW_VMI: Final = "vm-raw"
 RAW_GPU: Final = "nvidia.com/GH100_H100_SXM5_80GB"
+#: Step 8: a GPU of the DRA class (its DeviceClass's GPUs published by the simulated driver on the DRA node),
+#: held for ``DRA_VM``; a plain pod with a claim of its own of that DeviceClass, in a namespace of no tenant.
+DRA_CLASS: Final = "h100-dra"
+DRA_HELD: Final = "infer"
+DRA_VM: Final = "vm-infer"
+LAB: Final = "gpu-lab"
+CLAIM_POD: Final = "cuda-claim"
+CLAIM_TEMPLATE: Final = "one-vfio-gpu"
 #: Every wait of the story ends after this long, with a line saying what did not happen.
 WAIT: Final = 60.0
 
@@ -62,6 +80,14 @@ def device_path(namespace: str, name: str | None = None) -> str:
 
 def kubevirt_path(plural: str, namespace: str, name: str | None = None) -> str:
     return resource_path("kubevirt.io", "v1", plural, namespace=namespace, name=name)
+
+
+def dra_path(plural: str, namespace: str, name: str | None = None) -> str:
+    return resource_path(dra_driver.API_GROUP, dra_driver.API_VERSION, plural, namespace=namespace, name=name)
+
+
+def pods_path(namespace: str, name: str | None = None) -> str:
+    return resource_path("", "v1", "pods", namespace=namespace, name=name)
 
 
 def refs(*entries: dict[str, Any]) -> dict[str, dict[str, str]]:
@@ -95,6 +121,33 @@ def raw_vmi_body(name: str, resource: str = RAW_GPU) -> dict[str, Any]:
     return {"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance", "metadata": {"name": name},
             "spec": {"domain": {"devices": {"gpus": [{"name": "gpu1", "deviceName": resource}]},
                                 "memory": {"guest": "2Gi"}}}}
+
+
+def claim_template_body(name: str) -> dict[str, Any]:
+    """A ResourceClaimTemplate of one GPU of the vfio DeviceClass (what a pod of one's own would use)."""
+    return {"apiVersion": f"{dra_driver.API_GROUP}/{dra_driver.API_VERSION}", "kind": "ResourceClaimTemplate",
+            "metadata": {"name": name}, "spec": {"spec": {"devices": {"requests": [
+                {"name": "gpu", "exactly": {"deviceClassName": dra_driver.DEVICE_CLASS}}]}}}}
+
+
+def claim_pod_body(name: str, template: str, node: str) -> dict[str, Any]:
+    """A plain pod on ``node`` whose container uses a claim of its own, made from ``template``."""
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+            "spec": {"nodeSelector": {"kubernetes.io/hostname": node}, "terminationGracePeriodSeconds": 0,
+                     "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": template}],
+                     "containers": [{"name": "compute", "image": "cozygpu.invalid/cuda",
+                                     "resources": {"claims": [{"name": "gpu"}]}}]}}
+
+
+def allocated(claim: dict[str, Any]) -> list[str]:
+    """A claim's allocated devices as ``driver/pool/device``."""
+    results = ((claim.get("status") or {}).get("allocation") or {}).get("devices", {}).get("results") or []
+    return [f"{r['driver']}/{r['pool']}/{r['device']}" for r in results]
+
+
+def reserved_for(claim: dict[str, Any]) -> list[str]:
+    """A claim's consumers as ``resource/name`` (``gpudevices/infer``, ``pods/virt-launcher-…``)."""
+    return [f"{r['resource']}/{r['name']}" for r in (claim.get("status") or {}).get("reservedFor") or []]
 
 
 def order(name: str, class_name: str, count: int) -> dict[str, Any]:
@@ -149,7 +202,7 @@ class Story:
         raise StoryError(f"{body['kind']} {body['metadata']['name']} was accepted; the story expected a refusal")
 
     async def tell(self) -> dict[str, Any]:
-        """The seven steps; returns what each ended with (for the caller to print or check)."""
+        """The eight steps; returns what each ended with (for the caller to print or check)."""
         told: dict[str, Any] = {}
         say = self.out
 
@@ -244,11 +297,100 @@ class Story:
         await self.admin.merge_patch(f"/api/v1/nodes/{node}", {"spec": {"unschedulable": False}})
         say(f"   {node} uncordoned again")
         told["moved"] = found
+        told["dra"] = await self.dra()
+        return told
+
+    async def claim(self) -> dict[str, Any]:
+        found: dict[str, Any] = await self.admin.get(dra_path("resourceclaims", ACME, DRA_HELD))
+        return found
+
+    async def dra(self) -> dict[str, Any]:
+        """Step 8: a GPU of the DRA class held as a ResourceClaim, a VM started on it and stopped, a foreign claim."""
+        say = self.out
+        told: dict[str, Any] = {}
+        say(f"8. {ACME} orders 1 H100 of the DRA class {DRA_CLASS} (gpudevice/{DRA_HELD}): the binder holds it as a "
+            f"ResourceClaim it allocates itself")
+        started = time.monotonic()
+        await self.admin.create(device_path(ACME), order(DRA_HELD, DRA_CLASS, 1))
+
+        async def held() -> tuple[str, dict[str, Any]] | None:
+            status = await self.status(ACME, DRA_HELD)
+            if status.get("phase") != "Bound":
+                return None
+            claim = await self.admin.get_or_none(dra_path("resourceclaims", ACME, DRA_HELD))
+            return (str(status["nodeName"]), claim) if claim is not None and allocated(claim) else None
+
+        (node, claim), seconds = await until(held, f"gpudevice/{DRA_HELD} Bound and its claim allocated", started)
+        say(f"   Bound on {node}; resourceclaim/{DRA_HELD} allocated {', '.join(allocated(claim))}, reserved for "
+            f"{', '.join(reserved_for(claim))}, after {took(seconds)}")
+        told["held"] = {"node": node, "allocated": allocated(claim), "reservedFor": reserved_for(claim)}
+
+        say(f"   {ACME} starts virtualmachine/{DRA_VM}, whose template names gpudevice/{DRA_HELD}")
+        started = time.monotonic()
+        await self.admin.create(kubevirt_path("virtualmachines", ACME), vm_body(DRA_VM, DRA_HELD))
+
+        async def running() -> dict[str, Any] | None:
+            vmi = await self.admin.get_or_none(kubevirt_path("virtualmachineinstances", ACME, DRA_VM))
+            return vmi if ((vmi or {}).get("status") or {}).get("phase") == "Running" else None
+
+        vmi, seconds = await until(running, f"virtualmachineinstance/{DRA_VM} Running", started)
+        pod = next(p for p in await self.launchers(ACME) if any(
+            ref.get("uid") == vmi["metadata"]["uid"] for ref in p["metadata"].get("ownerReferences", [])))
+        claim = await self.claim()
+        gpus = [f"claim {g.get('claimName')}, request {g.get('requestName')}"
+                for g in vmi["spec"]["domain"]["devices"].get("gpus", [])]
+        pinned = "pinned" if pod["spec"].get("affinity") or pod["spec"].get("nodeSelector") else "not pinned"
+        entries = ", ".join(str(e.get("resourceClaimName")) for e in vmi["spec"].get("resourceClaims") or [])
+        say(f"   the VMI webhook gave the VMI the claim ({entries}) and {len(gpus)} GPU ({'; '.join(gpus)}); "
+            f"the launcher pod {pod['metadata']['name']}, {pinned}, was placed on {pod['spec'].get('nodeName')} by "
+            f"kube-scheduler from the claim's allocation and runs, the claim reserved for "
+            f"{', '.join(reserved_for(claim))}: VMI Running on {vmi['status'].get('nodeName')} after {took(seconds)}")
+        told["ran"] = {"podNode": pod["spec"].get("nodeName"), "pinned": pinned != "not pinned",
+                       "resourceClaims": vmi["spec"]["resourceClaims"],
+                       "gpus": vmi["spec"]["domain"]["devices"].get("gpus", []), "pod": pod["metadata"]["name"],
+                       "reservedFor": reserved_for(claim), "allocated": allocated(claim)}
+
+        say(f"   {ACME} stops virtualmachine/{DRA_VM}")
+        started = time.monotonic()
+        await self.admin.merge_patch(kubevirt_path("virtualmachines", ACME, DRA_VM), {"spec": {"running": False}})
+
+        async def stopped() -> dict[str, Any] | None:
+            # Stopped: the VMI and its pod gone, and the resourceclaim controller has dropped the pod from the claim.
+            if await self.admin.get_or_none(kubevirt_path("virtualmachineinstances", ACME, DRA_VM)) is not None:
+                return None
+            if await self.launchers(ACME):
+                return None
+            claim = await self.claim()
+            return claim if not any(r.startswith("pods/") for r in reserved_for(claim)) else None
+
+        claim, seconds = await until(stopped, f"{DRA_VM}'s VMI and launcher pod gone and its claim left by the pod",
+                                     started)
+        say(f"   the VMI and its launcher pod are gone after {took(seconds)}; resourceclaim/{DRA_HELD} is still "
+            f"allocated {', '.join(allocated(claim)) or 'nothing'}, reserved for "
+            f"{', '.join(reserved_for(claim)) or 'no one'}: the GPU stays the tenant's while its VM is off")
+        told["kept"] = {"allocated": allocated(claim), "reservedFor": reserved_for(claim)}
+
+        say(f"   pod/{CLAIM_POD} in {LAB}, no tenant's namespace, asks for a GPU of the DeviceClass "
+            f"{dra_driver.DEVICE_CLASS} on {node} with a claim of its own (resourceclaimtemplate/{CLAIM_TEMPLATE})")
+        started = time.monotonic()
+        await self.admin.create(dra_path("resourceclaimtemplates", LAB), claim_template_body(CLAIM_TEMPLATE))
+        await self.admin.create(pods_path(LAB), claim_pod_body(CLAIM_POD, CLAIM_TEMPLATE, node))
+
+        async def unschedulable() -> dict[str, Any] | None:
+            pod = await self.admin.get(pods_path(LAB, CLAIM_POD))
+            return next((c for c in (pod.get("status") or {}).get("conditions") or []
+                         if c["type"] == "PodScheduled" and c["status"] == "False"), None)
+
+        condition, seconds = await until(unschedulable, f"pod/{CLAIM_POD} refused by kube-scheduler", started)
+        say(f"   {condition.get('reason')} after {took(seconds)}: {condition.get('message')}")
+        told["foreign"] = {"reason": condition.get("reason"), "message": condition.get("message")}
         return told
 
 
 async def clear(admin: Client) -> list[str]:
-    """Delete the VMs, VMIs and GPUDevices an earlier run left in the story's namespaces; wait until they are gone.
+    """Delete the VMs, VMIs and GPUDevices an earlier run left in the story's namespaces, and step 8's pod and
+    claim template in ``LAB``; wait until they are gone, and the hold claims with their devices (a new order of
+    the same name gets a claim of that name).
 
     The controller must run: it releases the device finalizers once no VMI uses a device.
     """
@@ -256,6 +398,7 @@ async def clear(admin: Client) -> list[str]:
     collections = [(kubevirt_path("virtualmachines", ns), "vm") for ns in NAMESPACES]
     collections += [(kubevirt_path("virtualmachineinstances", ns), "vmi") for ns in NAMESPACES]
     collections += [(device_path(ns), "gpudevice") for ns in NAMESPACES]
+    collections += [(pods_path(LAB), "pod"), (dra_path("resourceclaimtemplates", LAB), "resourceclaimtemplate")]
     for path, kind in collections:
         for item in (await admin.list_objects(path))["items"]:
             meta = item["metadata"]
@@ -263,8 +406,10 @@ async def clear(admin: Client) -> list[str]:
             with contextlib.suppress(errors.NotFound):
                 await admin.delete(f"{path}/{meta['name']}")
 
+    holds = [dra_path("resourceclaims", ns) for ns in NAMESPACES]
+
     async def empty() -> bool | None:
-        for path, _ in collections:
+        for path in [*(path for path, _ in collections), *holds]:
             if (await admin.list_objects(path))["items"]:
                 return None
         return True

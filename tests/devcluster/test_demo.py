@@ -12,7 +12,7 @@ from typing import Any
 
 from cozygpu import keys
 from cozygpu.devcluster import demo as demo_module
-from cozygpu.devcluster import replicas, story
+from cozygpu.devcluster import dra_driver, replicas, story
 from cozygpu.devcluster.plane import ControlPlane
 from cozygpu.kube import Client, errors, resource_path
 from tests.support.processes import gone
@@ -23,13 +23,17 @@ def cozygpu(*args: str) -> subprocess.CompletedProcess[str]:
                           check=False, timeout=180)
 
 
+#: The story's steps and the catalog after them.
+STEPS = 9
+
+
 def story_lines(stdout: str) -> dict[str, list[str]]:
-    """The printed story by step ("1." … "8."): each step's heading and the lines under it."""
+    """The printed story by step ("1." … "9."): each step's heading and the lines under it."""
     steps: dict[str, list[str]] = {}
     current: list[str] | None = None
     for line in stdout.splitlines():
         head = line.split(" ", 1)[0]
-        if head in {f"{n}." for n in range(1, 9)}:
+        if head in {f"{n}." for n in range(1, STEPS + 1)}:
             current = steps.setdefault(head, [])
         elif line.startswith("continue by hand"):
             current = None
@@ -70,7 +74,29 @@ async def api_outcomes(plane: ControlPlane) -> dict[str, Any]:
             "settings": (await admin.get(resource_path(
                 "", "v1", "configmaps", namespace=demo_module.CONTROLLER_NAMESPACE,
                 name=keys.SETTINGS_CONFIGMAP)))["data"],
+            **await dra_outcomes(admin),
         }
+
+
+async def dra_outcomes(admin: Client) -> dict[str, Any]:
+    """What step 8 left: the DRA order, its hold claim, the stopped VM, the scheduler's Events, the foreign pod."""
+    infer = await admin.get(story.device_path(story.ACME, story.DRA_HELD))
+    claim = await admin.get(story.dra_path("resourceclaims", story.ACME, story.DRA_HELD))
+    vm = await admin.get(story.kubevirt_path("virtualmachines", story.ACME, story.DRA_VM))
+    scheduled = (await admin.list_objects(resource_path("", "v1", "events", namespace=story.ACME), params={
+        "fieldSelector": "reason=Scheduled"}))["items"]
+    foreign = await admin.get(story.pods_path(story.LAB, story.CLAIM_POD))
+    return {
+        "infer": infer["status"],
+        "infer_uid": infer["metadata"]["uid"],
+        "infer_claim": claim,
+        "dra_vm_running": vm["spec"]["running"],
+        "scheduled": {e["involvedObject"]["name"]: (e.get("reportingComponent") or e["source"].get("component"),
+                                                    e["message"]) for e in scheduled},
+        "foreign": {"nodeName": foreign["spec"].get("nodeName"), "conditions": [
+            (c["type"], c["status"], c.get("reason"), c.get("message")) for c in foreign["status"].get("conditions")
+            or []]},
+    }
 
 
 ADMISSION = "/apis/admissionregistration.k8s.io/v1"
@@ -103,7 +129,7 @@ async def raw_refusals(admin: Client) -> dict[str, str]:
 
 def check_story(stdout: str, outcomes: dict[str, Any]) -> None:
     steps = story_lines(stdout)
-    assert sorted(steps) == [f"{n}." for n in range(1, 9)], stdout
+    assert sorted(steps) == [f"{n}." for n in range(1, STEPS + 1)], stdout
     first = outcomes["train"]["nodeName"]
     # 1. bound; 7. moved off the node it was bound on, to the other H100 node, with an Event saying so.
     bound_on = steps["1."][1].split("Bound on ", 1)[1].split(" ", 1)[0]
@@ -117,7 +143,7 @@ def check_story(stdout: str, outcomes: dict[str, Any]) -> None:
     # 2. the order over the parent's budget was refused with the numbers, and nothing of it was created.
     assert "budget gpu.cozystack.io/h100 of tenant-acme: 1 allowed, 1 in use, order of 1 exceeds it by 1" \
         in steps["2."][1]
-    assert outcomes["devices"] == {story.ACME: [story.HELD], story.BETA: []}
+    assert outcomes["devices"] == {story.ACME: sorted([story.HELD, story.DRA_HELD]), story.BETA: []}
     # 3. the VM ran on the node holding its device: the launcher pod placed there by kube-scheduler, run by kwok.
     assert f"pinned to {bound_on} by the pod webhook" in steps["3."][1]
     assert f"VMI Running on {bound_on}" in steps["3."][1]
@@ -146,8 +172,48 @@ def check_story(stdout: str, outcomes: dict[str, Any]) -> None:
     assert pod_reason in outcomes["raw_refusals"]["pod"], "the API server refuses the raw pod now too"
     assert vmi_reason in outcomes["raw_refusals"]["vmi"]
     assert outcomes["beta_pods"] == []
-    # 8. the catalog per tenant.
-    assert any("cozygpu catalog -n tenant-beta" in line for line in steps["8."])
+    check_dra_step(steps["8."], outcomes)
+    # 9. the catalog per tenant.
+    assert any("cozygpu catalog -n tenant-beta" in line for line in steps["9."])
+
+
+def check_dra_step(lines: list[str], outcomes: dict[str, Any]) -> None:
+    """Step 8: a GPU of the DRA class held as a ResourceClaim, its VM started and stopped, a foreign claim refused."""
+    node = demo_module.DRA_NODE.name
+    held = [f"{dra_driver.DRIVER}/{node}/{dra_driver.device_name(0)}"]
+    # The order: Bound on the DRA node, held by the claim named after it, allocated there by the binder.
+    assert (outcomes["infer"]["phase"], outcomes["infer"]["nodeName"]) == ("Bound", node)
+    assert "attachment" not in outcomes["infer"], "the stopped VM's device is detached"
+    assert f"Bound on {node}; resourceclaim/{story.DRA_HELD} allocated {held[0]}, reserved for " \
+           f"gpudevices/{story.DRA_HELD}," in lines[1]
+    # Started: the VMI got the claim and a gpus entry naming it; the launcher, not pinned, was placed on the DRA
+    # node by kube-scheduler (its Event), which reserved the claim for it beside the device.
+    ran = lines[3]
+    assert f"gave the VMI the claim ({story.DRA_HELD}) and 1 GPU (claim {story.DRA_HELD}, request gpu-0)" in ran
+    pod = ran.split("the launcher pod ", 1)[1].split(",", 1)[0]
+    assert pod.startswith(f"virt-launcher-{story.DRA_VM}-"), ran
+    assert f"{pod}, not pinned, was placed on {node} by kube-scheduler" in ran
+    assert f"the claim reserved for gpudevices/{story.DRA_HELD}, pods/{pod}: VMI Running on {node}" in ran
+    assert outcomes["scheduled"][pod] == ("default-scheduler", f"Successfully assigned {story.ACME}/{pod} to {node}")
+    # Stopped: no VMI, no launcher, and the claim still allocated on the DRA node, reserved for the device alone.
+    assert outcomes["dra_vm_running"] is False
+    claim = outcomes["infer_claim"]
+    assert story.allocated(claim) == held
+    assert claim["status"]["reservedFor"] == [{"apiGroup": keys.GROUP, "resource": keys.GPUDEVICE_PLURAL,
+                                               "name": story.DRA_HELD, "uid": outcomes["infer_uid"]}]
+    assert [(o["kind"], o["name"]) for o in claim["metadata"]["ownerReferences"]] == [
+        (keys.GPUDEVICE_KIND, story.DRA_HELD)]
+    assert f"resourceclaim/{story.DRA_HELD} is still allocated {held[0]}, reserved for gpudevices/{story.DRA_HELD}:" \
+        in lines[5]
+    # A plain pod with a claim of its own of the DeviceClass, on that node, outside every tenant: unschedulable.
+    foreign = outcomes["foreign"]
+    assert foreign["nodeName"] is None
+    [(reason, message)] = [(r, m) for kind, status, r, m in foreign["conditions"]
+                           if kind == "PodScheduled" and status == "False"]
+    assert reason == "Unschedulable"
+    assert "1 cannot allocate all claims" in message
+    assert "Unschedulable after " in lines[7]
+    assert "cannot allocate all claims" in lines[7]
 
 
 def test_the_demo_tells_the_story_through_the_api_server_and_can_be_told_again(
@@ -163,10 +229,12 @@ def test_the_demo_tells_the_story_through_the_api_server_and_can_be_told_again(
         assert demo.returncode == 0, demo.stderr
         assert "gpu-1: 2 GPU functions, 2 allocatable" in demo.stdout
         assert "gpu-2: 2 GPU functions, 5 allocatable" in demo.stdout
+        assert f"{demo_module.DRA_NODE.name}: 1 vfio GPU published by the simulated NVIDIA DRA driver" in demo.stdout
         published = json.loads(demo.stdout.split("cozy-gpu/cozygpu-settings: ", 1)[1].splitlines()[0])
         assert published["gpuEnabled"] == "true"
         assert json.loads(published["resourceNames"]) == [
-            "nvidia.com/GH100_H100_SXM5_80GB", "nvidia.com/GRID_T4-1Q", "nvidia.com/GRID_T4-2Q"]
+            f"deviceclass.resource.kubernetes.io/{dra_driver.DEVICE_CLASS}", "nvidia.com/GH100_H100_SXM5_80GB",
+            "nvidia.com/GRID_T4-1Q", "nvidia.com/GRID_T4-2Q"]
         check_story(demo.stdout, asyncio.run(api_outcomes(demo_plane)))
         assert published["rawNames"] == "forbid"
         background = {name: int((directory / f"{name}.pid").read_text()) for name in demo_module.BACKGROUND}
@@ -189,12 +257,16 @@ def test_the_demo_tells_the_story_through_the_api_server_and_can_be_told_again(
         assert by_class["h100"]["freeInCluster"] == 3
         beta = json.loads(cozygpu("catalog", "-n", "tenant-beta", "-o", "json",
                                   "--kubeconfig", str(directory / "kubeconfig")).stdout)
-        assert {row["class"]: row["reason"] for row in beta["classes"]} == {"h100": None, "t4-1q": "NotEntitled"}
+        assert {row["class"]: row["reason"] for row in beta["classes"]} == {
+            "h100": None, story.DRA_CLASS: None, "t4-1q": "NotEntitled"}
+        assert by_class[story.DRA_CLASS]["freeInCluster"] == 0, "its one GPU is held for the stopped VM"
 
         again = cozygpu("cluster", "demo", "--dir", str(directory))
         assert again.returncode == 0, again.stderr
-        assert f"cleared what an earlier run left: vm/{story.VM} -n {story.ACME}, gpudevice/{story.HELD} -n " \
-               f"{story.ACME}" in again.stdout
+        assert f"cleared what an earlier run left: vm/{story.DRA_VM} -n {story.ACME}, vm/{story.VM} -n {story.ACME}, " \
+               f"gpudevice/{story.DRA_HELD} -n {story.ACME}, gpudevice/{story.HELD} -n {story.ACME}, " \
+               f"pod/{story.CLAIM_POD} -n {story.LAB}, resourceclaimtemplate/{story.CLAIM_TEMPLATE} -n {story.LAB}" \
+               in again.stdout
         check_story(again.stdout, asyncio.run(api_outcomes(demo_plane)))
         for name, pid in background.items():
             assert gone(pid), f"the second demo left the first one's {name} running"

@@ -166,6 +166,8 @@ class FakeApi(Client):
         if path == "/api/v1":
             resources = [{"name": plural, "namespaced": namespaced} for plural, namespaced in self.core.items()]
             return {"kind": "APIResourceList", "groupVersion": "v1", "resources": resources}
+        if path.startswith("/apis/") and path.count("/") == 3:  # a group's discovery: none is served here
+            raise errors.NotFound(404, {"reason": "NotFound", "message": f"{path} not found"}, method="GET", path=path)
         return _copy(self.get_object(path))
 
     async def list_objects(self, path: str, *, params: Mapping[str, str | int | bool] | None = None,

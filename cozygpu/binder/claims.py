@@ -70,9 +70,11 @@ def claims_plan(snapshot: Snapshot, dra: DraTracker) -> ClaimsPlan:
     used = in_use(snapshot)
     dra_classes = {name for name, gpu_class in snapshot.classes.items() if gpu_class.dra is not None}
     holds = [device for device in snapshot.devices.values() if device.class_name in dra_classes]
-    # Devices someone else's claim holds are no one's to choose: the offers' units without them.
-    units = {name: attrs.evolve(offer, by_node={node: tuple(ref for ref in refs if not dra.foreign(ref))
-                                                for node, refs in offer.by_node.items()})
+    # Devices someone else's claim holds are no one's to choose: the offers' units without them, on the nodes
+    # holds are on (a pass costs the holds, not the fleet's slices).
+    nodes = {device.node_name for device in holds if device.node_name is not None}
+    units = {name: attrs.evolve(offer, by_node={node: tuple(ref for ref in offer.by_node.get(node, ())
+                                                            if not dra.foreign(ref)) for node in nodes})
              for name, offer in dra.units.items()}
     steps = claim_plan(holds, snapshot.classes, own, units, dra.attrs_of, in_use=used)
     release = tuple(sorted(key for key in own if key not in used and not _holds(snapshot.devices.get(key),

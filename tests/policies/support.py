@@ -246,42 +246,33 @@ async def tenant_namespace(admin: Client, *, tenant: bool = True) -> str:
     return name
 
 
-async def grant_everything(admin: Client, namespace: str) -> None:
+async def _grant(admin: Client, namespace: str, name: str, rules: list[dict[str, Any]]) -> None:
+    """A Role of ``rules`` in ``namespace``, bound to the tenant, kube-controller-manager and the service
+    accounts the policy tests act as."""
     rbac = "/apis/rbac.authorization.k8s.io/v1"
-    await admin.create(f"{rbac}/namespaces/{namespace}/roles", {
-        "metadata": {"name": "policy-tests"},
-        "rules": [{"apiGroups": ["", keys.GROUP, "kubevirt.io"], "resources": ["*"], "verbs": ["*"]}],
-    })
+    await admin.create(f"{rbac}/namespaces/{namespace}/roles", {"metadata": {"name": name}, "rules": rules})
     subjects = [
         {"kind": "User", "name": TENANT_USER, "apiGroup": "rbac.authorization.k8s.io"},
         {"kind": "User", "name": KCM_USER, "apiGroup": "rbac.authorization.k8s.io"},
         *({"kind": "ServiceAccount", "namespace": ns, "name": sa} for ns, sa in SERVICE_ACCOUNTS.values()),
     ]
     await admin.create(f"{rbac}/namespaces/{namespace}/rolebindings", {
-        "metadata": {"name": "policy-tests"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "policy-tests"},
+        "metadata": {"name": name},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
         "subjects": subjects,
     })
+
+
+async def grant_everything(admin: Client, namespace: str) -> None:
+    await _grant(admin, namespace, "policy-tests",
+                 [{"apiGroups": ["", keys.GROUP, "kubevirt.io"], "resources": ["*"], "verbs": ["*"]}])
     await rbac_in_force(admin, namespace)
 
 
 async def grant_resource_claims(admin: Client, namespace: str) -> None:
     """``grant_everything`` for ``resource.k8s.io`` too (claims and claim templates, status included)."""
-    rbac = "/apis/rbac.authorization.k8s.io/v1"
-    await admin.create(f"{rbac}/namespaces/{namespace}/roles", {
-        "metadata": {"name": "policy-tests-dra"},
-        "rules": [{"apiGroups": ["resource.k8s.io"], "resources": ["*"], "verbs": ["*"]}],
-    })
-    subjects = [
-        {"kind": "User", "name": TENANT_USER, "apiGroup": "rbac.authorization.k8s.io"},
-        {"kind": "User", "name": KCM_USER, "apiGroup": "rbac.authorization.k8s.io"},
-        *({"kind": "ServiceAccount", "namespace": ns, "name": sa} for ns, sa in SERVICE_ACCOUNTS.values()),
-    ]
-    await admin.create(f"{rbac}/namespaces/{namespace}/rolebindings", {
-        "metadata": {"name": "policy-tests-dra"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "policy-tests-dra"},
-        "subjects": subjects,
-    })
+    await _grant(admin, namespace, "policy-tests-dra",
+                 [{"apiGroups": ["resource.k8s.io"], "resources": ["*"], "verbs": ["*"]}])
     review = {
         "apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
         "spec": {"user": TENANT_USER, "groups": list(TENANT_GROUPS),

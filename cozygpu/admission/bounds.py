@@ -26,7 +26,8 @@ The limits, and why each number (docs/admission.md, "Bounds"):
 - ``MAX_VMI_GPUS``: 256 GPUs over all references of one VMI: a guest has 256
   PCI buses and each passed-through GPU sits behind its own root port.
 - ``MAX_LIST``: 256 entries in a VMI's ``gpus``, ``hostDevices``,
-  ``resources.requests``/``limits``, and a launcher pod's tolerations.
+  ``resourceClaims``, ``resources.requests``/``limits``, and a launcher pod's
+  tolerations.
 - Scheduling constraints of a VMI, which the dry placement checks against
   every candidate node: ``MAX_TOLERATIONS`` 64, ``MAX_SELECTOR`` 64 labels,
   ``MAX_TERMS`` 16 required node-affinity terms (also on a launcher pod, whose

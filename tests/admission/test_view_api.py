@@ -65,6 +65,10 @@ async def with_a_node(plane: ControlPlane, admin: Client, namespace: str, tmp_pa
         async with admission(plane, admin, namespace, tmp_path, register_hooks=False) as served:
             first = await eventually(lambda: _with(served.webhooks.source, node),
                                      what=f"{node} in the snapshot")
+            # The optional kinds (KubeVirt's, DRA's) too: listed, or known not served. A built-in one is
+            # not served until discovery says otherwise, then lists: a snapshot between reads "not ready".
+            await eventually(lambda: _true(all(_known(served.cache, spec) for spec in specs.SNAPSHOT_SPECS.values())),
+                             what="every kind of the snapshot listed or known not served")
             yield Served(world, node, served, first)
     finally:
         await world.cleanup()
@@ -101,6 +105,11 @@ async def test_a_heartbeat_derives_no_node_again_and_a_label_and_an_order_are_se
 
 async def _true(value: Any) -> Any:
     return value
+
+
+def _known(cache: Cache, spec: Any) -> bool:
+    informer = cache.informer(spec)
+    return informer.has_synced or informer.served is False
 
 
 async def _with(source: SnapshotSource, node: str) -> Snapshot | None:

@@ -33,7 +33,7 @@ from cozygpu.admission.view import NotReady, SnapshotSource
 from cozygpu.api import meta, pods, scheduling
 from cozygpu.model import refusals
 from cozygpu.model.refusals import Refusal
-from cozygpu.model.snapshot import Snapshot, Toleration
+from cozygpu.model.snapshot import Toleration
 
 
 def _size_problem(pod: Mapping[str, Any], label: str) -> Refusal | None:
@@ -144,13 +144,7 @@ class LauncherPodWebhook:
                 entry = _toleration(toleration)
                 if entry not in tolerations:
                     tolerations.append(entry)
-        if all(_sells_dra(snapshot, d.class_name) for d in devices):
+        if all(snapshot.sells_dra(d.class_name) for d in devices):
             return Verdict.allow(tolerations_patch(pod, tolerations))
         return Verdict.allow(pin_patch(pod, nodes[0], tolerations))
-
-
-def _sells_dra(snapshot: Snapshot, class_name: str) -> bool:
-    """The class takes its GPUs from a DRA driver: its devices' holds are claims the pod names."""
-    gpu_class = snapshot.classes.get(class_name)
-    return gpu_class is not None and gpu_class.dra is not None
 

@@ -44,9 +44,9 @@ another node, and the VM would then run on GPUs nobody holds for it.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import attrs
 
@@ -69,6 +69,8 @@ CLAIM_PREFIX: Final = "cozygpu-claim"
 _DNS_LABEL: Final = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 
 Obj = Mapping[str, Any]
+#: An entry the webhook adds to a VMI list: a ``gpus`` entry or a ``spec.resourceClaims`` one.
+_Entry = TypeVar("_Entry", kubevirt.GPU, kubevirt.ResourceClaim)
 
 
 class Refused(Exception):
@@ -176,7 +178,7 @@ def claim_unready(claim: Obj | None, *, device: str, node: str, count: int) -> s
     if claim is None:
         return "does not exist yet"
     view = resource_claim_view(claim)
-    if view.holder != device:
+    if not view.is_hold:
         return f"is not owned by GPUDevice {device}"
     if not view.allocated:
         return "is not allocated yet"
@@ -300,7 +302,7 @@ def plan_start(snapshot: Snapshot, vmi: Obj, refs: Sequence[Ref], *, namespace: 
                 raise Refused(held)
             members.append(Member(name=device.name, class_name=device.class_name, count=device.count,
                                   existing=device, template=device.template,
-                                  dra=_sells_dra(snapshot, device.class_name)))
+                                  dra=snapshot.sells_dra(device.class_name)))
             continue
         assert isinstance(ref, TemplateRef)
         device_name = template_device_name(name, ref.template)
@@ -315,7 +317,7 @@ def plan_start(snapshot: Snapshot, vmi: Obj, refs: Sequence[Ref], *, namespace: 
                     namespace, device_name, template=ref.template, count=existing.count,
                     class_name=existing.class_name, wanted_count=ref.count, wanted_class=ref.class_name))
         members.append(Member(name=device_name, class_name=ref.class_name, count=ref.count, existing=existing,
-                              template=True, dra=_sells_dra(snapshot, ref.class_name)))
+                              template=True, dra=snapshot.sells_dra(ref.class_name)))
     total = sum(member.count for member in members)
     if total > bounds.MAX_VMI_GPUS:
         # Over what any VM takes: the order's own check first, for its numbers; then the cap. Nothing built yet.
@@ -346,11 +348,6 @@ def plan_start(snapshot: Snapshot, vmi: Obj, refs: Sequence[Ref], *, namespace: 
                      adopted_request="", entries=entries, claims=claim_list)
 
 
-def _sells_dra(snapshot: Snapshot, class_name: str) -> bool:
-    gpu_class = snapshot.classes.get(class_name)
-    return gpu_class is not None and gpu_class.dra is not None
-
-
 def _template_orders(snapshot: Snapshot, namespace: str, label: str, members: Sequence[Member]) -> None:
     """Each template device still to create passes the GPUDevice webhook's check: it is an order."""
     for member in members:
@@ -367,29 +364,21 @@ def gpus_patch(vmi: Obj, entries: Sequence[kubevirt.GPU],
     domain = kubevirt.domain(vmi)
     if not domain.present:
         raise Refused(refusals.vmi_without_domain())
-    patch = _claims_patch(vmi, claim_list)
+    patch = _added("/spec/resourceClaims", kubevirt.resource_claims(vmi), kubevirt.resource_claim, claim_list)
     if not domain.has_devices:
         return [*patch, {"op": "add", "path": "/spec/domain/devices",
                          "value": {"gpus": [e.as_json() for e in entries]}}]
-    listed = domain.gpus
-    present = set(map(kubevirt.gpu, listed or ()))
-    missing = [e.as_json() for e in entries if e not in present]
-    if not missing:
-        return patch
-    if listed is None:
-        return [*patch, {"op": "add", "path": "/spec/domain/devices/gpus", "value": missing}]
-    return [*patch, *({"op": "add", "path": "/spec/domain/devices/gpus/-", "value": e} for e in missing)]
+    return [*patch, *_added("/spec/domain/devices/gpus", domain.gpus, kubevirt.gpu, entries)]
 
 
-def _claims_patch(vmi: Obj, claim_list: Sequence[kubevirt.ResourceClaim]) -> list[dict[str, Any]]:
-    """The operations adding the ``spec.resourceClaims`` entries not there yet (the others are kept)."""
-    if not claim_list:
-        return []
-    listed = kubevirt.resource_claims(vmi)
-    present = set(map(kubevirt.resource_claim, listed or ()))
-    missing = [c.as_json() for c in claim_list if c not in present]
+def _added(path: str, listed: Sequence[Any] | None, decode: Callable[[object], _Entry],
+           wanted: Sequence[_Entry]) -> list[dict[str, Any]]:
+    """The JSON patch adding to the list at ``path`` (``listed`` as sent; None when missing) the ``wanted``
+    entries it does not hold (compared decoded): the whole list when there is none, else one append each."""
+    present = set(map(decode, listed or ()))
+    missing = [entry.as_json() for entry in wanted if entry not in present]
     if not missing:
         return []
     if listed is None:
-        return [{"op": "add", "path": "/spec/resourceClaims", "value": missing}]
-    return [{"op": "add", "path": "/spec/resourceClaims/-", "value": c} for c in missing]
+        return [{"op": "add", "path": path, "value": missing}]
+    return [{"op": "add", "path": f"{path}/-", "value": entry} for entry in missing]

@@ -85,7 +85,7 @@ def _claim_worth_a_pass(event: Event) -> bool:
     if event.type == "DELETED":
         return True
     new = resource_claim_view(event.obj)
-    if new.holder != new.name:
+    if not new.is_hold:
         return True
     return not (event.old is None or new.allocated)
 

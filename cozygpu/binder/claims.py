@@ -8,9 +8,10 @@ is off (verified with the real components, ``tests/devcluster/test_dra_plane.py`
 
 Contract:
 - ``claims_plan`` is pure: from the snapshot and the DRA tracker of the same
-  instant (``LiveSnapshot.dra``) it returns ``model.dra.claim_plan``'s steps,
-  the hold claims whose device no longer holds (deleted, unless a VMI it is
-  attached to still exists: R-BIND-7), and the devices a running VM uses.
+  instant (``LiveSnapshot.dra``) it returns ``model.dra.claim_plan``'s steps
+  (a claim under a VM, ``in_use``, is never moved) and the hold claims whose
+  device no longer holds (deleted, unless a VMI it is attached to still
+  exists: R-BIND-7).
 - A hold claim is the device's own when its controller reference is that
   GPUDevice (``ClaimView.holder``); a claim of another owner that happens to
   carry the device's name is someone else's and is never written.
@@ -20,7 +21,7 @@ Contract:
   returned or the cache held; a set that moved is deallocated first (the
   allocation is immutable once written) and allocated on the version that
   answer returned. The chained write is built from the answer of the one
-  before (``allocation_after``), so one pass carries a claim from nothing to
+  before (``allocations_after``), so one pass carries a claim from nothing to
   allocated.
 - A ``Short`` step writes nothing: the node serves less than the hold holds
   (someone else's claim took a device), which the read model already shows as
@@ -40,7 +41,7 @@ from cozygpu.api import meta
 from cozygpu.binder.patcher import Verb, Write
 from cozygpu.kube import resource_path
 from cozygpu.model.dra import ClaimAction, ClaimStep, DraTracker, claim_plan
-from cozygpu.model.snapshot import DeviceKey, DeviceView, GPUClassView, Snapshot
+from cozygpu.model.snapshot import DeviceKey, DeviceView, Snapshot
 from cozygpu.views import specs
 
 Obj = Mapping[str, Any]
@@ -66,10 +67,9 @@ def in_use(snapshot: Snapshot) -> frozenset[DeviceKey]:
 
 def claims_plan(snapshot: Snapshot, dra: DraTracker) -> ClaimsPlan:
     """What the hold claims need (see the module docstring)."""
-    own = {key: claim for key, claim in dra.claims.items() if claim.holder == key[1]}
+    own = {key: claim for key, claim in dra.claims.items() if claim.is_hold}
     used = in_use(snapshot)
-    dra_classes = {name for name, gpu_class in snapshot.classes.items() if gpu_class.dra is not None}
-    holds = [device for device in snapshot.devices.values() if device.class_name in dra_classes]
+    holds = [device for device in snapshot.devices.values() if snapshot.sells_dra(device.class_name)]
     # Devices someone else's claim holds are no one's to choose: the offers' units without them, on the nodes
     # holds are on (a pass costs the holds, not the fleet's slices).
     nodes = {device.node_name for device in holds if device.node_name is not None}
@@ -77,14 +77,13 @@ def claims_plan(snapshot: Snapshot, dra: DraTracker) -> ClaimsPlan:
                                                             if not dra.foreign(ref)) for node in nodes})
              for name, offer in dra.units.items()}
     steps = claim_plan(holds, snapshot.classes, own, units, dra.attrs_of, in_use=used)
-    release = tuple(sorted(key for key in own if key not in used and not _holds(snapshot.devices.get(key),
-                                                                                   snapshot.classes)))
+    release = tuple(sorted(key for key in own if key not in used and not _holds(snapshot, key)))
     return ClaimsPlan(steps=tuple(steps), release=release)
 
 
-def _holds(device: DeviceView | None, classes: Mapping[str, GPUClassView]) -> bool:
-    gpu_class = classes.get(device.class_name) if device is not None else None
-    return device is not None and device.holds_units and gpu_class is not None and gpu_class.dra is not None
+def _holds(snapshot: Snapshot, key: DeviceKey) -> bool:
+    device = snapshot.devices.get(key)
+    return device is not None and device.holds_units and snapshot.sells_dra(device.class_name)
 
 
 def _status_write(namespace: str, name: str, status: Mapping[str, Any] | None, version: str, what: str,

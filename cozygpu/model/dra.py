@@ -178,6 +178,12 @@ class ClaimView:
     #: The GPUDevice that owns it (its controller reference, of our group), or empty: a claim of someone else's.
     holder: str = ""
 
+    @property
+    def is_hold(self) -> bool:
+        """A hold: the claim of the GPUDevice of its own name (a claim of another owner that carries a
+        device's name is someone else's)."""
+        return self.holder == self.name
+
 
 def taken_devices(claims: Iterable[ClaimView]) -> dict[DeviceRef, ClaimView]:
     """Every device some claim's allocation holds, with that claim (the first, by key, where two do)."""
@@ -278,6 +284,12 @@ def dra_offers(classes: Iterable[GPUClassView], slices: Sequence[SliceView],
     return offers, problems
 
 
+def device_attrs(slices: Sequence[SliceView]) -> dict[DeviceRef, DeviceAttrs]:
+    """Every readable device of the current slices (``current_slices``), with what selectors see of it."""
+    return {DeviceRef(found.driver, found.pool, device.name): device.attrs
+            for found in current_slices(slices)[0] for device in found.devices if device.attrs is not None}
+
+
 def dra_served(classes: Iterable[GPUClassView], slices: Sequence[SliceView],
                device_classes: Mapping[str, Sequence[str]], claims: Iterable[ClaimView]) -> DraServed:
     """Units each DRA-sourced resource name serves per node: the devices its offer matches that no claim
@@ -286,8 +298,7 @@ def dra_served(classes: Iterable[GPUClassView], slices: Sequence[SliceView],
     offers, problems = dra_offers(classes, slices, device_classes)
     claims = list(claims)
     taken = taken_devices(claims)
-    attrs_of = {DeviceRef(found.driver, found.pool, device.name): device.attrs
-                for found in current_slices(slices)[0] for device in found.devices if device.attrs is not None}
+    attrs_of = device_attrs(slices)
     by_node: dict[str, dict[str, int]] = {}
     for resource_name, units in offers.items():
         for node, refs in units.by_node.items():
@@ -328,11 +339,8 @@ class DraTracker:
     def __init__(self, classes: Iterable[GPUClassView], slices: Sequence[SliceView],
                  device_classes: Mapping[str, Sequence[str]], claims: Iterable[ClaimView]) -> None:
         self.units, self.problems = dra_offers(classes, slices, device_classes)
-        current, _ = current_slices(slices)
         #: Every device of the current slices, with what selectors see of it (readable ones only).
-        self.attrs_of: dict[DeviceRef, DeviceAttrs] = {
-            DeviceRef(found.driver, found.pool, device.name): device.attrs
-            for found in current for device in found.devices if device.attrs is not None}
+        self.attrs_of = device_attrs(slices)
         self._node_of = {ref: node for units in self.units.values() for node, refs in units.by_node.items()
                          for ref in refs}
         #: Each sold device's resource names (two offers may sell one device).

@@ -517,6 +517,11 @@ class Snapshot:
             return None
         return self.log.since(earlier.generation)
 
+    def sells_dra(self, class_name: str) -> bool:
+        """The class exists and takes its units from a DRA driver (``source.dra``, SPEC §1.5)."""
+        gpu_class = self.classes.get(class_name)
+        return gpu_class is not None and gpu_class.dra is not None
+
     def usage_of(self, namespace: str) -> Usage:
         return self.subtree_usage.get(namespace, EMPTY_USAGE)
 

@@ -2,7 +2,7 @@
 
 - ``plane``: a running etcd + kube-apiserver with the chart's CRDs installed,
   one per Kubernetes minor per test session, started on first use. Tests
-  marked ``both_minors`` run once per supported minor (1.36, 1.33); the rest
+  marked ``both_minors`` run once per supported minor (``binaries.MINORS``: 1.37, 1.33); the rest
   use the current minor.
 - ``full_plane``: the whole local plane (kube-controller-manager,
   kube-scheduler and kwok besides etcd and kube-apiserver) on the current
@@ -42,7 +42,7 @@ from cozygpu.devcluster.plane import ControlPlane, ControlPlaneError
 from cozygpu.kube import Client, resource_path
 from tests.support.planes import Fleet, unavailable
 
-MINORS = ("1.36", "1.33")
+MINORS = binaries.MINORS
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

@@ -38,8 +38,10 @@ from pathlib import Path
 import attrs
 
 #: The current Kubernetes minor and the oldest one Cozystack supports.
-KUBERNETES: dict[str, str] = {"1.36": "v1.36.5", "1.33": "v1.33.13"}
-DEFAULT_MINOR = "1.36"
+KUBERNETES: dict[str, str] = {"1.37": "v1.37.2", "1.33": "v1.33.13"}
+DEFAULT_MINOR = "1.37"
+#: Every supported minor, newest first (tests marked ``both_minors`` run on each).
+MINORS: tuple[str, ...] = tuple(sorted(KUBERNETES, key=lambda m: tuple(map(int, m.split("."))), reverse=True))
 #: etcd recommended for these releases (kubeadm pairs them with 3.6.x).
 ETCD_VERSION = "v3.6.16"
 HELM_VERSION = "v4.3.2"

@@ -15,13 +15,13 @@ from typing import Any
 
 import pytest
 
-from cozygpu.devcluster import apply, chart
+from cozygpu.devcluster import apply, binaries, chart
 from cozygpu.devcluster.plane import ControlPlane
 from cozygpu.kube import Client
 from tests.support.crds import install_fixture_crd
 from tests.support.planes import start_plane
 
-MINORS = ("1.36", "1.33")
+MINORS = binaries.MINORS
 VAPS = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies"
 BINDINGS = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings"
 GPU_KIND_POLICIES = {"cozygpu-agent-own-node", "cozygpu-device-protection", "cozygpu-class-protection",

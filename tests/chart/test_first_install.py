@@ -28,7 +28,7 @@ from cozygpu.devcluster.plane import ControlPlane
 from tests.policies import support as s
 from tests.support.planes import start_plane
 
-MINORS = ("1.36", "1.33")
+MINORS = binaries.MINORS
 VAPS = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies"
 GPU_KIND_POLICIES = {"cozygpu-agent-own-node", "cozygpu-device-protection", "cozygpu-class-protection",
                      "cozygpu-class-deleting"}

@@ -112,9 +112,9 @@ def test_the_walk_finds_a_missing_and_a_cut_description() -> None:
 
 
 async def test_kubectl_explain_prints_the_whole_descriptions(plane: ControlPlane, admin: Client) -> None:
-    kubectl = binaries.cache_dir() / "bin" / f"kubernetes-{binaries.KUBERNETES['1.36']}" / "kubectl"
+    kubectl = binaries.cache_dir() / "bin" / f"kubernetes-{binaries.KUBERNETES[binaries.DEFAULT_MINOR]}" / "kubectl"
     if not kubectl.exists():
-        pytest.fail("kubectl is built with the 1.36 binaries; run `python -m cozygpu.devcluster.binaries`")
+        pytest.fail("kubectl is built with the current minor's binaries; run `python -m cozygpu.devcluster.binaries`")
     await published(admin, keys.GPUNODE_KIND)
     shown = {}
     for field in ("gpunode.status.devices.driver", "gpudevice.status.bindAnswer.reason", "gpuclass.status.held"):

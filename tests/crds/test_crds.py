@@ -274,9 +274,9 @@ def condition(kind: str, status: str, reason: str, message: str) -> dict[str, st
 
 
 async def test_kubectl_get_shows_the_printer_columns(plane: ControlPlane, admin: Client, namespace: str) -> None:
-    kubectl = binaries.cache_dir() / "bin" / f"kubernetes-{binaries.KUBERNETES['1.36']}" / "kubectl"
+    kubectl = binaries.cache_dir() / "bin" / f"kubernetes-{binaries.KUBERNETES[binaries.DEFAULT_MINOR]}" / "kubectl"
     if not kubectl.exists():
-        pytest.fail("kubectl is built with the 1.36 binaries; run `python -m cozygpu.devcluster.binaries`")
+        pytest.fail("kubectl is built with the current minor's binaries; run `python -m cozygpu.devcluster.binaries`")
     await admin.create(devices(namespace), device("shown", class_name="h100", count=3))
     proc = await asyncio.to_thread(
         subprocess.run,

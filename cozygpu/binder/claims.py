@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from datetime import datetime
-from typing import Any
+from typing import Any, Final
 
 import attrs
 
@@ -86,10 +86,17 @@ def _holds(snapshot: Snapshot, key: DeviceKey) -> bool:
     return device is not None and device.holds_units and snapshot.sells_dra(device.class_name)
 
 
+#: A deallocation's status patch. ``devices`` (what the driver reported of each allocated device; GA and locked on
+#: since 1.37, on by default since 1.33) goes with the allocation: the API server refuses a device status that names
+#: no allocated device ("must be an allocated device in the claim"), so a claim the driver reported on would never
+#: deallocate otherwise. kube-scheduler clears it the same way when it deallocates.
+DEALLOCATED: Final[Mapping[str, None]] = {"allocation": None, "reservedFor": None, "devices": None}
+
+
 def _status_write(namespace: str, name: str, status: Mapping[str, Any] | None, version: str, what: str,
                   tag: Any) -> Write:
     return Write(kind=specs.RESOURCE_CLAIMS, path=claim_path(namespace, name, status=True), verb=Verb.PATCH,
-                 body={"status": status if status is not None else {"allocation": None, "reservedFor": None}},
+                 body={"status": status if status is not None else DEALLOCATED},
                  resource_version=version, what=what, tag=tag)
 
 

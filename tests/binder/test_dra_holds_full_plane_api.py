@@ -15,7 +15,8 @@ GPUDevice. Then:
 - the order released (deleted), its claim goes, and a foreign pod runs on
   the GPU it freed;
 - a set moved off a cordoned node (``onCordon: Move``), or off a GPU its
-  driver tainted, is allocated again on its new node.
+  driver tainted, is allocated again on its new node (the driver's
+  ``status.devices`` report of the old devices cleared with the allocation).
 """
 
 from __future__ import annotations
@@ -207,8 +208,17 @@ async def test_a_set_moved_off_a_cordoned_node_is_allocated_again_on_its_new_nod
     async with driven_binder(full_admin, timedelta(seconds=30)):
         await world.order("pair", count=2)
         placed = await world.bound_node("pair")
-        await world.held("pair", placed, count=2)
+        claim = await world.held("pair", placed, count=2)
         other = second if placed == first else first
+        # The driver reports on the devices it prepared (``status.devices``, GA in 1.37): the API server refuses a
+        # deallocation that leaves those entries behind, so the move must clear them with the allocation.
+        reported = [{"driver": driver, "pool": pool, "device": device, "data": {"pciBusID": f"0000:{i:02x}:00.0"},
+                     "conditions": [{"type": "Ready", "status": "True", "reason": "Prepared", "message": "",
+                                     "lastTransitionTime": "2026-01-01T00:00:00Z"}]}
+                    for i, (driver, pool, device) in enumerate(results(claim))]
+        status_path = f"{claims_path(world.namespace, 'pair')}/status"
+        await full_admin.merge_patch(status_path, {"status": {"devices": reported}},
+                                     resource_version=claim["metadata"]["resourceVersion"])
         await full_admin.merge_patch(resource_path("", "v1", "nodes", name=placed), {"spec": {"unschedulable": True}})
 
         async def moved() -> str | None:
@@ -219,6 +229,7 @@ async def test_a_set_moved_off_a_cordoned_node_is_allocated_again_on_its_new_nod
         claim = await world.held("pair", other, count=2)
         assert sorted(device for _driver, _pool, device in results(claim)) == [
             dra_driver.device_name(0), dra_driver.device_name(1)]
+        assert not claim["status"].get("devices"), "the old node's device status went with its allocation"
 
 
 async def test_a_set_whose_gpu_the_driver_tainted_moves_and_is_allocated_again(full_admin: Client,

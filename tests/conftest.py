@@ -35,6 +35,7 @@ from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequen
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import hypothesis
 import pytest
 
 from cozygpu.devcluster import apply, binaries, nodes
@@ -43,6 +44,12 @@ from cozygpu.kube import Client, resource_path
 from tests.support.planes import Fleet, unavailable
 
 MINORS = binaries.MINORS
+
+# Hypothesis's per-example deadline is a timed assertion: on two shared cores (a build, another test's plane)
+# an example can take a second without anything being wrong, and the run then fails as "flaky". Speed is the
+# benches' to show, never a test's.
+hypothesis.settings.register_profile("cozygpu", deadline=None)
+hypothesis.settings.load_profile("cozygpu")
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

@@ -156,7 +156,8 @@ async def test_a_write_preconditioned_on_a_stale_resource_version_conflicts(admi
 def test_a_cluster_restarted_in_its_directory_keeps_its_objects(plane: ControlPlane, tmp_path: Path) -> None:
     directory = tmp_path / "again"
     assert cozygpu("cluster", "start", "--dir", str(directory), "--api-only").returncode == 0
-    kubectl = [str(binaries.cache_dir() / "bin" / f"kubernetes-{binaries.KUBERNETES[binaries.DEFAULT_MINOR]}" / "kubectl"),
+    current = binaries.KUBERNETES[binaries.DEFAULT_MINOR]
+    kubectl = [str(binaries.cache_dir() / "bin" / f"kubernetes-{current}" / "kubectl"),
                "--kubeconfig", str(directory / "kubeconfig")]
     try:
         made = subprocess.run([*kubectl, "create", "namespace", "kept"], capture_output=True, text=True, check=False)

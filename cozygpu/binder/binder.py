@@ -188,7 +188,8 @@ class Binder:
         if not self._config.gpu_enabled:
             return reconciler
         return (*reconciler, specs.GPU_NODES, specs.NODES, specs.PODS, specs.NAMESPACES, specs.TENANT_QUOTAS,
-                specs.KUBEVIRTS, specs.RESOURCE_SLICES, specs.DEVICE_CLASSES, specs.RESOURCE_CLAIMS)
+                specs.KUBEVIRTS, specs.RESOURCE_SLICES, specs.DEVICE_CLASSES, specs.RESOURCE_CLAIMS,
+                specs.DEVICE_TAINT_RULES)
 
     #: Chatty kinds whose changes start a pass only when a decision reads what moved (heartbeats, quota
     #: usage, pods that use no GPU and the binder's own GPUNode reports start none).

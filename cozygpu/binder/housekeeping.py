@@ -296,7 +296,7 @@ class ClaimsWork:
     serves no ResourceClaims."""
 
     KINDS = (specs.GPU_CLASSES, specs.GPU_DEVICES, specs.VMIS, specs.RESOURCE_CLAIMS, specs.RESOURCE_SLICES,
-             specs.DEVICE_CLASSES)
+             specs.DEVICE_CLASSES, specs.DEVICE_TAINT_RULES)
 
     def __init__(self, context: Context) -> None:
         self._context = context

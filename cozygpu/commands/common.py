@@ -104,7 +104,7 @@ def published_names(settings: Obj | None) -> list[str]:
 async def read_cluster(client: Client, *, hoster_names: Sequence[str] | None = None) -> Cluster:
     kinds = (specs.GPU_CLASSES, specs.GPU_DEVICES, specs.GPU_NODES, specs.NODES, specs.PODS, specs.VMIS,
              specs.TENANT_QUOTAS, specs.NAMESPACES, specs.KUBEVIRTS, specs.RESOURCE_SLICES, specs.DEVICE_CLASSES,
-             specs.RESOURCE_CLAIMS)
+             specs.RESOURCE_CLAIMS, specs.DEVICE_TAINT_RULES)
     try:
         async with asyncio.TaskGroup() as group:
             listing = [group.create_task(_list(client, spec)) for spec in kinds]
@@ -113,7 +113,7 @@ async def read_cluster(client: Client, *, hoster_names: Sequence[str] | None = N
     except ExceptionGroup as failed:
         raise first_error(failed) from None
     (classes, devices, gpunodes, nodes, pods, vmis, quotas, namespaces, kubevirts, slices, device_classes,
-     claims) = (t.result() for t in listing)
+     claims, taint_rules) = (t.result() for t in listing)
     settings = settings_task.result()
     names = list(hoster_names) if hoster_names is not None else published_names(settings)
     now = datetime.now(UTC)
@@ -121,7 +121,7 @@ async def read_cluster(client: Client, *, hoster_names: Sequence[str] | None = N
         now=now, classes=classes or (), devices=devices or (), gpunodes=gpunodes or (), nodes=nodes or (),
         pods=pods or (), vmis=vmis or (), quotas=quotas or (), namespaces=namespaces or (),
         kubevirts=kubevirts or (), slices=slices or (), device_classes=device_classes or (), claims=claims or (),
-        hoster_names=names,
+        taint_rules=taint_rules or (), hoster_names=names,
     )
     return Cluster(
         snapshot=snapshot,

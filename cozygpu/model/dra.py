@@ -31,10 +31,13 @@ constraint where the offer asks for one (every chosen device has the
 attribute, with one value), best fit first so the large groups stay whole for
 large sets.
 
-- **Taints.** A device its driver tainted ``NoSchedule`` or ``NoExecute``
-  (``DeviceTaints``, beta in 1.36) is no unit, and is named in ``problems``:
-  a hold on it has lost capacity and moves (R-BIND-5). Tolerations in the
-  offer are not read: a tainted device is never sold.
+- **Taints.** A device tainted ``NoSchedule`` or ``NoExecute`` is no unit,
+  and is named in ``problems``: a hold on it has lost capacity and moves
+  (R-BIND-5). The taint is its driver's (``spec.devices[].taints``) or an
+  administrator's DeviceTaintRule (``resource.k8s.io/v1`` since 1.37, both GA
+  there) whose selector names its driver, pool and device
+  (``with_rule_taints``). Tolerations in the offer are not read: a tainted
+  device is never sold.
 
 Not here: ``adminAccess``; partitionable devices and their shared counters.
 """
@@ -77,6 +80,41 @@ class SliceView:
     #: ``spec.nodeName``; empty for slices of a node selector or of all nodes.
     node: str
     devices: tuple[SliceDevice, ...] = ()
+
+
+@attrs.frozen(kw_only=True)
+class TaintRule:
+    """A DeviceTaintRule that keeps allocations off the devices it selects (effect ``NoSchedule`` or
+    ``NoExecute``; a rule of effect ``None`` only informs and is not one). Its selector's fields are ANDed; an
+    unset field matches every device (the empty selector: all devices)."""
+
+    name: str
+    #: ``key=value:effect``, as a device's own taint reads.
+    taint: str
+    driver: str | None = None
+    pool: str | None = None
+    device: str | None = None
+
+    def selects(self, driver: str, pool: str, device: str) -> bool:
+        return ((self.driver is None or self.driver == driver) and (self.pool is None or self.pool == pool)
+                and (self.device is None or self.device == device))
+
+
+def with_rule_taints(slices: Sequence[SliceView], rules: Iterable[TaintRule]) -> Sequence[SliceView]:
+    """``slices`` with each device some rule selects tainted by the first such rule (by name), unless its driver
+    tainted it already; the same sequence when no rule selects anything."""
+    ordered = sorted(rules, key=lambda r: r.name)
+    if not ordered:
+        return slices
+    out: list[SliceView] = []
+    for found in slices:
+        devices = tuple(
+            device if device.taint else attrs.evolve(device, taint=next(
+                (f"{rule.taint} (DeviceTaintRule {rule.name})" for rule in ordered
+                 if rule.selects(found.driver, found.pool, device.name)), ""))
+            for device in found.devices)
+        out.append(found if devices == found.devices else attrs.evolve(found, devices=devices))
+    return out
 
 
 @attrs.frozen(order=True)
@@ -150,7 +188,7 @@ def offer_units(slices: Iterable[SliceView], device_class: Sequence[str] | None,
                 failed[f"device {device.name!r} of pool {found.pool!r} is unreadable: {device.problem}"] = 1
                 continue
             if device.taint:
-                # DeviceTaints (beta in 1.36): a device its driver tainted is no unit; a hold on it has lost
+                # A tainted device (its driver's taint or a DeviceTaintRule's) is no unit; a hold on it has lost
                 # capacity and moves (R-BIND-5), as off a node gone NotReady.
                 failed[f"device {device.name!r} of pool {found.pool!r} is tainted {device.taint}"] = 1
                 continue

@@ -26,7 +26,7 @@ from cozygpu import keys
 from cozygpu.api.times import parse_time
 from cozygpu.model.capacity import served_units
 from cozygpu.model.cel import CelError, DeviceAttrs
-from cozygpu.model.dra import ClaimView, DeviceRef, SliceDevice, SliceView
+from cozygpu.model.dra import ClaimView, DeviceRef, SliceDevice, SliceView, TaintRule
 from cozygpu.model.pods import InitContainer, PodResources, container_requests, pod_requests, whole_requests
 from cozygpu.model.snapshot import (
     Attachment,
@@ -492,6 +492,23 @@ def resource_slice_view(obj: Obj) -> SliceView:
                      generation=_int(pool.get("generation")) or 0,
                      slice_count=_int(pool.get("resourceSliceCount")) or 1,
                      node=as_str(spec.get("nodeName")), devices=tuple(devices))
+
+
+def device_taint_rule_view(obj: Obj) -> TaintRule | None:
+    """A DeviceTaintRule (``resource.k8s.io/v1``, 1.37): None when it keeps nothing off its devices (effect
+    ``None``, or no selector: a rule without one selects no device)."""
+    meta, spec = as_map(obj.get("metadata")), as_map(obj.get("spec"))
+    taint, selector = as_map(spec.get("taint")), spec.get("deviceSelector")
+    if taint.get("effect") not in ("NoSchedule", "NoExecute") or not _is_map(selector):
+        return None
+
+    def field(name: str) -> str | None:
+        value = selector.get(name)
+        return value if isinstance(value, str) else None
+
+    return TaintRule(name=as_str(meta.get("name")),
+                     taint=f"{as_str(taint.get('key'))}={as_str(taint.get('value'))}:{taint.get('effect')}",
+                     driver=field("driver"), pool=field("pool"), device=field("device"))
 
 
 def device_class_selectors(obj: Obj) -> tuple[str, ...]:

@@ -37,7 +37,7 @@ from cozygpu.cache.collector import collector_paused
 from cozygpu.cache.store import Event
 from cozygpu.model.assemble import STEP, Assembly, assemble, drain
 from cozygpu.model.capacity import DEFAULT_LAUNCHER_GRACE, DEFAULT_REPORT_STALE_AFTER
-from cozygpu.model.dra import ClaimView, DraTracker, dra_served
+from cozygpu.model.dra import ClaimView, DraTracker, dra_served, with_rule_taints
 from cozygpu.model.snapshot import (
     DeviceView,
     NodeInventory,
@@ -54,6 +54,7 @@ from cozygpu.views.decode import (
     as_str,
     asks_extended,
     device_class_selectors,
+    device_taint_rule_view,
     device_view,
     gpu_class_view,
     namespace_view,
@@ -157,6 +158,7 @@ def build_snapshot(
     slices: Iterable[Obj] = (),
     device_classes: Iterable[Obj] = (),
     claims: Iterable[Obj] = (),
+    taint_rules: Iterable[Obj] = (),
     hoster_names: Iterable[str] = (),
     report_stale_after: timedelta = DEFAULT_REPORT_STALE_AFTER,
     launcher_grace: timedelta = DEFAULT_LAUNCHER_GRACE,
@@ -177,7 +179,9 @@ def build_snapshot(
         inventory_views = _convert(keys.GPUNODE_KIND, gpunodes, node_inventory, on_invalid, memo)
         pod_views = _convert("Pod", (p for p in pods if wanted(p)), pod_view, on_invalid, memo)
         namespace_views = _convert("Namespace", namespaces, namespace_view, on_invalid, memo)
-        slice_views = _convert("ResourceSlice", slices, resource_slice_view, on_invalid, memo)
+        rules = _convert("DeviceTaintRule", taint_rules, device_taint_rule_view, on_invalid, memo)
+        slice_views = with_rule_taints(_convert("ResourceSlice", slices, resource_slice_view, on_invalid, memo),
+                                       (rule for rule in rules if rule is not None))
         selectors = _convert("DeviceClass", device_classes, _device_class, on_invalid, memo)
         claim_views = _convert("ResourceClaim", claims, resource_claim_view, on_invalid, memo)
         if memo is not None:
@@ -571,7 +575,8 @@ def _derived(assembly: Assembly, now: datetime, objects: Mapping[str, list[Obj]]
                 wanted = _pods_wanted(views["VirtualMachineInstance"])
                 listed = (p for p in listed if wanted(p))
             views[kind] = yield from _converting(kind, listed, convert, on_invalid, memo)
-        dra = DraTracker(views[keys.GPUCLASS_KIND], views["ResourceSlice"], dict(views["DeviceClass"]),
+        slices = with_rule_taints(views["ResourceSlice"], (rule for rule in views["DeviceTaintRule"] if rule))
+        dra = DraTracker(views[keys.GPUCLASS_KIND], slices, dict(views["DeviceClass"]),
                          views["ResourceClaim"])
         yield
         snapshot = yield from assembly.rebuilding(
@@ -691,6 +696,7 @@ _SAME_VIEW: dict[str, Callable[[Obj], object]] = {
     "Pod": pod_view,
     "ResourceSlice": resource_slice_view,
     "DeviceClass": _device_class,
+    "DeviceTaintRule": device_taint_rule_view,
     "ResourceQuota": lambda obj: (as_map(obj.get("metadata")).get("name"), as_map(obj.get("spec")).get("hard")),
 }
 
@@ -700,4 +706,5 @@ _VIEWS: dict[str, Callable[[Obj], Any]] = {
     "VirtualMachineInstance": vmi_view, keys.GPUCLASS_KIND: gpu_class_view, keys.GPUDEVICE_KIND: device_view,
     "Node": node_view, keys.GPUNODE_KIND: node_inventory, "Pod": pod_view, "Namespace": namespace_view,
     "ResourceSlice": resource_slice_view, "DeviceClass": _device_class, "ResourceClaim": resource_claim_view,
+    "DeviceTaintRule": device_taint_rule_view,
 }

@@ -80,8 +80,11 @@ KUBEVIRTS: Final = KindSpec("kubevirt.io", "v1", "kubevirts", "KubeVirt", True)
 RESOURCE_SLICES: Final = KindSpec("resource.k8s.io", "v1", "resourceslices", "ResourceSlice", False)
 DEVICE_CLASSES: Final = KindSpec("resource.k8s.io", "v1", "deviceclasses", "DeviceClass", False)
 RESOURCE_CLAIMS: Final = KindSpec("resource.k8s.io", "v1", "resourceclaims", "ResourceClaim", True)
+#: An administrator's taints on devices (``resource.k8s.io/v1`` since 1.37; 1.36 served it only as beta, off).
+DEVICE_TAINT_RULES: Final = KindSpec("resource.k8s.io", "v1", "devicetaintrules", "DeviceTaintRule", False)
 #: The kinds a cluster without DRA (or KubeVirt) does not serve: a snapshot is built without them.
-OPTIONAL_SNAPSHOT_SPECS: Final = (VMIS, KUBEVIRTS, RESOURCE_SLICES, DEVICE_CLASSES, RESOURCE_CLAIMS)
+OPTIONAL_SNAPSHOT_SPECS: Final = (VMIS, KUBEVIRTS, RESOURCE_SLICES, DEVICE_CLASSES, RESOURCE_CLAIMS,
+                                  DEVICE_TAINT_RULES)
 
 
 def settings_configmap(namespace: str) -> KindSpec:
@@ -98,4 +101,5 @@ SNAPSHOT_SPECS: Final[dict[str, KindSpec]] = {
     "Node": NODES, "Pod": PODS, "VirtualMachineInstance": VMIS,
     "ResourceQuota": TENANT_QUOTAS, "Namespace": NAMESPACES, "KubeVirt": KUBEVIRTS,
     "ResourceSlice": RESOURCE_SLICES, "DeviceClass": DEVICE_CLASSES, "ResourceClaim": RESOURCE_CLAIMS,
+    "DeviceTaintRule": DEVICE_TAINT_RULES,
 }

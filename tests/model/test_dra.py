@@ -30,10 +30,11 @@ from cozygpu.model.dra import (
     dra_served,
     offer_units,
     taken_devices,
+    with_rule_taints,
 )
 from cozygpu.model.refusals import Reason
 from cozygpu.model.snapshot import DeviceView, DraSource, GPUClassView, Phase, Snapshot
-from cozygpu.views.decode import gpu_class_view, resource_claim_view, resource_slice_view
+from cozygpu.views.decode import device_taint_rule_view, gpu_class_view, resource_claim_view, resource_slice_view
 from tests.model.factories import NOW, device, gpu_class, inventory, node
 
 VFIO_CLASS = tuple(s["cel"]["expression"] for s in dra_driver.device_class()["spec"]["selectors"])
@@ -80,6 +81,48 @@ def test_a_device_its_driver_tainted_is_no_unit_and_says_so(effect: str, unit: b
     assert units.by_node == {"n1": refs("n1", 0, 1) if unit else refs("n1", 1)}
     assert units.problems == (() if unit else (
         f"device 'gpu-vfio-0' of pool 'n1' is tainted gpu.nvidia.com/xid=79:{effect}",))
+
+
+def taint_rule(name: str, effect: str = "NoSchedule", **selector: str) -> dict[str, Any]:
+    """A DeviceTaintRule (``resource.k8s.io/v1``, 1.37) selecting by driver, pool and device."""
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceTaintRule", "metadata": {"name": name},
+            "spec": {"deviceSelector": selector, "taint": {"key": "example.com/maintenance", "value": name,
+                                                             "effect": effect}}}
+
+
+def test_a_device_a_taint_rule_selects_is_no_unit_and_the_rule_is_named() -> None:
+    rule = device_taint_rule_view(taint_rule("fix-n1", driver=dra_driver.DRIVER, pool="n1",
+                                             device=dra_driver.device_name(0)))
+    assert rule is not None
+    slices = with_rule_taints([node_slice("n1", 2), node_slice("n2", 2)], [rule])
+    units = offer_units(slices, VFIO_CLASS, ())
+    assert units.by_node == {"n1": refs("n1", 1), "n2": refs("n2", 0, 1)}
+    assert units.problems == ("device 'gpu-vfio-0' of pool 'n1' is tainted "
+                              "example.com/maintenance=fix-n1:NoSchedule (DeviceTaintRule fix-n1)",)
+
+
+def test_a_taint_rules_selector_fields_are_anded_and_the_empty_selector_takes_every_device() -> None:
+    slices = [node_slice("n1", 2), node_slice("n2", 2)]
+
+    def units_after(body: dict[str, Any]) -> dict[str, tuple[DeviceRef, ...]]:
+        rule = device_taint_rule_view(body)
+        return dict(offer_units(with_rule_taints(slices, [rule] if rule else []), VFIO_CLASS, ()).by_node)
+
+    assert units_after(taint_rule("pool", pool="n2")) == {"n1": refs("n1", 0, 1)}
+    assert units_after(taint_rule("both", pool="n2", device=dra_driver.device_name(1))) == {
+        "n1": refs("n1", 0, 1), "n2": refs("n2", 0)}
+    assert units_after(taint_rule("other-driver", driver="gpu.example.com", pool="n2")) == {
+        "n1": refs("n1", 0, 1), "n2": refs("n2", 0, 1)}
+    assert units_after(taint_rule("all")) == {}
+
+
+def test_a_taint_rule_of_effect_none_or_without_a_selector_keeps_nothing_off() -> None:
+    assert device_taint_rule_view(taint_rule("inform", effect="None", pool="n1")) is None
+    no_selector = taint_rule("none")
+    del no_selector["spec"]["deviceSelector"]
+    assert device_taint_rule_view(no_selector) is None
+    untouched = [node_slice("n1", 2)]
+    assert with_rule_taints(untouched, []) is untouched
 
 
 def test_only_the_newest_complete_generation_of_a_pool_counts() -> None:

@@ -163,27 +163,32 @@ class Watchdog:
     """Ends the process once a deadline passes, whatever the event loop is doing.
 
     ``arm(seconds, reason)`` sets the deadline (replacing any earlier one) on
-    the host's monotonic clock; ``disarm()`` clears it; ``expire(reason)`` ends
-    the process now; ``close()`` stops the thread (started by the first
+    ``monotonic`` (the host's clock; a test passes its own and calls
+    ``nudge()`` after moving it); ``disarm()`` clears it; ``expire(reason)``
+    ends the process now; ``close()`` stops the thread (started by the first
     ``arm``). When the deadline passes, the thread logs ``reason`` at critical
     level, lets the log writer drain for up to ``LOG_DRAIN`` seconds, and calls
     ``exit(HARD_EXIT_CODE)`` (``os._exit``: no cleanup runs, nothing can wedge
     it). Every method is safe from the loop and from other threads.
     """
 
-    def __init__(self, *, exit: Callable[[int], object] = os._exit) -> None:
+    def __init__(self, *, exit: Callable[[int], object] = os._exit,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
         self._exit = exit
+        self._monotonic = monotonic
         self._changed = threading.Condition()
         self._deadline: float | None = None
         self._reason = ""
         self._closed = False
         self._thread: threading.Thread | None = None
+        #: ``nudge`` calls asked, and the last one the thread has read the clock after.
+        self._nudged = self._seen = 0
         #: Why the watchdog fired, once it has (tests inject an ``exit`` that returns).
         self.fired: str | None = None
 
     def arm(self, seconds: float, reason: str) -> None:
         with self._changed:
-            self._deadline = time.monotonic() + max(0.0, seconds)
+            self._deadline = self._monotonic() + max(0.0, seconds)
             self._reason = reason
             if self._thread is None and not self._closed:
                 self._thread = threading.Thread(target=self._watch, name="cozygpu watchdog", daemon=True)
@@ -198,6 +203,17 @@ class Watchdog:
     def expire(self, reason: str) -> None:
         self.arm(0.0, reason)
 
+    def nudge(self) -> None:
+        """Have the thread read the clock again, and return once it has (fired or not): for a clock that
+        moves by other means than time passing. Returns at once when no thread runs."""
+        with self._changed:
+            self._nudged += 1
+            wanted = self._nudged
+            self._changed.notify_all()
+            while self._thread is not None and self._thread.is_alive() and self.fired is None \
+                    and self._seen < wanted:
+                self._changed.wait(0.1)
+
     def close(self) -> None:
         with self._changed:
             self._closed = True
@@ -209,15 +225,13 @@ class Watchdog:
     def _watch(self) -> None:
         with self._changed:
             while not self._closed:
-                if self._deadline is None:
-                    self._changed.wait()
-                    continue
-                left = self._deadline - time.monotonic()
-                if left > 0:
-                    self._changed.wait(left)
-                    continue
-                self.fired = reason = self._reason
-                break
+                nudged = self._nudged
+                if self._deadline is not None and self._deadline - self._monotonic() <= 0:
+                    self.fired = reason = self._reason
+                    break
+                self._seen = nudged
+                self._changed.notify_all()
+                self._changed.wait(None if self._deadline is None else self._deadline - self._monotonic())
             else:
                 return
         _log.critical("ending the process hard", reason=reason, exit_code=HARD_EXIT_CODE)

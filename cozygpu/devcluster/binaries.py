@@ -15,6 +15,10 @@ project builds pinned releases with the machine's Go toolchain:
   simulated GPU nodes Ready and runs the pods bound to them.
 - kube-scheduler and kube-controller-manager from the same wrapper module as
   kube-apiserver, for the full local plane.
+- prometheus and promtool with one ``go install`` of the Prometheus module
+  (its go.mod has no replace lines), with only the file and HTTP service
+  discoveries (``remove_all_sd``) and no web UI assets: the local plane needs
+  the HTTP API, the chart's rule tests need promtool.
 
 Binaries land in ``$COZYGPU_CACHE`` (default ``~/.cache/cozygpu``) under
 ``bin/<name>-<version>/``; a binary that exists there is reused, so only the
@@ -46,6 +50,9 @@ MINORS: tuple[str, ...] = tuple(sorted(KUBERNETES, key=lambda m: tuple(map(int, 
 ETCD_VERSION = "v3.6.16"
 HELM_VERSION = "v4.3.2"
 KWOK_VERSION = "v0.8.0"
+#: Prometheus 3.16.0: the Go module numbers Prometheus 3.x releases v0.3xx.y.
+PROMETHEUS_VERSION = "v0.316.0"
+PROMETHEUS_RELEASE = "3.16.0"
 #: What the fast plane runs; the full plane adds FULL_PLANE.
 API_SERVER = "kube-apiserver"
 FULL_PLANE = ("kube-scheduler", "kube-controller-manager")
@@ -177,17 +184,20 @@ def _build_etcd(version: str, out: Path) -> None:
         _log(f"etcd {version}: built in {time.monotonic() - started:.0f} s")
 
 
-def _go_install(package: str, version: str, out: Path) -> None:
-    """``go install package@version`` for a module without replace lines."""
+def _go_install(packages: Sequence[str], version: str, out: Path, *, tags: Sequence[str] = (),
+                ldflags: str = "") -> None:
+    """``go install package@version ...`` (one module, one version) for a module without replace lines."""
     env = _go_env()
-    name = package.rsplit("/", 1)[-1]
-    with tempfile.TemporaryDirectory(prefix=f"{name}-{version}-", dir=_work_root()) as tmp:
+    names = [package.rsplit("/", 1)[-1] for package in packages]
+    with tempfile.TemporaryDirectory(prefix=f"{names[0]}-{version}-", dir=_work_root()) as tmp:
         env["GOBIN"] = tmp
-        _log(f"{name} {version}: compiling")
+        _log(f"{' and '.join(names)} {version}: compiling")
         started = time.monotonic()
-        _go(["install", "-trimpath", "-ldflags=-s -w", f"{package}@{version}"], cwd=Path(tmp), env=env)
-        _install(Path(tmp) / name, out / name)
-        _log(f"{name} {version}: built in {time.monotonic() - started:.0f} s")
+        flags = ["-trimpath", f"-ldflags=-s -w {ldflags}".rstrip(), *(["-tags", ",".join(tags)] if tags else [])]
+        _go(["install", *flags, *(f"{package}@{version}" for package in packages)], cwd=Path(tmp), env=env)
+        for name in names:
+            _install(Path(tmp) / name, out / name)
+        _log(f"{' and '.join(names)} {version}: built in {time.monotonic() - started:.0f} s")
 
 
 def _work_root() -> Path:
@@ -238,7 +248,7 @@ def ensure(minor: str = DEFAULT_MINOR, *, with_kubectl: bool = False, full: bool
     if not _installed(_etcd_path()):
         _build_etcd(ETCD_VERSION, _etcd_path().parent)
     if full and not _installed(_kwok_path()):
-        _go_install("sigs.k8s.io/kwok/cmd/kwok", KWOK_VERSION, _kwok_path().parent)
+        _go_install(["sigs.k8s.io/kwok/cmd/kwok"], KWOK_VERSION, _kwok_path().parent)
     found = find(minor)
     if found is None or (full and not found.full):
         raise BuildError(f"the binaries for Kubernetes {minor} were built but are not in {cache_dir()}")
@@ -270,8 +280,37 @@ def find(minor: str = DEFAULT_MINOR) -> Binaries | None:
 def ensure_helm() -> Path:
     target = cache_dir() / "bin" / f"helm-{HELM_VERSION}" / "helm"
     if not _installed(target):
-        _go_install("helm.sh/helm/v4/cmd/helm", HELM_VERSION, target.parent)
+        _go_install(["helm.sh/helm/v4/cmd/helm"], HELM_VERSION, target.parent)
     return target
+
+
+@attrs.frozen
+class PrometheusBinaries:
+    prometheus: Path
+    promtool: Path
+
+
+def _prometheus_dir() -> Path:
+    return cache_dir() / "bin" / f"prometheus-{PROMETHEUS_VERSION}"
+
+
+def find_prometheus() -> PrometheusBinaries | None:
+    """The cached prometheus and promtool, or None when either is missing (builds nothing)."""
+    found = PrometheusBinaries(_prometheus_dir() / "prometheus", _prometheus_dir() / "promtool")
+    return found if _installed(found.prometheus) and _installed(found.promtool) else None
+
+
+def ensure_prometheus() -> PrometheusBinaries:
+    """prometheus and promtool, built together when either is missing."""
+    if (found := find_prometheus()) is not None:
+        return found
+    stamp = " ".join(f"-X github.com/prometheus/common/version.{key}={value}" for key, value in {
+        "Version": PROMETHEUS_RELEASE, "Revision": f"module-{PROMETHEUS_VERSION}", "Branch": "release"}.items())
+    _go_install([f"github.com/prometheus/prometheus/cmd/{name}" for name in ("prometheus", "promtool")],
+                PROMETHEUS_VERSION, _prometheus_dir(), tags=("remove_all_sd",), ldflags=stamp)
+    if (found := find_prometheus()) is None:
+        raise BuildError(f"prometheus and promtool were built but are not in {_prometheus_dir()}")
+    return found
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -284,6 +323,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             _log(f"{minor}: {b.kube_apiserver} ({b.kube_apiserver.stat().st_size / 1e6:.0f} MB)")
         helm = ensure_helm()
         _log(f"helm: {helm}")
+        prometheus = ensure_prometheus()
+        _log(f"prometheus and promtool: {prometheus.prometheus.parent}")
     except BuildError as err:
         _log(str(err))
         return 1

@@ -34,6 +34,8 @@ CLASS_FINALIZER: Final = f"{GROUP}/class-protection"
 USAGE_MONITOR_LABEL: Final = f"{GROUP}/usage-monitor"
 #: Label on a tenant Namespace: the tenant and its subtree may order VGPU classes.
 VGPU_ENTITLED_LABEL: Final = f"{GROUP}/vgpu-entitled"
+#: On a tenant namespace, ``Never``: the binder never moves its stopped holds to make room for others' orders.
+COMPACTION_LABEL: Final = f"{GROUP}/compaction"
 VGPU_ENTITLED_VALUE: Final = "true"
 
 #: Quota key prefix of GPU budgets: ``gpu.cozystack.io/<class>`` and ``gpu.cozystack.io/total``.

@@ -35,6 +35,8 @@ class Reason(enum.StrEnum):
     RAW_KEY_BLOCKED = "RawKeyBlocked"
     NO_FREE_UNITS = "NoFreeUnits"
     NO_NODE_WITH_ROOM = "NoNodeWithRoom"
+    #: Why a stopped hold moved: to make room for an order no node had room for (R-BIND-13).
+    COMPACTION = "Compaction"
     UNKNOWN_DEVICE = "UnknownDevice"
     # Why a node cannot take (or keep) a set (R-MOD-8, R-BIND-5).
     NODE_GONE = "NodeGone"
@@ -218,6 +220,34 @@ def no_node_with_room(class_name: str, *, best_free: int, best_node: str | None,
         message=(
             f"class {class_name}: at most {_units(best_free)}{sharing} free on one node{where}, "
             f"order of {requested} exceeds it by {requested - best_free}"
+        ),
+        subject=f"class {class_name}",
+        limit=best_free,
+        requested=requested,
+    )
+
+
+def compaction(order: str, *, node: str, needs: int, moves: int) -> Refusal:
+    """Why a stopped hold moved off ``node``: room for ``order`` (R-BIND-13); a Moved Event's cause."""
+    return Refusal(
+        reason=Reason.COMPACTION,
+        message=f"compaction: room made on node {node} for {order} ({_units(needs)} on one node; "
+                f"{moves} stopped hold{'s' if moves != 1 else ''} moved)",
+        subject=order,
+        requested=needs,
+    )
+
+
+def no_node_even_after_compaction(class_name: str, *, free_in_cluster: int, best_free: int, best_node: str | None,
+                                  requested: int) -> Refusal:
+    """No plan of moves of stopped holds makes room for an order on one node (R-BIND-13)."""
+    where = f" (node {best_node})" if best_node else ""
+    return Refusal(
+        reason=Reason.NO_NODE_WITH_ROOM,
+        message=(
+            f"class {class_name}: {_units(free_in_cluster)} free in the cluster, at most {best_free} on one "
+            f"node{where} even after moving every stopped hold that may move, order of {requested} exceeds it "
+            f"by {requested - best_free}"
         ),
         subject=f"class {class_name}",
         limit=best_free,

@@ -55,6 +55,13 @@ class OnCordon(enum.StrEnum):
     STAY = "Stay"
 
 
+class CompactionPolicy(enum.StrEnum):
+    """Whether the binder may move a class's stopped holds to make room for a large order (R-BIND-13)."""
+
+    ALLOWED = "Allowed"
+    NEVER = "Never"
+
+
 class PodPhase(enum.StrEnum):
     PENDING = "Pending"
     RUNNING = "Running"
@@ -133,6 +140,7 @@ class GPUClassView:
     max_count: int | None = None
     node_selector: LabelSelector | None = None
     on_cordon: OnCordon = OnCordon.MOVE
+    compaction: CompactionPolicy = CompactionPolicy.ALLOWED
     #: Tolerations of the class's launcher pods (``spec.tolerations``; empty when unset).
     tolerations: tuple[Toleration, ...] = ()
     deleting: bool = False

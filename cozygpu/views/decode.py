@@ -43,6 +43,7 @@ from cozygpu.model.snapshot import (
     NodeSelectorTerm,
     NodeView,
     OnCordon,
+    CompactionPolicy,
     PciHostDevice,
     PermittedHostDevices,
     Phase,
@@ -127,6 +128,10 @@ def gpu_class_view(obj: Obj) -> GPUClassView:
         on_cordon = OnCordon(spec.get("onCordon") or OnCordon.MOVE)
     except ValueError:
         on_cordon = OnCordon.MOVE
+    try:
+        compaction = CompactionPolicy(spec.get("compaction") or CompactionPolicy.ALLOWED)
+    except ValueError:
+        compaction = CompactionPolicy.NEVER  # a value the schema would refuse: never move what we cannot read
     return GPUClassView(
         name=name,
         mode=mode,
@@ -138,6 +143,7 @@ def gpu_class_view(obj: Obj) -> GPUClassView:
         max_count=_int(spec.get("maxCount")),
         node_selector=_selector(spec.get("nodeSelector")),
         on_cordon=on_cordon,
+        compaction=compaction,
         tolerations=_tolerations(spec.get("tolerations")),
         deleting=bool(meta.get("deletionTimestamp")),
         dra=_dra_source(as_map(spec.get("source")).get("dra")),

@@ -6,20 +6,24 @@ kube-scheduler's scoring, for a set: among the nodes that may take it
 moved), then the one left with the fewest units free; ties break by node
 name, so two planners on the same snapshot choose the same node. A set
 whose VM runs may go to its launcher's node only. ``destination`` is the one
-place a full pass and the answer path ask where a set goes.
+place a full pass and the answer path ask where a set goes. A set that holds
+nothing yet and finds no node with room may still go where moving stopped
+holds makes room (``compact``, R-BIND-13).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
+from cozygpu import keys
 from cozygpu.model import refusals
+from cozygpu.model.placement.compaction import Hold, plan_compaction
 from cozygpu.model.placement.decisions import GoLost, Move
 from cozygpu.model.placement.nodes import NodeFilter
 from cozygpu.model.placement.sets import Work, launcher_node, running
 from cozygpu.model.placement.state import CycleState
 from cozygpu.model.refusals import Refusal
-from cozygpu.model.snapshot import Phase
+from cozygpu.model.snapshot import CompactionPolicy, DeviceKey, Phase
 
 
 class Chooser:
@@ -116,4 +120,54 @@ class Chooser:
         if node is not None:
             return Move(node=node, cause=cause)
         assert no_room is not None
+        if leaving is None:
+            compacted = self.compact(work)
+            if compacted is not None:
+                return compacted
         return GoLost(cause=cause or no_room, no_room=no_room)
+
+    def compact(self, work: Work) -> Move | None:
+        """The set onto a node that moving stopped holds makes room on (R-BIND-13), or None: when the set
+        holds units already, needs more than one class, its class never compacts or sells DRA devices, or
+        no plan exists."""
+        classes = self.nodes.classes_of(work)
+        if classes is None or len(classes) != 1:
+            return None
+        [gpu_class] = classes
+        if gpu_class.compaction is CompactionPolicy.NEVER or gpu_class.dra is not None:
+            return None
+        need, held_on = self.demand(work)
+        if held_on or len(need) != 1:
+            return None
+        [(name, units)] = need.items()
+        candidates = self.nodes.eligible(work, classes, [name])
+        # A moved hold needs only its class's nodes (no VMI of its own constrains it).
+        destinations = self.nodes.eligible(Work(label=work.label, vmi=None, members=work.members[:1]), classes,
+                                           [name])
+        free = {node: self.units.free(node, name) for node in (*candidates, *destinations)}
+        ordering = {device.key for device in work.members}
+
+        def movable(node: str) -> list[Hold]:
+            return self._movable(node, gpu_class.name, ordering)
+
+        plan = plan_compaction(need=units, free=free, candidates=candidates, movable=movable,
+                               destinations=destinations)
+        return Move(node=plan.node, cause=None, compaction=plan) if plan is not None else None
+
+    def _movable(self, node: str, class_name: str, ordering: set[DeviceKey]) -> list[Hold]:
+        """The holds on ``node`` compaction may move: Bound devices of the class attached to no VMI, with no
+        start asking for them, in a namespace that did not opt out (R-BIND-13)."""
+        out: list[Hold] = []
+        s = self.s
+        for key in s.devices_by_node.get(node, ()):
+            device = s.devices.get(key)
+            if device is None or device.class_name != class_name or device.attachment is not None \
+                    or device.template or device.deleting or key in ordering or device.unanswered_request:
+                continue
+            if self.state.where(device) != (Phase.BOUND, node):
+                continue
+            namespace = s.namespaces.get(device.namespace)
+            if namespace is not None and namespace.labels.get(keys.COMPACTION_LABEL) == CompactionPolicy.NEVER:
+                continue
+            out.append((key, device.count))
+        return out

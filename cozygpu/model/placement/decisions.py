@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import attrs
 
+from cozygpu.model.placement.compaction import Compaction
 from cozygpu.model.refusals import Refusal
 
 
@@ -28,10 +29,12 @@ class StayPut:
 
 @attrs.frozen(kw_only=True)
 class Move:
-    """The set goes to ``node``; ``cause`` is why it leaves the node it holds (None for a gather or a rebind)."""
+    """The set goes to ``node``; ``cause`` is why it leaves the node it holds (None for a gather or a rebind).
+    ``compaction``: the stopped holds that move off ``node`` first to make room (R-BIND-13)."""
 
     node: str
     cause: Refusal | None
+    compaction: Compaction | None = None
 
 
 @attrs.frozen(kw_only=True)

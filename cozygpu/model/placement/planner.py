@@ -81,20 +81,20 @@ class Planner:
             problem = self._room_on(target, held)
             if problem is not None:
                 return SetPlacement(node=None, refusal=problem, stay=stay)
-            return self._commit(target, pending, held, cause=None, stay=stay)
+            return self._commit(target, pending, Move(node=held, cause=None), stay=stay)
         return self._settle(target, pending, decision)
 
     def _settle(self, work: Work, pending: Sequence[DeviceView], decision: Move | GoLost) -> SetPlacement:
         if isinstance(decision, GoLost):
             return SetPlacement(node=None, refusal=decision.no_room)
-        return self._commit(work, pending, decision.node, cause=decision.cause)
+        return self._commit(work, pending, decision)
 
-    def _commit(
-        self, work: Work, pending: Sequence[DeviceView], node: str, *, cause: Refusal | None, stay: Stay | None = None
-    ) -> SetPlacement:
+    def _commit(self, work: Work, pending: Sequence[DeviceView], decision: Move, stay: Stay | None = None
+                ) -> SetPlacement:
         self.state.accept(pending)
-        moves = self.state.apply(work, node, cause=cause)
-        return SetPlacement(node=node, refusal=None, moves=tuple(moves), stay=stay)
+        moves = self.state.carry_out(work, decision)
+        return SetPlacement(node=decision.node, refusal=None, moves=tuple(moves), stay=stay,
+                            compaction=decision.compaction)
 
     def _room_on(self, work: Work, node: str) -> Refusal | None:
         """Why the members joining a set that stays on ``node`` do not fit there (None when they do).

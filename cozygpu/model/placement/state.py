@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from cozygpu.model import refusals
 from cozygpu.model.budgets import BudgetLedger
 from cozygpu.model.placement.decisions import GoLost, Move, StayPut
 from cozygpu.model.placement.plan import Action, Bind, MarkLost, Stay
@@ -43,12 +44,27 @@ class CycleState:
 
     # -- writing the plan --------------------------------------------------------
 
-    def carry_out(self, work: Work, decision: Move | GoLost) -> None:
-        """Write a move or a loss into the plan (a member already Lost stays so)."""
+    def carry_out(self, work: Work, decision: Move | GoLost) -> list[Bind]:
+        """Write a move or a loss into the plan (a member already Lost stays so); the Binds of a move, the
+        stopped holds a compaction moves first among them."""
         if isinstance(decision, Move):
-            self.apply(work, decision.node, cause=decision.cause)
-        else:
-            self.send_to_lost(work, decision.cause)
+            return [*self.make_room(work, decision), *self.apply(work, decision.node, cause=decision.cause)]
+        self.send_to_lost(work, decision.cause)
+        return []
+
+    def make_room(self, work: Work, decision: Move) -> list[Bind]:
+        """The compaction's moves of a Move (R-BIND-13), each a Bind whose cause names the set it made room for."""
+        plan = decision.compaction
+        if plan is None:
+            return []
+        need = sum(device.count for device in work.members)
+        cause = refusals.compaction(work.label, node=plan.node, needs=need, moves=len(plan.moves))
+        moved: list[Bind] = []
+        for move in plan.moves:
+            device = self.s.devices[move.device]
+            moved += self.apply(Work(label=f"GPUDevice {device.namespace}/{device.name}", vmi=None, members=[device]),
+                                move.target, cause=cause)
+        return moved
 
     def apply(self, work: Work, node: str, *, cause: Refusal | None = None) -> list[Bind]:
         moves: list[Bind] = []

@@ -1,0 +1,90 @@
+"""Compaction in the placement run (R-BIND-13..15): an order no node has room for is placed where moving
+stopped holds makes room, each move a Bind whose cause names the order; never a VM's hold, never a class or a
+namespace that opted out."""
+
+from __future__ import annotations
+
+import attrs
+
+from cozygpu import keys
+from cozygpu.model.placement import Bind, KeepPending, PassPlan, place_set, plan_pass
+from cozygpu.model.refusals import Reason
+from cozygpu.model.snapshot import CompactionPolicy, DeviceView, NamespaceView, Phase, Snapshot
+from tests.model.factories import device, gpu_class, gpu_nodes, pod, snapshot, vmi
+
+NODES = ("n0", "n1", "n2", "n3")
+
+
+def fragmented(*, order: int = 4, class_policy: CompactionPolicy = CompactionPolicy.ALLOWED,
+               extra: tuple[DeviceView, ...] = (), **kw: object) -> Snapshot:
+    """Four 4-GPU nodes, each with three stopped single-GPU holds (one free GPU apiece), and an order of ``order``."""
+    nodes, inventories = gpu_nodes(*((n, 4) for n in NODES))
+    holds = [device(f"h-{n}-{j}", phase=Phase.BOUND, node=n, namespace="tenant-b") for n in NODES for j in range(3)]
+    cls = attrs.evolve(gpu_class(), compaction=class_policy)
+    return snapshot(classes=[cls], nodes=nodes, inventories=inventories,
+                    devices=[*holds, *extra, device("big", count=order)], **kw)  # type: ignore[arg-type]
+
+
+def binds(plan: PassPlan) -> list[Bind]:
+    return list(plan.of(Bind))
+
+
+def test_an_order_no_node_has_room_for_is_bound_after_moving_the_fewest_stopped_holds() -> None:
+    plan = plan_pass(fragmented())
+    made = binds(plan)
+    moved, placed = made[:-1], made[-1]
+    assert placed.device == ("tenant-a", "big")
+    assert placed.node == "n0"
+    assert len(moved) == 3
+    assert {b.previous for b in moved} == {"n0"}
+    assert sorted(b.node for b in moved) == ["n1", "n2", "n3"]
+    for bind in moved:
+        assert bind.cause is not None
+        assert bind.cause.reason is Reason.COMPACTION
+        assert bind.cause.message == ("compaction: room made on node n0 for GPUDevice tenant-a/big (4 units on one "
+                                      "node; 3 stopped holds moved)")
+
+
+def test_an_order_that_fits_somewhere_moves_nothing() -> None:
+    nodes, inventories = gpu_nodes(("n0", 4), ("n1", 4))
+    snap = snapshot(nodes=nodes, inventories=inventories,
+                    devices=[device("h", phase=Phase.BOUND, node="n0"), device("small", count=3)])
+    assert [(b.device, b.node, b.previous) for b in binds(plan_pass(snap))] == [(("tenant-a", "small"), "n0", None)]
+
+
+def test_a_running_vms_hold_stays_and_the_plan_uses_only_the_stopped_ones() -> None:
+    # n0's holds: one of them its VM's, running there; n1 has only stopped ones: the order goes to n1.
+    running = device("h-n0-0", phase=Phase.BOUND, node="n0", namespace="tenant-b", vmi="vm", vmi_uid="u")
+    nodes, inventories = gpu_nodes(("n0", 4), ("n1", 4), ("n2", 4))
+    holds = [running, device("h-n0-1", phase=Phase.BOUND, node="n0", namespace="tenant-b"),
+             device("h-n1-0", phase=Phase.BOUND, node="n1", namespace="tenant-b"),
+             *(device(f"h-n2-{j}", phase=Phase.BOUND, node="n2", namespace="tenant-b") for j in range(2))]
+    snap = snapshot(nodes=nodes, inventories=inventories, devices=[*holds, device("big", count=4)],
+                    vmis=[vmi("vm", namespace="tenant-b", uid="u", active=["uid-launcher"])],
+                    pods=[pod("launcher", namespace="tenant-b", node_name="n0", uid="uid-launcher",
+                              claims_vmi=("tenant-b", "vm"))])
+    made = binds(plan_pass(snap))
+    # n0 could free 3 at most (its VM's hold stays); n1 frees 4 with one move, to the fullest node with room.
+    assert [(b.device, b.previous, b.node) for b in made] == [
+        (("tenant-b", "h-n1-0"), "n1", "n0"), (("tenant-a", "big"), None, "n1")]
+
+
+def test_a_class_that_never_compacts_leaves_the_order_pending_with_the_old_reason() -> None:
+    plan = plan_pass(fragmented(class_policy=CompactionPolicy.NEVER))
+    assert binds(plan) == []
+    [pending] = plan.of(KeepPending)
+    assert pending.refusal.reason is Reason.NO_NODE_WITH_ROOM
+
+
+def test_a_namespace_labelled_never_keeps_its_holds_where_they_are() -> None:
+    opted_out = NamespaceView(name="tenant-b", labels={keys.COMPACTION_LABEL: "Never"})
+    plan = plan_pass(fragmented(namespaces_=[opted_out]))
+    assert binds(plan) == []
+
+
+def test_the_webhooks_dry_check_says_where_and_after_how_many_moves() -> None:
+    snap = fragmented()
+    placement = place_set(snap, [snap.devices[("tenant-a", "big")]])
+    assert placement.node == "n0"
+    assert placement.compaction is not None
+    assert placement.compaction.said() == "placed on n0 after moving 3 stopped holds"

@@ -1,12 +1,14 @@
 """The GPUDevice webhooks: refuse an order that cannot be met now (validating, CREATE, R-ADM-1), and
 give an order its finalizer as it is created (mutating, CREATE, R-BIND-9).
 
-The check is the model's ``catalog.order_refusal``, the one the catalog
-shows and the binder re-checks: unknown or deleting class, count and
-maxCount, KubeVirt's permittedHostDevices, the VGPU entitlement, every budget
-of the tenant and its ancestors (counting the subtree's orders not yet
-accepted, R-MOD-4), a raw-key block, the class's free units in the cluster
-and on one node. The refusal message names the limit and the numbers.
+The check is the model's ``placement.order_check`` (``catalog.order_refusal``,
+the one the catalog shows and the binder re-checks: unknown or deleting
+class, count and maxCount, KubeVirt's permittedHostDevices, the VGPU
+entitlement, every budget of the tenant and its ancestors (counting the
+subtree's orders not yet accepted, R-MOD-4), a raw-key block, the class's
+free units in the cluster and on one node), where an order no node has room
+for is accepted when moving stopped holds makes room (R-BIND-13), the answer's
+warning saying so. The refusal message names the limit and the numbers.
 
 Bounded (issue 22): the check compares the count with maxCount, budgets and
 free units, never builds anything sized by it; names longer than Kubernetes
@@ -28,7 +30,7 @@ from cozygpu.admission.view import NotReady, SnapshotSource
 from cozygpu.api import admission_devices as devices
 from cozygpu.api import meta
 from cozygpu.model import refusals
-from cozygpu.model.catalog import order_refusal
+from cozygpu.model.placement import order_check
 
 
 class DeviceWebhook:
@@ -56,10 +58,11 @@ class DeviceWebhook:
             snapshot = await self._source.snapshot()
         except NotReady as error:
             return Verdict.not_ready(str(error))
-        refusal = order_refusal(snapshot, namespace, class_name, count)
-        if refusal is None:
-            return Verdict.allow()
-        return Verdict.refuse(refusals.order_refused(label, refusal))
+        check = order_check(snapshot, namespace, class_name, count, label=name)
+        if check.refusal is None:
+            # A compaction is said as the answer's warning: the order is placed once stopped holds moved.
+            return Verdict.allow(message=f"{label}: {check.compaction.said()}" if check.compaction else "")
+        return Verdict.refuse(refusals.order_refused(label, check.refusal))
 
 
 class DeviceFinalizerWebhook:

@@ -54,9 +54,8 @@ from cozygpu.admission import bounds
 from cozygpu.admission.refs import DeviceRef, Ref, TemplateRef
 from cozygpu.api import claims, kubevirt, meta, scheduling
 from cozygpu.model import refusals
-from cozygpu.model.catalog import order_refusal
 from cozygpu.model.naming import template_device_name
-from cozygpu.model.placement import place_set
+from cozygpu.model.placement import order_check, place_set
 from cozygpu.model.refusals import Refusal
 from cozygpu.model.snapshot import DeviceView, Snapshot
 from cozygpu.views.decode import resource_claim_view, vmi_view
@@ -352,7 +351,7 @@ def _template_orders(snapshot: Snapshot, namespace: str, label: str, members: Se
     """Each template device still to create passes the GPUDevice webhook's check: it is an order."""
     for member in members:
         if member.existing is None:
-            refusal = order_refusal(snapshot, namespace, member.class_name, member.count)
+            refusal = order_check(snapshot, namespace, member.class_name, member.count, label=member.name).refusal
             if refusal is not None:
                 raise Refused(refusals.template_order_refused(label, member.name, refusal))
 

@@ -245,9 +245,9 @@ def no_node_even_after_compaction(class_name: str, *, free_in_cluster: int, best
     return Refusal(
         reason=Reason.NO_NODE_WITH_ROOM,
         message=(
-            f"class {class_name}: {_units(free_in_cluster)} free in the cluster, at most {best_free} on one "
-            f"node{where} even after moving every stopped hold that may move, order of {requested} exceeds it "
-            f"by {requested - best_free}"
+            f"class {class_name}: {_units(free_in_cluster)} free in the cluster, at most {_units(best_free)} on "
+            f"one node{where} even after moving every stopped hold that may move, order of {requested} exceeds "
+            f"it by {requested - best_free}"
         ),
         subject=f"class {class_name}",
         limit=best_free,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import attrs
 
 from cozygpu import keys
-from cozygpu.model.placement import Bind, KeepPending, PassPlan, place_set, plan_pass
+from cozygpu.model.placement import Bind, KeepPending, PassPlan, order_check, place_set, plan_pass
 from cozygpu.model.refusals import Reason
 from cozygpu.model.snapshot import CompactionPolicy, DeviceView, NamespaceView, Phase, Snapshot
 from tests.model.factories import device, gpu_class, gpu_nodes, pod, snapshot, vmi
@@ -88,3 +88,25 @@ def test_the_webhooks_dry_check_says_where_and_after_how_many_moves() -> None:
     assert placement.node == "n0"
     assert placement.compaction is not None
     assert placement.compaction.said() == "placed on n0 after moving 3 stopped holds"
+
+
+def test_the_order_check_accepts_what_compaction_places_and_refuses_the_rest_with_the_numbers() -> None:
+    snap = fragmented()
+    placed = order_check(snap, "tenant-a", "h100", 4, label="big-2")
+    assert placed.refusal is None
+    assert placed.compaction is not None
+    assert placed.compaction.said() == "placed on n0 after moving 3 stopped holds"
+    refused = order_check(snap, "tenant-a", "h100", 5, label="bigger")
+    assert refused.refusal is not None
+    assert refused.refusal.message == "class h100: 4 units free in the cluster, order of 5 exceeds it by 1"
+    # Five nodes, each with two GPUs its VM's holds use and one stopped hold: five free, at most two on a node.
+    nodes, inventories = gpu_nodes(*((f"m{i}", 4) for i in range(5)))
+    holds = [device(f"vm-{i}-{j}", phase=Phase.BOUND, node=f"m{i}", namespace="tenant-b", vmi=f"vm-{i}")
+             for i in range(5) for j in range(2)]
+    holds += [device(f"stopped-{i}", phase=Phase.BOUND, node=f"m{i}", namespace="tenant-b") for i in range(5)]
+    pinned = snapshot(nodes=nodes, inventories=inventories, devices=holds)
+    short = order_check(pinned, "tenant-a", "h100", 4, label="big-3")
+    assert short.refusal is not None
+    assert short.refusal.message == (
+        "class h100: 5 units free in the cluster, at most 2 units on one node (node m0) even after moving every "
+        "stopped hold that may move, order of 4 exceeds it by 2")

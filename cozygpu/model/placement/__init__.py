@@ -76,8 +76,8 @@ from cozygpu.model.placement.plan import (
     SetPlacement,
     Stay,
 )
+from cozygpu.model.placement.planner import OrderCheck, order_check, place_set
 from cozygpu.model.placement.planner import Planner as _Planner
-from cozygpu.model.placement.planner import place_set
 from cozygpu.model.placement.sets import DeviceSet, device_sets
 
 __all__ = [
@@ -93,11 +93,13 @@ __all__ = [
     "DeviceSet",
     "KeepPending",
     "MarkLost",
+    "OrderCheck",
     "PassPlan",
     "SetPlacement",
     "Stay",
     "_Planner",  # one planning run: the property tests reach its booked units through it
     "device_sets",
+    "order_check",
     "place_set",
     "plan_pass",
     "resulting_states",

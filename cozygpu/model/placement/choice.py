@@ -154,6 +154,23 @@ class Chooser:
                                destinations=destinations)
         return Move(node=plan.node, cause=None, compaction=plan) if plan is not None else None
 
+    def most_after_moves(self, work: Work) -> tuple[str | None, int]:
+        """The node with the most units free once every stopped hold on it that may move has moved, and how
+        many (what a refusal after compaction quotes; a walk of the class's nodes, on a refusal only)."""
+        classes = self.nodes.classes_of(work)
+        need, _ = self.demand(work)
+        if classes is None or len(need) != 1:
+            return None, 0
+        [name] = need
+        ordering = {device.key for device in work.members}
+        best: tuple[int, str] | None = None
+        for node in self.nodes.eligible(work, classes, [name]):
+            most = max(self.units.free(node, name), 0) + sum(
+                count for _, count in self._movable(node, classes[0].name, ordering))
+            if best is None or (-most, node) < (-best[0], best[1]):
+                best = (most, node)
+        return (best[1], best[0]) if best is not None else (None, 0)
+
     def _movable(self, node: str, class_name: str, ordering: set[DeviceKey]) -> list[Hold]:
         """The holds on ``node`` compaction may move: Bound devices of the class attached to no VMI, with no
         start asking for them, in a namespace that did not opt out (R-BIND-13)."""

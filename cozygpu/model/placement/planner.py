@@ -13,19 +13,22 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import attrs
+
 from cozygpu.model import refusals
 from cozygpu.model.budgets import add_usage, demand_usage
-from cozygpu.model.catalog import class_problem
+from cozygpu.model.catalog import class_problem, order_refusal
 from cozygpu.model.classes import count_problem
 from cozygpu.model.placement.choice import Chooser
+from cozygpu.model.placement.compaction import Compaction
 from cozygpu.model.placement.decisions import SPLIT_WHILE_VM_RUNS, GoLost, Keep, Move, StayPut
 from cozygpu.model.placement.nodes import NodeFilter
 from cozygpu.model.placement.plan import SetPlacement, Stay
 from cozygpu.model.placement.rules import Rules
 from cozygpu.model.placement.sets import Work, launcher_node
 from cozygpu.model.placement.state import CycleState
-from cozygpu.model.refusals import Refusal
-from cozygpu.model.snapshot import DeviceView, Snapshot, Usage, VMIView
+from cozygpu.model.refusals import Reason, Refusal
+from cozygpu.model.snapshot import CompactionPolicy, DeviceView, Snapshot, Usage, VMIView
 from cozygpu.model.tenants import ancestry
 
 
@@ -158,6 +161,41 @@ def place_set(
     if count_pending:
         planner.state.budget.extra = _pending_besides(snapshot, members)
     return planner.place(Work(label=name, vmi=vmi, members=list(members)))
+
+
+@attrs.frozen(kw_only=True)
+class OrderCheck:
+    """The GPUDevice admission check with compaction (R-ADM-1, R-BIND-13): why the order cannot be met now,
+    or how it will be (``compaction`` when stopped holds must move first)."""
+
+    refusal: Refusal | None
+    compaction: Compaction | None = None
+
+
+def order_check(snapshot: Snapshot, namespace: str, class_name: str, count: int, *, label: str = "") -> OrderCheck:
+    """``catalog.order_refusal``, and for an order refused only because no node has room for it, the
+    compaction that makes room or a refusal that says moving every stopped hold would not do.
+
+    The count is compared with maxCount, the budgets and the class's free units before any plan is sought, so
+    it never sizes the work."""
+    refusal = order_refusal(snapshot, namespace, class_name, count)
+    gpu_class = snapshot.classes.get(class_name)
+    if refusal is None or refusal.reason is not Reason.NO_NODE_WITH_ROOM or gpu_class is None \
+            or gpu_class.compaction is CompactionPolicy.NEVER or gpu_class.dra is not None:
+        return OrderCheck(refusal=refusal)
+    planner = Planner(snapshot)
+    order = DeviceView(namespace=namespace, name=label or "(order)", class_name=class_name, count=count)
+    work = Work(label=f"GPUDevice {namespace}/{order.name}", vmi=None, members=[order])
+    move = planner.choice.compact(work)
+    if move is not None and move.compaction is not None:
+        return OrderCheck(refusal=None, compaction=move.compaction)
+    node, most = planner.choice.most_after_moves(work)
+    available = snapshot.availability.get(class_name)
+    if available is None or most <= available.free_on_best_node:
+        return OrderCheck(refusal=refusal)  # nothing may move that would help: the plain refusal says it all
+    return OrderCheck(refusal=refusals.no_node_even_after_compaction(
+        class_name, free_in_cluster=available.free_in_cluster if available is not None else 0, best_free=most,
+        best_node=node, requested=count))
 
 
 def _pending_besides(snapshot: Snapshot, members: Sequence[DeviceView]) -> dict[str, Usage]:

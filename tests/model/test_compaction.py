@@ -1,4 +1,4 @@
-"""Compaction in the placement run (R-BIND-13..15): an order no node has room for is placed where moving
+"""Compaction in the placement run (R-BIND-12..14): an order no node has room for is placed where moving
 stopped holds makes room, each move a Bind whose cause names the order; never a VM's hold, never a class or a
 namespace that opted out."""
 

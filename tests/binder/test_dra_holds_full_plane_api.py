@@ -15,7 +15,8 @@ GPUDevice. Then:
 - the order released (deleted), its claim goes, and a foreign pod runs on
   the GPU it freed;
 - a set moved off a cordoned node (``onCordon: Move``), or off a GPU its
-  driver tainted, is allocated again on its new node (the driver's
+  driver tainted or an administrator's DeviceTaintRule selects (1.37), is
+  allocated again on its new node (the driver's
   ``status.devices`` report of the old devices cleared with the allocation).
 """
 
@@ -257,6 +258,44 @@ async def test_a_set_whose_gpu_the_driver_tainted_moves_and_is_allocated_again(f
 
         await eventually(moved, timeout=60, what="the set never moved off the tainted GPU")
         await world.held("one", other)
+
+
+async def test_a_set_whose_gpu_an_administrators_taint_rule_selects_moves_and_is_allocated_again(
+        full_admin: Client, fleet: Fleet) -> None:
+    """DeviceTaintRule (``resource.k8s.io/v1``, GA in 1.37): an administrator takes the held GPU out for
+    maintenance by driver, pool and device; the stopped set moves off it as off a driver's taint, and once the
+    rule is gone the GPU serves again."""
+    world = DraWorld(full_admin, fleet)
+    await world.make()
+    first, second = await world.nodes(1, 1)
+    rules = resource_path(claims_api.API_GROUP, claims_api.API_VERSION, "devicetaintrules")
+    async with driven_binder(full_admin, timedelta(seconds=30)):
+        await world.order("one")
+        placed = await world.bound_node("one")
+        claim = await world.held("one", placed)
+        [(driver, pool, device)] = results(claim)
+        other = second if placed == first else first
+        rule = f"maintenance-{world.tag}"
+        await full_admin.create(rules, {"metadata": {"name": rule}, "spec": {
+            "deviceSelector": {"driver": driver, "pool": pool, "device": device},
+            "taint": {"key": "example.com/maintenance", "value": "firmware", "effect": "NoSchedule"}}})
+        try:
+            async def moved() -> str | None:
+                node = await world.bound_node("one")
+                return node if node == other else None
+
+            await eventually(moved, timeout=60, what="the set never moved off the GPU the rule tainted")
+            await world.held("one", other)
+
+            async def says_why() -> str | None:
+                status = (await full_admin.get(class_path(world.gpu_class))).get("status") or {}
+                [offer] = [c for c in status.get("conditions") or () if c.get("type") == "OfferPublished"] or [{}]
+                message: str = offer.get("message") or ""
+                return message if f"DeviceTaintRule {rule}" in message else None
+
+            await eventually(says_why, timeout=60, what="the class never named the rule that keeps its GPU out")
+        finally:
+            await full_admin.delete(f"{rules}/{rule}")
 
 
 async def test_a_set_that_must_share_a_pcie_root_goes_where_one_root_has_room(full_admin: Client,

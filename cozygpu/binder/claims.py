@@ -86,11 +86,9 @@ def _holds(snapshot: Snapshot, key: DeviceKey) -> bool:
     return device is not None and device.holds_units and snapshot.sells_dra(device.class_name)
 
 
-#: A deallocation's status patch. ``devices`` (what the driver reported of each allocated device; GA and locked on
-#: since 1.37, on by default since 1.33) goes with the allocation: the API server refuses a device status that names
-#: no allocated device ("must be an allocated device in the claim"), so a claim the driver reported on would never
-#: deallocate otherwise. kube-scheduler clears it the same way when it deallocates.
-DEALLOCATED: Final[Mapping[str, None]] = {"allocation": None, "reservedFor": None, "devices": None}
+#: A deallocation's status patch. What the driver reported of the devices (``status.devices``, GA in 1.37) goes
+#: with them: the API server drops a deallocated device's status itself (as kube-scheduler's deallocation expects).
+DEALLOCATED: Final[Mapping[str, None]] = {"allocation": None, "reservedFor": None}
 
 
 def _status_write(namespace: str, name: str, status: Mapping[str, Any] | None, version: str, what: str,

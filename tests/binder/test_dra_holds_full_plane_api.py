@@ -211,8 +211,8 @@ async def test_a_set_moved_off_a_cordoned_node_is_allocated_again_on_its_new_nod
         placed = await world.bound_node("pair")
         claim = await world.held("pair", placed, count=2)
         other = second if placed == first else first
-        # The driver reports on the devices it prepared (``status.devices``, GA in 1.37): the API server refuses a
-        # deallocation that leaves those entries behind, so the move must clear them with the allocation.
+        # The driver reports on the devices it prepared (``status.devices``, GA in 1.37): the report must not keep
+        # the set from moving, and must not outlive the allocation it was about.
         reported = [{"driver": driver, "pool": pool, "device": device, "data": {"pciBusID": f"0000:{i:02x}:00.0"},
                      "conditions": [{"type": "Ready", "status": "True", "reason": "Prepared", "message": "",
                                      "lastTransitionTime": "2026-01-01T00:00:00Z"}]}

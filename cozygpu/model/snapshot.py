@@ -56,7 +56,7 @@ class OnCordon(enum.StrEnum):
 
 
 class CompactionPolicy(enum.StrEnum):
-    """Whether the binder may move a class's stopped holds to make room for a large order (R-BIND-13)."""
+    """Whether the binder may move a class's stopped holds to make room for a large order (R-BIND-14)."""
 
     ALLOWED = "Allowed"
     NEVER = "Never"

@@ -108,7 +108,7 @@ def assemble(
 def _alike(old: DeviceView, new: DeviceView) -> bool:
     """Two views of one device that contribute the same (units, usage, index buckets, the VMI attached)."""
     return (old.class_name == new.class_name and old.node_name == new.node_name and old.count == new.count
-            and old.phase is new.phase and old.deleting == new.deleting
+            and old.phase is new.phase and old.deleting == new.deleting and old.template == new.template
             and (old.attachment.vmi if old.attachment is not None else None)
             == (new.attachment.vmi if new.attachment is not None else None))
 
@@ -544,6 +544,8 @@ class Assembly:
         self._by_vmi: MutableMapping[VmiKey, tuple[DeviceKey, ...]] = {}
         self._held: dict[str, _Tally] = {}
         self._class_held: MutableMapping[str, int] = {}
+        #: Class -> (units, how many stopped holds hold that many), by units: compaction's bound (R-BIND-12).
+        self._stopped_sizes: MutableMapping[str, tuple[tuple[int, int], ...]] = {}
         self._raw_on_node: dict[str, _Tally] = {}
         self._local = _Subtrees()
         self._pending = _Subtrees()
@@ -835,7 +837,8 @@ class Assembly:
     #: The maps a Snapshot shares with the model: each a ``CowMap`` once built, so an update patches
     #: them in place and a Snapshot already handed out keeps its own view.
     _SHARED: Final = ("_devices", "_by_node", "_by_vmi", "_vmis", "_subtree", "_pending_usage", "_inventories",
-                      "_nodes", "_pods", "_class_held", "_capacity", "_serving", "_availability", "_rooms")
+                      "_nodes", "_pods", "_class_held", "_stopped_sizes", "_capacity", "_serving", "_availability",
+                      "_rooms")
 
     def _device(self, device: DeviceView, sign: int,
                 bulk: Mapping[str, defaultdict[Any, list[DeviceKey]]] | None = None) -> None:
@@ -889,6 +892,8 @@ class Assembly:
                 self._class_held[class_name] = by_class
             else:
                 self._class_held.pop(class_name, None)
+            if device.attachment is None and not device.template and not device.deleting:
+                self._stopped(class_name, count, sign)
         if device.phase is not Phase.PENDING:
             table = self._local
         elif not device.deleting:
@@ -902,6 +907,18 @@ class Assembly:
             table.add("raw", namespace, resource, sign * count, sign)
         if sign < 0:
             table.member(namespace, -1)
+
+    def _stopped(self, class_name: str, count: int, sign: int) -> None:
+        """One stopped hold of ``count`` units added (+1) or taken away (-1): a new tuple each time, as a
+        snapshot may hold the old one."""
+        sizes = dict(self._stopped_sizes.get(class_name, ()))
+        sizes[count] = sizes.get(count, 0) + sign
+        if not sizes[count]:
+            del sizes[count]
+        if sizes:
+            self._stopped_sizes[class_name] = tuple(sorted(sizes.items()))
+        else:
+            self._stopped_sizes.pop(class_name, None)
 
     def _wait(self, key: DeviceKey, device: DeviceView) -> None:
         """The device is one an answer pass acts on (Pending, or asking) or not."""
@@ -1106,6 +1123,7 @@ class Assembly:
             window_closes=min(self._window_closes.values(), default=None),
             over_capacity=self._over,
             held_by_class=_frozen(self._class_held),
+            stopped_hold_sizes=_frozen(self._stopped_sizes),
             rooms=_frozen(self._rooms),
             unsettled=frozenset(self._unsettled),
             unsettled_by_name=self._unsettled_names(),

@@ -501,6 +501,9 @@ class Snapshot:
     over_capacity: frozenset[str] = frozenset()
     #: Class -> units its Bound devices hold (a class's report reads it; no walk over its devices).
     held_by_class: Mapping[str, int] = attrs.field(factory=dict)
+    #: Class -> (units, how many) of its stopped holds (Bound, attached to no VMI, no template, not deleting),
+    #: by units: the largest bounds how few moves a compaction may need (R-BIND-12), none means none may move.
+    stopped_hold_sizes: Mapping[str, tuple[tuple[int, int], ...]] = attrs.field(factory=dict)
     #: Resource name -> room -> the nodes (sorted by name) with a fresh report and that much room (> 0) for
     #: new bookings. The fullest node with room for n units (R-BIND-5) is the first node of the first bucket
     #: at or above n that may take the set: no walk over every node serving the name.

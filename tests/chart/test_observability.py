@@ -1,4 +1,5 @@
-"""The chart's Grafana dashboard and PrometheusRule: where they render, and that they read what the controller exports.
+"""The chart's Grafana dashboard, PrometheusRule and ServiceMonitor: where they render, how the ServiceMonitor
+scrapes (HTTPS, its own token, who may), and that the dashboard and rule read what the controller exports.
 
 The metric names are taken from every PromQL expression of the rendered
 dashboard and rule, and compared with the families a running controller
@@ -12,6 +13,8 @@ import re
 import uuid
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from cozygpu.devcluster import chart
 from cozygpu.devcluster.plane import ControlPlane
@@ -77,6 +80,63 @@ def test_the_rule_and_the_service_monitor_render_only_where_their_kinds_are_serv
     assert monitor["spec"]["endpoints"][0]["port"] == "metrics"
     (service,) = [o for o in of_kind(rendered(), "Service") if o["metadata"]["name"] == "cozygpu-controller-metrics"]
     assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+
+
+def service_monitor_endpoint(values: dict[str, Any] | None = None) -> dict[str, Any]:
+    (monitor,) = of_kind(rendered(values), "ServiceMonitor")
+    (endpoint,) = monitor["spec"]["endpoints"]
+    assert isinstance(endpoint, dict)
+    return endpoint
+
+
+def test_the_service_monitor_scrapes_https_with_its_own_token_and_skips_verifying_a_self_signed_certificate() -> None:
+    endpoint = service_monitor_endpoint()
+    assert (endpoint["scheme"], endpoint["path"]) == ("https", "/metrics")
+    assert endpoint["bearerTokenFile"] == "/var/run/secrets/kubernetes.io/serviceaccount/token"
+    assert endpoint["tlsConfig"] == {"insecureSkipVerify": True}
+    (service,) = [o for o in of_kind(rendered(), "Service") if o["metadata"]["name"] == "cozygpu-controller-metrics"]
+    (port,) = service["spec"]["ports"]
+    assert (port["name"], port["appProtocol"]) == ("metrics", "https")
+
+
+def test_with_a_certificate_secret_the_service_monitor_verifies_it_against_its_ca() -> None:
+    verify = {"tls": {"insecureSkipVerify": False}}
+    endpoint = service_monitor_endpoint({"controller": {"metrics": {"certSecret": "metrics-tls"}},
+                                         "monitoring": {"serviceMonitor": verify}})
+    assert endpoint["tlsConfig"] == {"ca": {"secret": {"name": "metrics-tls", "key": "ca.crt"}},
+                                     "serverName": f"cozygpu-controller-metrics.{chart.DEFAULT_NAMESPACE}.svc"}
+    # The webhook's own Secret names the webhook Service, so that is the name verified.
+    endpoint = service_monitor_endpoint({"gpu": {"enabled": True},
+                                         "controller": {"metrics": {"certSecret": "cozygpu-webhook-tls"}},
+                                         "monitoring": {"serviceMonitor": verify}})
+    assert endpoint["tlsConfig"]["serverName"] == f"cozygpu-controller-webhook.{chart.DEFAULT_NAMESPACE}.svc"
+    endpoint = service_monitor_endpoint({"controller": {"metrics": {"certSecret": "metrics-tls"}},
+                                         "monitoring": {"serviceMonitor": {"tls": {"insecureSkipVerify": False,
+                                                                                   "serverName": "m.example"}}}})
+    assert endpoint["tlsConfig"]["serverName"] == "m.example"
+
+
+def test_verifying_without_a_certificate_secret_is_refused_at_render() -> None:
+    with pytest.raises(chart.ChartError, match=r"insecureSkipVerify=false needs controller\.metrics\.certSecret"):
+        rendered({"monitoring": {"serviceMonitor": {"tls": {"insecureSkipVerify": False}}}})
+
+
+def test_the_metrics_readers_of_the_values_are_bound_to_get_on_metrics() -> None:
+    objects = rendered()
+    (role,) = [o for o in of_kind(objects, "ClusterRole") if o["metadata"]["name"] == "cozygpu-metrics-reader"]
+    assert role["rules"] == [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]
+    (binding,) = [o for o in of_kind(objects, "ClusterRoleBinding")
+                  if o["metadata"]["name"] == "cozygpu-metrics-reader"]
+    assert binding["roleRef"]["name"] == "cozygpu-metrics-reader"
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "vmagent-vmagent",
+                                    "namespace": "cozy-monitoring"}]
+    readers = [{"namespace": "monitoring", "name": "prometheus-k8s"}, {"namespace": "m2", "name": "vmagent"}]
+    (binding,) = [o for o in of_kind(rendered({"monitoring": {"metricsReaders": readers}}), "ClusterRoleBinding")
+                  if o["metadata"]["name"] == "cozygpu-metrics-reader"]
+    assert [(s["namespace"], s["name"]) for s in binding["subjects"]] == [("monitoring", "prometheus-k8s"),
+                                                                          ("m2", "vmagent")]
+    nobody = rendered({"monitoring": {"metricsReaders": []}})
+    assert "cozygpu-metrics-reader" not in {o["metadata"]["name"] for o in of_kind(nobody, "ClusterRoleBinding")}
 
 
 def test_the_admission_answers_are_read_by_labels_the_counter_has() -> None:

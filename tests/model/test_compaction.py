@@ -7,10 +7,19 @@ from __future__ import annotations
 import attrs
 
 from cozygpu import keys
+from cozygpu.model.assemble import Assembly
 from cozygpu.model.placement import Bind, KeepPending, PassPlan, order_check, place_set, plan_pass
 from cozygpu.model.refusals import Reason
-from cozygpu.model.snapshot import CompactionPolicy, DeviceView, NamespaceView, Phase, Snapshot
-from tests.model.factories import device, gpu_class, gpu_nodes, pod, snapshot, vmi
+from cozygpu.model.snapshot import (
+    Attachment,
+    CompactionPolicy,
+    DeviceKey,
+    DeviceView,
+    NamespaceView,
+    Phase,
+    Snapshot,
+)
+from tests.model.factories import NOW, device, gpu_class, gpu_nodes, pod, snapshot, vmi
 
 NODES = ("n0", "n1", "n2", "n3")
 
@@ -110,3 +119,29 @@ def test_the_order_check_accepts_what_compaction_places_and_refuses_the_rest_wit
     assert short.refusal.message == (
         "class h100: 5 units free in the cluster, at most 2 units on one node (node m0) even after moving every "
         "stopped hold that may move, order of 4 exceeds it by 2")
+
+
+def test_the_stopped_hold_sizes_kept_by_updates_are_the_ones_built_from_scratch() -> None:
+    nodes, inventories = gpu_nodes(("n1", 8), ("n2", 8))
+    current = {d.key: d for d in (device("h1", phase=Phase.BOUND, node="n1"),
+                                  device("h2", phase=Phase.BOUND, node="n1", count=2),
+                                  device("h3", phase=Phase.BOUND, node="n2", vmi="vm"))}
+    live = Assembly()
+    live.rebuild(now=NOW, classes=[gpu_class()], devices=current.values(), nodes=nodes, inventories=inventories,
+                 pods=[], vmis=[], namespaces=[])
+    changes: list[tuple[DeviceKey, DeviceView | None]] = [
+        (("tenant-a", "h1"), attrs.evolve(current[("tenant-a", "h1")], attachment=Attachment(vmi="vm"))),
+        (("tenant-a", "h2"), None),
+        (("tenant-a", "h4"), device("h4", phase=Phase.BOUND, node="n2", count=3)),
+        (("tenant-a", "h3"), attrs.evolve(current[("tenant-a", "h3")], attachment=None)),
+        (("tenant-a", "h4"), attrs.evolve(device("h4", phase=Phase.BOUND, node="n2", count=3), deleting=True)),
+    ]
+    for key, view in changes:
+        updated = live.update(now=NOW, devices={key: view})
+        if view is None:
+            current.pop(key)
+        else:
+            current[key] = view
+        fresh = snapshot(nodes=nodes, inventories=inventories, devices=current.values())
+        assert dict(updated.stopped_hold_sizes) == dict(fresh.stopped_hold_sizes), f"after {key} -> {view}"
+    assert dict(updated.stopped_hold_sizes) == {"h100": ((1, 1),)}  # h3, detached; h1 attached, h4 deleting

@@ -12,6 +12,7 @@ import itertools
 
 import attrs
 import hypothesis
+import pytest
 from hypothesis import strategies as hst
 
 from cozygpu.model.placement.compaction import Compaction, Hold, plan_compaction
@@ -72,17 +73,20 @@ def brute_force(fleet: Fleet, need: int) -> tuple[int, int] | None:
     return best
 
 
-def plan(fleet: Fleet, need: int) -> Compaction | None:
+def plan(fleet: Fleet, need: int, *, loose: bool = False) -> Compaction | None:
+    """The plan, with ``largest`` exactly the largest movable hold, or (``loose``) any bound above it."""
+    sizes = [units for node in fleet.capacity for _, units in fleet.movable(node)]
     return plan_compaction(need=need, free=fleet.free(), candidates=sorted(fleet.capacity), movable=fleet.movable,
-                           destinations=sorted(fleet.capacity))
+                           destinations=sorted(fleet.capacity), largest=99 if loose else max(sizes, default=0))
 
 
+@pytest.mark.parametrize("loose", [False, True], ids=["largest-hold", "loose-bound"])
 @hypothesis.settings(max_examples=1500)
-@hypothesis.given(fleets())
+@hypothesis.given(case=fleets())
 def test_the_plan_takes_the_fewest_moves_a_brute_force_finds_and_moves_only_what_may_move(
-        case: tuple[Fleet, int]) -> None:
+        case: tuple[Fleet, int], loose: bool) -> None:
     fleet, need = case
-    found, expected = plan(fleet, need), brute_force(fleet, need)
+    found, expected = plan(fleet, need, loose=loose), brute_force(fleet, need)
     hypothesis.note(f"plan {found}, brute force {expected}")
     if expected is None:
         assert found is None

@@ -137,7 +137,8 @@ class Chooser:
         if gpu_class.compaction is CompactionPolicy.NEVER or gpu_class.dra is not None:
             return None
         need, held_on = self.demand(work)
-        if held_on or len(need) != 1:
+        largest = max((size for size, _ in self.s.stopped_hold_sizes.get(gpu_class.name, ())), default=0)
+        if held_on or len(need) != 1 or largest == 0:
             return None
         [(name, units)] = need.items()
         candidates = self.nodes.eligible(work, classes, [name])
@@ -153,7 +154,7 @@ class Chooser:
             return self._movable(node, gpu_class.name, ordering, opted_out)
 
         plan = plan_compaction(need=units, free=free, candidates=candidates, movable=movable,
-                               destinations=destinations)
+                               destinations=destinations, largest=largest)
         return Move(node=plan.node, cause=None, compaction=plan) if plan is not None else None
 
     def most_after_moves(self, work: Work) -> tuple[str | None, int]:

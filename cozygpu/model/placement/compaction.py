@@ -20,7 +20,9 @@ The plan (``plan_compaction``) is a pure function of what it is given:
   Each move goes to the fullest destination that takes it (best fit, largest
   hold first), and the search over destinations is exact: it backtracks over
   distinct free counts, not nodes, so it costs the plan's few holds, not the
-  fleet.
+  fleet. Nodes are visited most free first and the visit stops once a bound
+  (the largest movable hold) says no node left can win: the fleet's nodes are
+  sorted, not walked.
 
 ``tests/model/test_compaction_properties.py`` holds the number of moves to a
 brute-force minimum over small fleets.
@@ -68,35 +70,41 @@ Hold = tuple[DeviceKey, int]
 
 
 def plan_compaction(*, need: int, free: Mapping[str, int], candidates: Iterable[str],
-                    movable: Callable[[str], Sequence[Hold]], destinations: Collection[str]) -> Compaction | None:
+                    movable: Callable[[str], Sequence[Hold]], destinations: Collection[str],
+                    largest: int) -> Compaction | None:
     """The best plan that leaves one of ``candidates`` with ``need`` free units, or None when none exists.
 
     ``free``: free units per node now (a node not in it has none); ``movable(node)``: the holds on ``node``
-    that may move, with their units; ``destinations``: the nodes a moved hold may go to.
+    that may move, with their units; ``destinations``: the nodes a moved hold may go to; ``largest``: no
+    movable hold has more units (0: none may move).
+
+    Nodes are visited most free first: a node short of ``s`` units needs at least ``ceil(s / largest)``
+    moves and ``s`` units moved, so once that bound cannot beat (or tie) the best plan found, no node left
+    can, and the rest are never walked: with single-GPU holds the first node decides.
     """
-    viable: list[tuple[int, int, str, int, list[Hold]]] = []
-    for node in candidates:
+    if largest <= 0:
+        return None
+    order = sorted(candidates, key=lambda node: (-max(free.get(node, 0), 0), node))
+    rooms: _Rooms | None = None
+    best: tuple[int, int, int, str] | None = None
+    plan: Compaction | None = None
+    for node in order:
         here = max(free.get(node, 0), 0)
         short = need - here
         if short <= 0:
             continue
+        bound = (short + largest - 1) // largest
+        if best is not None and ((bound, short) > best[:2] or ((bound, short) == best[:2] and best[2] == 0)):
+            break  # every node left is worse, or ties and loses on its name (R-BIND-5's order)
         holds = sorted(movable(node), key=lambda hold: (-hold[1], hold[0]))
         fewest, taken = 0, 0
         for _, count in holds:
             if taken >= short:
                 break
             fewest, taken = fewest + 1, taken + count
-        if taken >= short:
-            viable.append((fewest, short, node, here, holds))
-    if not viable:
-        return None
-    viable.sort(key=lambda v: (v[0], v[1], v[2]))
-    rooms = _Rooms(free, destinations)
-    best: tuple[int, int, int, str] | None = None
-    plan: Compaction | None = None
-    for fewest, short, node, here, holds in viable:
-        if best is not None and ((fewest, short) > best[:2] or ((fewest, short) == best[:2] and best[2] == 0)):
-            break  # every node left is worse, or ties and loses on its name (R-BIND-5's order)
+        if taken < short or (best is not None and fewest > best[0]):
+            continue
+        rooms = rooms if rooms is not None else _Rooms(free, destinations)
         found = _best_on(node, short, fewest, holds, rooms, best[0] if best is not None else len(holds))
         if found is None:
             continue

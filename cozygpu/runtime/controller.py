@@ -2,8 +2,9 @@
 
 Start order (``Supervisor`` stops them in reverse on SIGTERM):
 
-1. ``servers``: ``/healthz``, ``/readyz`` and ``/metrics``, so probes and
-   scrapes answer from the first second (readiness says why it is not ready).
+1. ``servers``: ``/healthz`` and ``/readyz`` (plain HTTP) and ``/metrics``
+   (HTTPS, for a caller the API server allows it), so probes and scrapes
+   answer from the first second (readiness says why it is not ready).
 2. ``caches``: the informers the webhooks read, on every replica; the stage
    is up once those have synced (never waiting for KubeVirt's kinds, which
    start whenever their CRDs are served).
@@ -31,6 +32,8 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import socket
+import ssl
 import time
 from collections.abc import Callable, Coroutine
 from typing import Any, Final
@@ -54,8 +57,10 @@ from cozygpu.runtime.gcpauses import GcPauses
 from cozygpu.runtime.leader import ElectionConfig, LeaderElector
 from cozygpu.runtime.looplag import LoopLag
 from cozygpu.runtime.metrics import LeaderMetrics, ProcessMetrics, SettingsMetrics
+from cozygpu.runtime.metrics_auth import ApiReviewer, ScrapeAuth
 from cozygpu.runtime.process import Stage, Supervisor, Watchdog
-from cozygpu.runtime.servers import Endpoint, Readiness, probe_and_metrics, serve
+from cozygpu.runtime.selfsigned import self_signed_context
+from cozygpu.runtime.servers import SCRAPE_LIMITS, Endpoint, Readiness, metrics_app, probe_app, serve
 from cozygpu.runtime.settings import SettingsPublisher
 from cozygpu.runtime.webhook import ServingCertificate, webhook_app
 
@@ -121,6 +126,8 @@ class Controller:
         for spec in (*self.webhook_kinds, *kinds.lazy_kinds(enable_gpu=options.enable_gpu)):
             self.cache.add(spec)
         self.readiness = Readiness(self.process_metrics)
+        #: Who may read /metrics: the API server reviews each caller's token (R-LEDGER-3).
+        self.scrape_auth = ScrapeAuth(ApiReviewer(client), registry=self.registry)
         self.webhook_app = webhook_app() if options.enable_gpu else None
         #: The GPUDevice, VMI and launcher-pod webhooks, on every replica, over the shared cache (R-ADM).
         self.admission: AdmissionWebhooks | None = None
@@ -199,9 +206,28 @@ class Controller:
             await self.loop_lag.run()
 
     async def _run_servers(self, ready: Callable[[], None]) -> None:
-        endpoints = probe_and_metrics(self.options.health_addr, self.options.metrics_addr, self.readiness,
-                                      self.registry)
-        await serve(endpoints, ready, on_bound=self._on_bound)
+        certificate = ServingCertificate(self.options.metrics_cert_dir) if self.options.metrics_cert_dir else None
+        if certificate is not None:
+            context = await certificate.load()
+        else:
+            context = await self._self_signed_metrics_context()
+        endpoints = [Endpoint("health", self.options.health_addr, probe_app(self.readiness)),
+                     Endpoint("metrics", self.options.metrics_addr, metrics_app(self.registry, self.scrape_auth),
+                              context, SCRAPE_LIMITS)]
+        async with asyncio.TaskGroup() as group:
+            if certificate is not None:
+                group.create_task(certificate.follow(), name="metrics certificate")
+            await serve(endpoints, ready, on_bound=self._on_bound)
+
+    async def _self_signed_metrics_context(self) -> ssl.SSLContext:
+        """A certificate made now, in a thread (key generation is CPU work), for this host's names."""
+        bound = self.options.metrics_addr.host
+        hosts = ["localhost", socket.gethostname(), "127.0.0.1", "::1"]
+        if bound not in ("", "0.0.0.0", "::"):
+            hosts.append(bound)
+        context, _ = await asyncio.to_thread(self_signed_context, hosts)
+        _log.info("serving /metrics with a self-signed certificate made at start (no --metrics-cert-dir)")
+        return context
 
     async def _run_caches(self, ready: Callable[[], None]) -> None:
         async with asyncio.TaskGroup() as group:

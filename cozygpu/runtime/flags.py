@@ -8,6 +8,9 @@ Contract:
   over the default. The variable of ``--bind-wait`` is ``COZYGPU_BIND_WAIT``.
 - Durations are written the way Go writes them (``2m``, ``10s``, ``1m30s``,
   ``500ms``), since the chart and the other Cozystack controllers do.
+- ``--metrics-addr`` is the HTTPS ``/metrics`` server and ``--health-addr``
+  the plain probes: two servers, so they cannot share a port (port 0 takes a
+  free one for each).
 - Leader election needs lease duration > renew deadline > 1.2 x retry period
   (1.2 is client-go's jitter factor); the lease duration is a whole number of
   seconds because the Lease stores whole seconds.
@@ -78,6 +81,7 @@ class Options:
     namespace: str
     health_addr: Address
     metrics_addr: Address
+    metrics_cert_dir: Path | None
     webhook_addr: Address
     cert_dir: Path | None
     lease_duration: float
@@ -183,7 +187,11 @@ FLAGS: Final = FlagSet(
         Flag("--kubeconfig", "PATH", None, "kubeconfig file; in-cluster configuration when unset"),
         Flag("--namespace", "NS", None, "the controller's own namespace (default: POD_NAMESPACE)"),
         Flag("--health-addr", "ADDR", ":8081", "address of /healthz and /readyz"),
-        Flag("--metrics-addr", "ADDR", ":8080", "address of /metrics"),
+        Flag("--metrics-addr", "ADDR", ":8443",
+             "address of the HTTPS /metrics (a caller needs a bearer token allowed get on /metrics)"),
+        Flag("--metrics-cert-dir", "DIR", None,
+             "directory holding tls.crt and tls.key of the metrics server (default: a self-signed certificate "
+             "made at start)"),
         Flag("--webhook-addr", "ADDR", ":9443", "address of the admission webhook server (with --enable-gpu)"),
         Flag("--cert-dir", "DIR", None, "directory holding tls.crt and tls.key of the webhook server"),
         Flag("--lease-duration", "DURATION", "15s", "how long a leader's lease is valid for the others"),
@@ -240,6 +248,13 @@ def parse(argv: Sequence[str], env: Mapping[str, str] | None = None) -> Options:
                         f"must leave {WRITE_ROOM:g}s under --webhook-timeout ({format_duration(webhook_timeout)}) "
                         "for the checks, the writes and their undo")
 
+    health_addr = _parse_address("--health-addr", required("--health-addr"))
+    metrics_addr = _parse_address("--metrics-addr", required("--metrics-addr"))
+    if metrics_addr == health_addr and metrics_addr.port != 0:
+        raise FlagError("--metrics-addr", required("--metrics-addr"),
+                        "must differ from --health-addr: /metrics is served over HTTPS, the probes over plain HTTP")
+    metrics_cert_dir = raw("--metrics-cert-dir")
+
     identity = raw("--identity") or default_identity()
     if len(identity) > 253:
         raise FlagError("--identity", identity, "at most 253 characters")
@@ -254,8 +269,9 @@ def parse(argv: Sequence[str], env: Mapping[str, str] | None = None) -> Options:
         webhook_timeout=int(webhook_timeout),
         kubeconfig=raw("--kubeconfig") or None,
         namespace=namespace,
-        health_addr=_parse_address("--health-addr", required("--health-addr")),
-        metrics_addr=_parse_address("--metrics-addr", required("--metrics-addr")),
+        health_addr=health_addr,
+        metrics_addr=metrics_addr,
+        metrics_cert_dir=Path(metrics_cert_dir) if metrics_cert_dir else None,
         webhook_addr=_parse_address("--webhook-addr", required("--webhook-addr")),
         cert_dir=Path(cert_dir_text) if cert_dir_text else None,
         lease_duration=lease,

@@ -6,11 +6,17 @@
   naming each failing check and why (``[-]caches failed: ...``). The checks
   are registered by the process: the webhook caches have synced (R-RUN-2),
   the webhook server is serving, the process is not shutting down.
-- ``/metrics`` serves the process's own Prometheus registry.
+- ``/metrics`` serves the process's own Prometheus registry, on a server of
+  its own, over HTTPS only, to a caller whose bearer token the API server
+  allows ``get`` on ``/metrics`` (``metrics_auth``; R-LEDGER-3). The probes
+  stay plain HTTP and ask for no token: kubelet probes them so.
 
 Each server is an aiohttp ``AppRunner`` with one ``TCPSite``; ``serve()``
 runs a group of them until cancelled, then closes them. Port 0 binds a free
 port; the bound address is logged (``serving``) and handed to ``on_bound``.
+An endpoint's ``limits`` bound what a request may make the server read: the
+metrics server takes a short request line, few and short headers (the token
+is the longest) and no body, and never lingers to drain one.
 """
 
 from __future__ import annotations
@@ -21,12 +27,13 @@ from collections.abc import Callable, Sequence
 from typing import Final
 
 import attrs
-from aiohttp import web
+from aiohttp import hdrs, web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from cozygpu.base.logging import get_logger
 from cozygpu.runtime.flags import Address
 from cozygpu.runtime.metrics import ProcessMetrics
+from cozygpu.runtime.metrics_auth import METRICS_PATH, ScrapeAuth
 
 _log = get_logger("cozygpu.servers")
 
@@ -64,17 +71,39 @@ class Readiness:
         return all(problem is None for _, problem in self.results())
 
 
+@attrs.frozen(kw_only=True)
+class RequestLimits:
+    """What one request may make a server read (aiohttp's request handler settings)."""
+
+    #: The request line's bytes.
+    max_line_size: int
+    #: One header's bytes, name and value.
+    max_field_size: int
+    #: How many headers.
+    max_headers: int
+    #: How long the server reads (and drops) a body the handler did not read; 0: it closes instead.
+    lingering_time: float
+
+
+#: A scrape: ``GET /metrics`` with a few headers, the bearer token the longest (a service account's is
+#: about 1 KiB), and no body.
+SCRAPE_LIMITS: Final = RequestLimits(max_line_size=2048, max_field_size=8192, max_headers=32, lingering_time=0.0)
+
+
 @attrs.frozen
 class Endpoint:
-    """One server to run: where, what, and with which TLS (None for plain HTTP)."""
+    """One server to run: where, what, with which TLS (None for plain HTTP) and request limits (None: aiohttp's)."""
 
     name: str
     address: Address
     app: web.Application
     ssl_context: ssl.SSLContext | None = None
+    limits: RequestLimits | None = None
 
 
-def probe_routes(app: web.Application, readiness: Readiness) -> None:
+def probe_app(readiness: Readiness) -> web.Application:
+    """``/healthz`` and ``/readyz``, plain HTTP, no token (kubelet's probes)."""
+
     async def healthz(_: web.Request) -> web.Response:
         return web.Response(text="ok\n")
 
@@ -85,32 +114,32 @@ def probe_routes(app: web.Application, readiness: Readiness) -> None:
         lines.append("readyz check passed" if ok else "readyz check failed")
         return web.Response(status=200 if ok else 503, text="\n".join(lines) + "\n")
 
+    app = web.Application()
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
+    return app
 
 
-def metrics_routes(app: web.Application, registry: CollectorRegistry) -> None:
-    async def metrics(_: web.Request) -> web.Response:
+def metrics_app(registry: CollectorRegistry, auth: ScrapeAuth) -> web.Application:
+    """``/metrics`` for a caller ``auth`` allows; serve it over TLS with ``SCRAPE_LIMITS``."""
+
+    async def metrics(request: web.Request) -> web.Response:
+        if request.body_exists:  # never read: refused, and the connection closed rather than drained
+            response = web.Response(status=413, text="Request Entity Too Large: a scrape carries no body\n")
+            response.force_close()
+            return response
+        decision = await auth.decide(request.headers.get(hdrs.AUTHORIZATION))
+        if not decision.allowed:
+            headers = {hdrs.WWW_AUTHENTICATE: 'Bearer realm="cozygpu"'} if decision.status == 401 else None
+            return web.Response(status=decision.status, text=decision.message + "\n", headers=headers)
         # Off the event loop: at 5,000 nodes the exposition of the per-node series takes half a second,
         # which would stall every watch and webhook of the replica at each scrape (collectors take locks).
         body = await asyncio.to_thread(generate_latest, registry)
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
-    app.router.add_get("/metrics", metrics)
-
-
-def probe_and_metrics(health: Address, metrics: Address, readiness: Readiness,
-                      registry: CollectorRegistry) -> list[Endpoint]:
-    """The probe and metrics servers; one server when both flags name the same address."""
-    if health == metrics:
-        app = web.Application()
-        probe_routes(app, readiness)
-        metrics_routes(app, registry)
-        return [Endpoint("health+metrics", health, app)]
-    probes, scrape = web.Application(), web.Application()
-    probe_routes(probes, readiness)
-    metrics_routes(scrape, registry)
-    return [Endpoint("health", health, probes), Endpoint("metrics", metrics, scrape)]
+    app = web.Application()
+    app.router.add_get(METRICS_PATH, metrics)
+    return app
 
 
 async def serve(endpoints: Sequence[Endpoint], ready: Callable[[], None], *,
@@ -119,7 +148,8 @@ async def serve(endpoints: Sequence[Endpoint], ready: Callable[[], None], *,
     runners: list[web.AppRunner] = []
     try:
         for endpoint in endpoints:
-            runner = web.AppRunner(endpoint.app, access_log=None, shutdown_timeout=SHUTDOWN_TIMEOUT)
+            limits = attrs.asdict(endpoint.limits) if endpoint.limits is not None else {}
+            runner = web.AppRunner(endpoint.app, access_log=None, shutdown_timeout=SHUTDOWN_TIMEOUT, **limits)
             runners.append(runner)
             await runner.setup()
             site = web.TCPSite(runner, endpoint.address.host, endpoint.address.port,

@@ -4,8 +4,10 @@ An empty control plane of its own (the chart's fail-closed policies must not
 land on the session's shared one): install the chart with GPU on, take a
 token of the chart's controller ServiceAccount, and run the controller with
 it. It must become ready (every webhook cache listed and watched), publish the
-settings ConfigMap, take the Lease, and join KubeVirt's VMIs once they are
-served — with nothing but what the chart grants.
+settings ConfigMap, take the Lease, join KubeVirt's VMIs once they are
+served, and serve ``/metrics`` (with the webhook's certificate, as the values
+allow) to the scraper the chart binds and to no one else — with nothing but
+what the chart grants.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import ssl
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -45,9 +48,18 @@ async def ready(url: str) -> bool:
         return resp.status == 200
 
 
+async def scrape(url: str, token: str, trust: ssl.SSLContext) -> int:
+    """The status of a scrape that verifies the webhook's certificate by the webhook Service's name."""
+    server = f"cozygpu-controller-webhook.{NAMESPACE}.svc"
+    async with aiohttp.ClientSession() as session, session.get(
+            url, headers={"Authorization": f"Bearer {token}"}, ssl=trust, server_hostname=server) as resp:
+        return resp.status
+
+
 async def test_the_controller_does_its_work_with_only_the_charts_rbac(empty_plane: ControlPlane,
                                                                       tmp_path: Path) -> None:
-    values = {"gpu": {"enabled": True}}
+    values = {"gpu": {"enabled": True}, "controller": {"metrics": {"certSecret": "cozygpu-webhook-tls"}},
+              "monitoring": {"metricsReaders": [{"namespace": NAMESPACE, "name": "prometheus"}]}}
     async with empty_plane.client() as admin:
         await admin.create("/api/v1/namespaces", {"metadata": {"name": NAMESPACE}})
         rendered: list[dict[str, object]] = []
@@ -65,6 +77,7 @@ async def test_the_controller_does_its_work_with_only_the_charts_rbac(empty_plan
         identity = f"chart-rbac-{uuid.uuid4().hex[:6]}"
         options = flags.parse(["--enable-gpu", "--namespace", NAMESPACE, "--cert-dir", str(tmp_path),
                                "--health-addr", "127.0.0.1:0", "--metrics-addr", "127.0.0.1:0",
+                               "--metrics-cert-dir", str(tmp_path),
                                "--webhook-addr", "127.0.0.1:0", "--gpu-resource-names", "nvidia.com/H100",
                                "--lease-duration", "4s", "--renew-deadline", "3s", "--retry-period", "500ms",
                                "--identity", identity], env={})
@@ -73,10 +86,10 @@ async def test_the_controller_does_its_work_with_only_the_charts_rbac(empty_plan
             task = asyncio.create_task(controller.run())
             try:
                 async with asyncio.timeout(60):
-                    while "health+metrics" not in controller.bound:
+                    while not {"health", "metrics"} <= controller.bound.keys():
                         assert not task.done(), controller.supervisor.failures
                         await asyncio.sleep(0.1)
-                    url = f"http://127.0.0.1:{controller.bound['health+metrics'].port}/readyz"
+                    url = f"http://127.0.0.1:{controller.bound['health'].port}/readyz"
                     while not await ready(url):
                         assert not task.done(), controller.supervisor.failures
                         await asyncio.sleep(0.2)
@@ -91,6 +104,13 @@ async def test_the_controller_does_its_work_with_only_the_charts_rbac(empty_plan
                     assert lease["spec"]["holderIdentity"] == identity
                     assert json.loads(settings["data"][keys.SETTINGS_RESOURCE_NAMES]) == ["nvidia.com/H100"]
                     assert settings["data"][keys.SETTINGS_GPU_ENABLED] == "true"
+
+                    trust = ssl.create_default_context(cadata=base64.b64decode(data["ca.crt"]).decode())
+                    metrics = f"https://127.0.0.1:{controller.bound['metrics'].port}/metrics"
+                    for account, status in (("prometheus", 200), ("stranger", 403)):
+                        scraper = await empty_plane.service_account_token(admin, namespace=NAMESPACE,
+                                                                          service_account=account)
+                        assert await scrape(metrics, scraper, trust) == status, account
 
                     await install_fixture_crd(admin, "virtualmachineinstances.kubevirt.io")
                     while not controller.cache.has_synced(specs.VMIS):

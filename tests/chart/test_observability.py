@@ -22,7 +22,8 @@ from cozygpu.kube import Client
 from cozygpu.runtime.controller import Controller
 from tests.binder.test_controller_binder_api import serving_cert
 from tests.binder.world import World
-from tests.runtime.test_controller_readiness import eventually, get, options, running
+from tests.runtime.scraping import metrics_reader_token, scrape
+from tests.runtime.test_controller_readiness import eventually, options, running
 from tests.support.crds import install_fixture_crd
 
 MONITORING = ("monitoring.coreos.com/v1/PrometheusRule", "monitoring.coreos.com/v1/ServiceMonitor")
@@ -196,13 +197,14 @@ async def live_metrics(plane: ControlPlane, admin: Client, namespace: str, tmp_p
         controller = Controller(options(f"ctl-{uuid.uuid4().hex[:6]}", "--enable-gpu", "--cert-dir",
                                         str(tmp_path)), admin)
         await admin.create("/api/v1/namespaces", {"metadata": {"name": controller.options.namespace}})
-        async with running(controller) as base:
+        token = await metrics_reader_token(plane, admin, namespace)
+        async with running(controller):
             async def passed() -> bool:
-                text = (await get(f"{base}/metrics"))[1]
+                text = (await scrape(controller, token))[1]
                 return f'cozygpu_binder_devices{{class="{world.gpu_class}",phase="Bound"}} 1.0' in text
 
             await eventually(passed, timeout=60)
-            _LIVE["text"] = (await get(f"{base}/metrics"))[1]
+            _LIVE["text"] = (await scrape(controller, token))[1]
     finally:
         await world.cleanup()
     return _LIVE["text"]

@@ -25,6 +25,7 @@ from cozygpu.kube import Client, resource_path
 from cozygpu.runtime import flags
 from cozygpu.runtime.controller import Controller
 from cozygpu.views import specs
+from tests.runtime.scraping import metrics_reader_token, scrape
 
 RBAC = "rbac.authorization.k8s.io"
 CLUSTER_ROLES = resource_path(RBAC, "v1", "clusterroles")
@@ -64,14 +65,14 @@ def options(namespace: str, *extra: str) -> flags.Options:
 
 @asynccontextmanager
 async def running(controller: Controller) -> AsyncIterator[str]:
-    """Run the controller; yields the base URL of its probe server once it listens."""
+    """Run the controller; yields the base URL of its probe server once it and the metrics server listen."""
     task = asyncio.create_task(controller.run())
     try:
         async with asyncio.timeout(30):
-            while "health+metrics" not in controller.bound:
+            while not {"health", "metrics"} <= controller.bound.keys():
                 assert not task.done(), task
                 await asyncio.sleep(0.05)
-        yield f"http://127.0.0.1:{controller.bound['health+metrics'].port}"
+        yield f"http://127.0.0.1:{controller.bound['health'].port}"
     finally:
         controller.stop("test over")
         async with asyncio.timeout(30):
@@ -154,13 +155,14 @@ async def test_with_gpu_enabled_readiness_never_waits_for_kubevirt_and_the_webho
 
 async def test_metrics_report_cache_and_lease_state(plane: ControlPlane, admin: Client, namespace: str) -> None:
     controller = Controller(options(namespace), admin)
+    token = await metrics_reader_token(plane, admin, namespace)
     async with running(controller) as base:
         async def leading() -> bool:
             return controller.elector.leading
 
         await eventually(leading, timeout=30)
         assert (await get(f"{base}/readyz"))[0] == 200
-        status, text = await get(f"{base}/metrics")
+        status, text = await scrape(controller, token)
         assert status == 200
         assert "cozygpu_leader_is_leader 1.0" in text
         assert 'cozygpu_cache_synced{kind="gpuclasses.v1alpha1.gpu.cozystack.io"} 1.0' in text
@@ -176,7 +178,7 @@ async def test_stopping_reports_not_ready_before_anything_else_stops(
     task = asyncio.create_task(controller.run())
     try:
         async def bound() -> bool:
-            return "health+metrics" in controller.bound and controller.readiness.ready()
+            return "health" in controller.bound and controller.readiness.ready()
 
         await eventually(bound, timeout=30)
         controller.stop("test")

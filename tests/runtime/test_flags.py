@@ -25,7 +25,8 @@ def test_defaults_are_the_documented_ones() -> None:
     assert options.bind_wait == 10
     assert options.kubeconfig is None
     assert options.health_addr == Address("0.0.0.0", 8081)
-    assert options.metrics_addr == Address("0.0.0.0", 8080)
+    assert options.metrics_addr == Address("0.0.0.0", 8443)
+    assert options.metrics_cert_dir is None
     assert options.webhook_addr == Address("0.0.0.0", 9443)
     assert (options.lease_duration, options.renew_deadline, options.retry_period) == (15, 10, 2)
     assert options.log_format == "json"
@@ -55,6 +56,7 @@ def test_every_flag_can_come_from_its_environment_variable() -> None:
         "COZYGPU_LEASE_DURATION": "20s", "COZYGPU_RENEW_DEADLINE": "15s", "COZYGPU_RETRY_PERIOD": "5s",
         "COZYGPU_IDENTITY": "pod-0", "COZYGPU_LOG_FORMAT": "text", "COZYGPU_LOG_LEVEL": "debug",
         "COZYGPU_WEBHOOK_TIMEOUT": "20s", "COZYGPU_LAUNCHER_GRACE": "45s",
+        "COZYGPU_METRICS_CERT_DIR": "/metrics-certs",
     }
     assert set(env) == {flags.env_name(flag) for flag in flags.FLAGS.flags}
     options = parse([], env=env)
@@ -70,6 +72,7 @@ def test_every_flag_can_come_from_its_environment_variable() -> None:
     assert options.namespace == "gpu"
     assert options.health_addr == Address("127.0.0.1", 1)
     assert options.metrics_addr == Address("::1", 2)
+    assert options.metrics_cert_dir == Path("/metrics-certs")
     assert options.webhook_addr == Address("0.0.0.0", 3)
     assert (options.lease_duration, options.renew_deadline, options.retry_period) == (20, 15, 5)
     assert options.identity == "pod-0"

@@ -1,4 +1,4 @@
-"""The probe, metrics and webhook servers, on loopback, without a control plane."""
+"""The probe, metrics and webhook servers, on loopback, without a control plane (the reviews are a fake)."""
 
 from __future__ import annotations
 
@@ -9,15 +9,21 @@ from contextlib import asynccontextmanager, suppress
 from pathlib import Path
 
 import aiohttp
+import pytest
 from cryptography import x509
 from prometheus_client import CollectorRegistry, Counter
 
 from cozygpu.devcluster import pki
 from cozygpu.runtime.flags import Address
-from cozygpu.runtime.servers import Endpoint, Readiness, probe_and_metrics, serve
+from cozygpu.runtime.metrics_auth import ScrapeAuth
+from cozygpu.runtime.selfsigned import self_signed_context
+from cozygpu.runtime.servers import SCRAPE_LIMITS, Endpoint, Readiness, metrics_app, probe_app, serve
 from cozygpu.runtime.webhook import ServingCertificate, webhook_app
+from tests.runtime.reviewers import FakeReviewer
 
 LOOPBACK = Address("127.0.0.1", 0)
+READER = "system:serviceaccount:cozy-monitoring:prometheus"
+NOBODY = "system:serviceaccount:default:nobody"
 
 
 @asynccontextmanager
@@ -40,13 +46,17 @@ async def get(url: str) -> tuple[int, str, str]:
         return resp.status, resp.headers.get("Content-Type", ""), await resp.text()
 
 
+def probes(readiness: Readiness) -> list[Endpoint]:
+    return [Endpoint("health", LOOPBACK, probe_app(readiness))]
+
+
 async def test_readyz_fails_with_every_failing_check_named_until_all_pass() -> None:
     problems: dict[str, str | None] = {"caches": "not synced: gpudevices", "webhooks": "not serving yet"}
     readiness = Readiness()
     readiness.add("caches", lambda: problems["caches"])
     readiness.add("webhooks", lambda: problems["webhooks"])
-    async with serving(probe_and_metrics(LOOPBACK, LOOPBACK, readiness, CollectorRegistry())) as bound:
-        base = f"http://127.0.0.1:{bound['health+metrics'].port}"
+    async with serving(probes(readiness)) as bound:
+        base = f"http://127.0.0.1:{bound['health'].port}"
         status, _, body = await get(f"{base}/readyz")
         assert status == 503
         assert "[-]caches failed: not synced: gpudevices" in body
@@ -63,25 +73,100 @@ async def test_readyz_fails_with_every_failing_check_named_until_all_pass() -> N
 async def test_a_check_that_raises_reads_as_not_ready_not_as_a_server_error() -> None:
     readiness = Readiness()
     readiness.add("broken", lambda: str(1 / 0))
-    async with serving(probe_and_metrics(LOOPBACK, LOOPBACK, readiness, CollectorRegistry())) as bound:
-        status, _, body = await get(f"http://127.0.0.1:{bound['health+metrics'].port}/readyz")
+    async with serving(probes(readiness)) as bound:
+        status, _, body = await get(f"http://127.0.0.1:{bound['health'].port}/readyz")
     assert status == 503
     assert "check raised ZeroDivisionError" in body
 
 
-async def test_probes_and_metrics_on_different_addresses_are_two_servers() -> None:
-    registry = CollectorRegistry()
-    Counter("cozygpu_test_things", "Things.", registry=registry).inc(3)
-    readiness = Readiness()
-    other = Address("127.0.0.2", 0)
-    async with serving(probe_and_metrics(LOOPBACK, other, readiness, registry)) as bound:
-        status, content_type, text = await get(f"http://127.0.0.2:{bound['metrics'].port}/metrics")
-        assert status == 200
-        assert content_type.startswith("text/plain")
-        assert "cozygpu_test_things_total 3.0" in text
-        assert (await get(f"http://127.0.0.2:{bound['metrics'].port}/readyz"))[0] == 404
-        assert (await get(f"http://127.0.0.1:{bound['health'].port}/readyz"))[0] == 200
-        assert (await get(f"http://127.0.0.1:{bound['health'].port}/metrics"))[0] == 404
+class Scraping:
+    """A probe server and an HTTPS metrics server (self-signed) over a fake reviewer, and a way to scrape it."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        Counter("cozygpu_test_things", "Things.", registry=self.registry).inc(3)
+        self.reviewer = FakeReviewer({"good": READER, "other": NOBODY}, allowed={READER})
+        self.auth = ScrapeAuth(self.reviewer, registry=self.registry)
+        context, pem = self_signed_context(["127.0.0.1", "localhost"])
+        self.trust = ssl.create_default_context(cadata=pem.decode())
+        self.endpoints = [*probes(Readiness()),
+                          Endpoint("metrics", LOOPBACK, metrics_app(self.registry, self.auth), context, SCRAPE_LIMITS)]
+        self.bound: dict[str, Address] = {}
+
+    @property
+    def url(self) -> str:
+        return f"https://127.0.0.1:{self.bound['metrics'].port}/metrics"
+
+    async def scrape(self, token: str | None = None, *, headers: dict[str, str] | None = None,
+                     body: bytes | None = None) -> tuple[int, aiohttp.ClientResponse, str]:
+        sent = {**({"Authorization": f"Bearer {token}"} if token is not None else {}), **(headers or {})}
+        async with aiohttp.ClientSession() as session, \
+                session.get(self.url, headers=sent, data=body, ssl=self.trust) as resp:
+            return resp.status, resp, await resp.text()
+
+
+@pytest.fixture
+async def scraping() -> AsyncIterator[Scraping]:
+    setup = Scraping()
+    async with serving(setup.endpoints) as bound:
+        setup.bound = bound
+        yield setup
+
+
+async def test_metrics_are_served_over_https_to_an_allowed_token_only(scraping: Scraping) -> None:
+    status, resp, text = await scraping.scrape("good")
+    assert status == 200
+    assert resp.headers["Content-Type"].startswith("text/plain")
+    assert "cozygpu_test_things_total 3.0" in text
+    assert 'cozygpu_metrics_auth_total{result="allowed"} 1.0' in text
+    status, resp, text = await scraping.scrape()
+    assert status == 401
+    assert resp.headers["WWW-Authenticate"].startswith("Bearer")
+    assert "cozygpu_test_things" not in text
+    status, _, text = await scraping.scrape("forged")
+    assert status == 401
+    status, _, text = await scraping.scrape("other")
+    assert status == 403
+    assert NOBODY in text
+    assert "cozygpu_test_things" not in text
+
+
+async def test_the_probes_are_plain_http_without_a_token_and_the_metrics_port_answers_no_plain_http(
+        scraping: Scraping) -> None:
+    health = scraping.bound["health"].port
+    assert (await get(f"http://127.0.0.1:{health}/healthz"))[0] == 200
+    assert (await get(f"http://127.0.0.1:{health}/readyz"))[0] == 200
+    assert (await get(f"http://127.0.0.1:{health}/metrics"))[0] == 404
+    with pytest.raises(aiohttp.ClientError):
+        await get(scraping.url.replace("https://", "http://"))
+    assert scraping.reviewer.asked == []
+
+
+async def test_the_self_signed_certificate_is_valid_for_the_hosts_it_was_made_for(scraping: Scraping) -> None:
+    context = scraping.trust
+    port = scraping.bound["metrics"].port
+    _, writer = await asyncio.open_connection("127.0.0.1", port, ssl=context, server_hostname="localhost")
+    writer.close()
+    with pytest.raises(ssl.SSLCertVerificationError):
+        await asyncio.open_connection("127.0.0.1", port, ssl=context, server_hostname="metrics.example")
+
+
+async def test_a_scrape_with_a_body_is_refused_413_unread_and_unreviewed(scraping: Scraping) -> None:
+    status, resp, _ = await scraping.scrape("good", body=b"x" * 100_000)
+    assert status == 413
+    assert resp.headers.get("Connection", "").lower() == "close"
+    assert scraping.reviewer.asked == []
+
+
+async def test_a_header_longer_than_the_bound_is_refused_before_any_review(scraping: Scraping) -> None:
+    status, _, _ = await scraping.scrape("a" * (SCRAPE_LIMITS.max_field_size + 1))
+    assert status in (400, 431)
+    many = {f"X-Filler-{i}": "x" for i in range(SCRAPE_LIMITS.max_headers + 1)}
+    status, _, _ = await scraping.scrape("good", headers=many)
+    assert status in (400, 431)
+    assert scraping.reviewer.asked == []
+    status, _, _ = await scraping.scrape("good", headers={"X-Filler": "x" * 4000})
+    assert status == 200, "a header within the bound is read"
 
 
 async def serial_of_served_certificate(port: int, ca: Path) -> int:

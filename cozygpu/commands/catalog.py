@@ -16,7 +16,8 @@ from typing import Any
 from cozygpu import keys
 from cozygpu.commands import common
 from cozygpu.kube import Client
-from cozygpu.model.catalog import CatalogEntry, catalog, refusal_for
+from cozygpu.model.catalog import CatalogEntry, catalog
+from cozygpu.model.placement import order_check
 from cozygpu.model.snapshot import Snapshot
 
 
@@ -35,9 +36,12 @@ async def read_snapshot(client: Client, *, hoster_names: Sequence[str] = ()) -> 
 
 
 def catalog_row(entry: CatalogEntry, snapshot: Snapshot, count: int | None) -> dict[str, Any]:
-    why = entry.blocked
+    """One class's row; with ``count``, the GPUDevice webhook's own answer to an order of that many (which may
+    be placed after moving stopped holds, R-BIND-13: ``compaction`` says where and after how many moves)."""
+    why, compaction = entry.blocked, None
     if count is not None:
-        why = refusal_for(entry, count, gpu_class=snapshot.classes[entry.class_name])
+        check = order_check(snapshot, entry.namespace, entry.class_name, count)
+        why, compaction = check.refusal, check.compaction
     budget = "-" if entry.remaining_budget is None else str(entry.remaining_budget)
     if entry.limiting_budget is not None:
         budget += f" ({entry.limiting_budget.key} of {entry.limiting_budget.namespace})"
@@ -54,6 +58,7 @@ def catalog_row(entry: CatalogEntry, snapshot: Snapshot, count: int | None) -> d
         "orderable": entry.orderable,
         "reason": None if why is None else str(why.reason),
         "message": None if why is None else why.message,
+        "compaction": None if compaction is None else compaction.said(),
     }
 
 
@@ -64,8 +69,12 @@ def render_table(rows: list[dict[str, Any]], *, count: int | None) -> str:
     for row in rows:
         max_count = "unlimited" if row["maxCount"] is None else str(row["maxCount"])
         verdict = row["message"] or ("fits" if count is not None else "")
-        cells.append([row["class"], row["mode"], str(row["freeInCluster"]),
-                      f"{row['bestNode'] or '-'} ({row['freeOnBestNode']})", row["budgetLeft"], max_count,
+        best = f"{row['bestNode'] or '-'} ({row['freeOnBestNode']})"
+        if row.get("compaction"):
+            # The order fits nowhere as things stand: say that it needs stopped holds moved, and where it goes.
+            best += f", {count} after compaction"
+            verdict = f"fits: {row['compaction']}"
+        cells.append([row["class"], row["mode"], str(row["freeInCluster"]), best, row["budgetLeft"], max_count,
                       str(row["orderable"]), verdict])
     return common.table(headers, cells)
 

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import pytest
 
+from cozygpu.commands import common
+from cozygpu.commands.catalog import catalog_row, render_table
+from cozygpu.model.catalog import catalog
 from cozygpu.views import specs
 from tests.binder.test_binder_api import bound_condition, settle
 from tests.binder.test_writes_api import events_of
@@ -32,6 +35,14 @@ async def test_an_order_of_four_is_bound_after_moving_three_stopped_holds_each_w
         world: World, binder: RunningBinder, attached: str) -> None:
     holds = await fragment(world, attached=attached)
     before = {name: (await world.device(name))["status"]["nodeName"] for name in holds}
+    # The catalog answers an order of 4 as the webhook will: it fits, once stopped holds have moved.
+    snapshot = (await common.read_cluster(world.admin)).snapshot
+    [row] = [catalog_row(entry, snapshot, 4) for entry in catalog(snapshot, world.namespace)
+             if entry.class_name == world.gpu_class]
+    target = world.node_name("c1" if attached else "c0")  # c0 cannot be emptied while its VM's hold stays
+    assert row["reason"] is None
+    assert row["compaction"] == f"placed on {target} after moving 3 stopped holds"
+    assert "4 after compaction" in render_table([row], count=4)
     last = await world.order("big", 4)
     await settle(binder, world, *holds)
     await seen_by(binder, specs.GPU_DEVICES.key, last)
@@ -39,7 +50,6 @@ async def test_an_order_of_four_is_bound_after_moving_three_stopped_holds_each_w
     await binder.full_pass()
 
     big = (await world.device("big"))["status"]
-    target = world.node_name("c1" if attached else "c0")  # c0 cannot be emptied while its VM's hold stays
     assert (big["phase"], big["nodeName"]) == ("Bound", target)
     moved = {}
     for name in holds:

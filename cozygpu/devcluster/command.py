@@ -4,7 +4,9 @@
 machine), starts the whole plane on loopback in ``--dir`` (etcd,
 kube-apiserver, kube-controller-manager, kube-scheduler and kwok; with
 ``--api-only`` just the first two), installs the chart's CRDs, writes
-``DIR/kubeconfig`` for an admin and returns, leaving the processes running.
+``DIR/kubeconfig`` for an admin and returns, leaving the processes running;
+``--prometheus`` adds a Prometheus with the chart's rules that scrapes the
+controller replicas the demo starts (``cozygpu.devcluster.prometheus``).
 ``status`` lists each process with its pid and health; ``stop`` ends them all
 and leaves no process behind. ``nodes add|remove`` manages simulated GPU
 nodes (kwok keeps them Ready); a node added with ``--gpus`` gets a sysfs tree,
@@ -22,9 +24,11 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
-from cozygpu.devcluster import apply, binaries, demo, nodes, simnodes
+from cozygpu.devcluster import apply, binaries, chart, demo, nodes, simnodes
 from cozygpu.devcluster import plane as plane_module
+from cozygpu.devcluster import prometheus as prometheus_module
 from cozygpu.devcluster.plane import ControlPlane, ControlPlaneError
 from cozygpu.kube import errors
 
@@ -43,6 +47,9 @@ def _parser() -> argparse.ArgumentParser:
                        help="simulated nodes' Lease duration, also the NotReady grace (default %(default)s)")
     start.add_argument("--api-only", action="store_true",
                        help="only etcd + kube-apiserver (no scheduler, controller-manager or kwok)")
+    start.add_argument("--prometheus", action="store_true",
+                       help="also run Prometheus on loopback with the chart's alert and recording rules, scraping "
+                            "the controller replicas every 5 s")
     for name in ("stop", "status", "demo"):
         p = sub.add_parser(name)
         p.add_argument("--dir", type=Path, default=DEFAULT_DIR)
@@ -71,11 +78,12 @@ def main(argv: Sequence[str]) -> int:
     try:
         if args.action == "start":
             return _start(args.kubernetes, args.dir.resolve(), args.timeout, full=not args.api_only,
-                          node_lease_seconds=args.node_lease_seconds)
+                          node_lease_seconds=args.node_lease_seconds, prometheus=args.prometheus)
         plane = ControlPlane.attach(args.dir.resolve())
         if args.action == "nodes":
             return asyncio.run(_nodes(plane, args))
-    except (ControlPlaneError, binaries.BuildError, nodes.NodeSpecError, errors.KubeError, TimeoutError) as err:
+    except (ControlPlaneError, binaries.BuildError, chart.ChartError, nodes.NodeSpecError, errors.KubeError,
+            TimeoutError) as err:
         print(f"cozygpu cluster: {err or type(err).__name__}", file=sys.stderr)
         return 1
     if args.action == "demo":
@@ -83,6 +91,7 @@ def main(argv: Sequence[str]) -> int:
     if args.action == "stop":
         demo.stop_background(plane.directory)
         simnodes.stop_added(plane.directory)
+        prometheus_module.stop(plane.directory)
         plane.stop()
         print(f"stopped the control plane in {plane.directory}")
         return 0
@@ -91,8 +100,10 @@ def main(argv: Sequence[str]) -> int:
 
 def _status(plane: ControlPlane) -> int:
     plane_rows = plane.health()
-    # The demo's processes are listed too; only the plane's decide the exit code (hack/up.sh reuses a live plane).
-    rows = plane_rows + demo.background_health(plane.directory) + simnodes.added_health(plane.directory)
+    # The demo's processes and Prometheus are listed too; only the plane's decide the exit code (hack/up.sh reuses
+    # a live plane).
+    rows = (plane_rows + prometheus_module.health(plane.directory) + demo.background_health(plane.directory)
+            + simnodes.added_health(plane.directory))
     print(f"Kubernetes {plane.kubernetes_version} at {plane.host} ({'full' if plane.full else 'API only'})\n"
           f"kubeconfig: {plane.kubeconfig}")
     width = max(len(name) for name, _, _ in rows)
@@ -146,17 +157,26 @@ async def _nodes(plane: ControlPlane, args: argparse.Namespace) -> int:
     return 0
 
 
-def _start(minor: str, directory: Path, timeout: float, *, full: bool, node_lease_seconds: int) -> int:
+def _start(minor: str, directory: Path, timeout: float, *, full: bool, node_lease_seconds: int,
+           prometheus: bool) -> int:
     if node_lease_seconds < 4:
         raise ControlPlaneError(f"--node-lease-seconds {node_lease_seconds}: at least 4 (kwok renews every quarter)")
     bins = binaries.ensure(minor, with_kubectl=True, full=full)
+    prometheus_bins = binaries.ensure_prometheus() if prometheus else None
     started = time.monotonic()
     plane = ControlPlane.start(minor=minor, directory=directory, timeout=timeout, full=full,
                                node_lease_seconds=node_lease_seconds)
     ready = time.monotonic() - started
+    running: prometheus_module.Prometheus | None = None
+    groups: list[dict[str, Any]] = []
     try:
         asyncio.run(_install(plane))
+        if prometheus_bins is not None:
+            groups = prometheus_module.render_rules(kube_version=minor)
+            scrape = asyncio.run(_replicas_scrape(plane))
+            running = prometheus_module.start(directory, groups, scrape=scrape, bins=prometheus_bins, timeout=timeout)
     except BaseException:
+        prometheus_module.stop(directory)
         plane.stop()
         raise
     kubectl_dir = bins.kubectl.parent if bins.kubectl else None
@@ -169,7 +189,26 @@ def _start(minor: str, directory: Path, timeout: float, *, full: bool, node_leas
         print(f"  export PATH={kubectl_dir}:$PATH   # kubectl {plane.kubernetes_version}")
     print("  kubectl get gpuclasses,gpudevices,gpunodes -A")
     print(f"  cozygpu cluster stop --dir {directory}")
+    if running is not None:
+        _print_prometheus(running, groups)
     return 0
+
+
+def _print_prometheus(running: prometheus_module.Prometheus, groups: list[dict[str, Any]]) -> None:
+    rules = sum(len(group["rules"]) for group in groups)
+    print(f"Prometheus {binaries.PROMETHEUS_RELEASE} at {running.url} (pid {running.pid}, log "
+          f"{running.directory / 'logs' / 'prometheus.log'}): the chart's {rules} rules; it scrapes the controller "
+          f"replicas' /metrics every {prometheus_module.SCRAPE_INTERVAL} once the demo starts them. Worth running:")
+    for what, query in prometheus_module.QUERIES:
+        print(f"  # {what}")
+        print(f"  curl -s {running.url}/api/v1/query --data-urlencode 'query={query}'")
+    print(f"  curl -s {running.url}/api/v1/targets   # the replicas, up or not\n"
+          f"  curl -s {running.url}/api/v1/alerts    # the chart's alerts, pending or firing")
+
+
+async def _replicas_scrape(plane: ControlPlane) -> prometheus_module.Scrape:
+    async with plane.client() as admin:
+        return await prometheus_module.replicas_scrape(admin, plane)
 
 
 async def _install(plane: ControlPlane) -> None:

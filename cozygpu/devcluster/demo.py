@@ -63,7 +63,7 @@ import yaml
 from cozygpu import keys
 from cozygpu.admission.webhooks import configurations
 from cozygpu.commands.catalog import catalog_row, read_snapshot, render_table
-from cozygpu.devcluster import apply, background, chart, dra_driver, nodes, pki, replicas, simnodes, story
+from cozygpu.devcluster import apply, background, chart, dra_driver, nodes, pki, prometheus, replicas, simnodes, story
 from cozygpu.devcluster.plane import ControlPlane, alive, free_port, terminate
 from cozygpu.kube import Client, errors, resource_path
 from cozygpu.model.catalog import catalog
@@ -261,6 +261,7 @@ def start_replicas(plane: ControlPlane, certs: Path, timeout: float = 60.0) -> t
         state = replicas.read_state(plane.directory)
         if state is not None and all(e["ready"] for e in state["balancer"]["endpoints"]):
             pids = {r["name"]: r["pid"] for r in state["replicas"]}
+            prometheus.scrape_replicas(plane.directory)  # the targets of the plane's Prometheus, if it runs one
             return spec, [Replica(m.name, pids[m.name], m.health, m.webhook) for m in members]
         time.sleep(0.1)  # another process writes it: polled
     raise DemoError(f"the controller replicas were not both ready within {timeout:.0f} s; see "

@@ -11,15 +11,19 @@ process of the plane: pid and port in ``DIR/prometheus.json``, log in
   them where the PrometheusRule kind is served (``render_rules``): the
   PrometheusRule's ``spec.groups`` are the rule file, so what fires here is
   what fires in a cluster.
-- **Targets**: the replicas start after the plane (the demo picks their
-  ports), so Prometheus discovers them from a file it watches
+- **Targets**: the replicas start after the plane (their supervisor picks
+  their metrics ports), so Prometheus discovers them from a file it watches
   (``DIR/prometheus/targets.json``, file-based service discovery), which
-  ``write_targets`` rewrites whenever the demo starts them: a new run's
-  ports are picked up without a restart. Every target is scraped every
-  ``SCRAPE_INTERVAL``.
-- **How a target is reached** is a ``Scrape``: plain HTTP as the controller
-  serves ``/metrics`` today, or HTTPS with a bearer token file and a CA file
-  (or no verification), one argument of ``start``.
+  ``scrape_replicas`` rewrites from the supervisor's state whenever the demo
+  starts them: a new run's ports are picked up without a restart. Every
+  target is scraped every ``SCRAPE_INTERVAL``.
+- **How a target is reached** is a ``Scrape``, one argument of ``start``:
+  plain HTTP by default, or HTTPS with a bearer token file and a CA file (or
+  no verification). The replicas serve ``/metrics`` as the chart's pods do
+  (``replicas``: HTTPS, a certificate from the plane's serving CA, only a
+  token allowed ``get`` on ``/metrics``), so the plane's Prometheus scrapes
+  them with ``replicas_scrape``: the plane's CA and the token of the service
+  account the chart's metrics-reader role is bound to (valid for a day).
 
 Blocking on purpose, like ``plane``: it runs from the CLI and from pytest's
 set-up, never on an event loop.
@@ -41,8 +45,9 @@ from typing import Any, Final, Literal
 import attrs
 import yaml
 
-from cozygpu.devcluster import background, binaries, chart
-from cozygpu.devcluster.plane import ControlPlaneError, alive, free_port, terminate
+from cozygpu.devcluster import background, binaries, chart, replicas
+from cozygpu.devcluster.plane import ControlPlane, ControlPlaneError, alive, free_port, terminate
+from cozygpu.kube import Client
 
 PROMETHEUS_RULE: Final = "monitoring.coreos.com/v1/PrometheusRule"
 JOB: Final = "cozygpu-controller"
@@ -50,8 +55,9 @@ SCRAPE_INTERVAL: Final = "5s"
 STATE_FILE: Final = "prometheus.json"
 #: Queries worth running once the demo has told its story (printed by ``cozygpu cluster start``).
 QUERIES: Final = (
-    ("the binder's bind answer latency, 99th percentile (seconds)",
-     "histogram_quantile(0.99, sum by (le) (rate(cozygpu_binder_answer_latency_seconds_bucket[5m])))"),
+    ("the binder's bind answer latency since the replicas started, 99th percentile in seconds (the last 5 minutes: "
+     "rate(...[5m]) of the buckets, as the dashboard and the alert read it)",
+     "histogram_quantile(0.99, sum by (le) (cozygpu_binder_answer_latency_seconds_bucket))"),
     ("units free per class, as the leader counts them",
      'sum by (class) (cozygpu_binder_class_units{state="free"} * on (instance) group_left () '
      "(cozygpu_leader_is_leader == 1))"),
@@ -122,6 +128,26 @@ def write_targets(directory: Path, targets: Mapping[str, str]) -> None:
     partial = path.with_name(path.name + ".partial")
     partial.write_text(json.dumps(groups, indent=2))
     os.replace(partial, path)  # Prometheus never reads half a file
+
+
+def scrape_replicas(directory: Path) -> None:
+    """The controller replicas the supervisor in ``directory`` runs are the targets from now on."""
+    write_targets(directory, {target.replica: target.address for target in replicas.metrics_targets(directory)})
+
+
+async def replicas_scrape(admin: Client, plane: ControlPlane) -> Scrape:
+    """How to scrape the plane's replicas: HTTPS verified by the plane's serving CA, with a Prometheus token.
+
+    The token is minted by ``replicas.prometheus_token`` (which binds the
+    chart's metrics-reader role to Prometheus's service account) and kept in
+    ``DIR/prometheus/token``, readable only by its owner.
+    """
+    token = await replicas.prometheus_token(admin, plane)
+    path = files(plane.directory) / "token"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.touch(mode=0o600)
+    path.write_text(token)
+    return Scrape(scheme="https", bearer_token_file=path, ca_file=plane.ca_file)
 
 
 @attrs.frozen

@@ -34,7 +34,8 @@ def _with_whole_sets(snapshot: Snapshot, keep: set[DeviceKey]) -> Snapshot:
             if vmi not in by_vmi:
                 by_vmi[vmi] = snapshot.devices_by_vmi.get(vmi, (key,))
                 keep.update(by_vmi[vmi])
-    return attrs.evolve(snapshot, devices={k: devices[k] for k in keep}, devices_by_vmi=by_vmi)
+    return attrs.evolve(snapshot, devices={k: devices[k] for k in keep}, devices_by_vmi=by_vmi,
+                        every_device=snapshot.devices)
 
 
 @attrs.frozen

@@ -231,10 +231,12 @@ def plan_writes(plan: PassPlan, snapshot: Snapshot, objects: Mapping[DeviceKey, 
             if group not in order:
                 order.append(group)
     writes: list[SetWrite] = []
+    # A cycle's view plans some sets, but a compaction moves holds outside them (R-BIND-12): read every device.
+    every = snapshot.every_device if snapshot.every_device is not None else snapshot.devices
     for label, members in order:
         found = []
         for key in members:
-            view, entry = snapshot.devices.get(key), decided.get(key)
+            view, entry = every.get(key), decided.get(key)
             if view is None or entry is None:
                 continue
             write = device_write(key, entry, objects[key], phase=view.phase, node=view.node_name,

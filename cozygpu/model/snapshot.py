@@ -517,6 +517,9 @@ class Snapshot:
     asking: frozenset[DeviceKey] = frozenset()
     #: Devices an answer pass acts on: Pending, or with a bind request not answered yet.
     waiting: frozenset[DeviceKey] = frozenset()
+    #: A cycle's view narrows ``devices`` to the sets it plans; this is then the model's every device, which a
+    #: compaction reads for the stopped holds it may move (R-BIND-12). None where ``devices`` is every device.
+    every_device: Mapping[DeviceKey, DeviceView] | None = attrs.field(default=None, eq=False, repr=False)
     #: Which update of its model this is, and the model's log of what each update touched (not compared:
     #: two builds of the same objects are equal whatever their history).
     generation: int = attrs.field(default=0, eq=False)

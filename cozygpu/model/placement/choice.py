@@ -185,9 +185,10 @@ class Chooser:
         placements are looked up only where there are some, and each namespace's label once."""
         out: list[Hold] = []
         s = self.s
+        devices = s.every_device if s.every_device is not None else s.devices
         moved = self.state.phases
         for key in s.devices_by_node.get(node, ()):
-            device = s.devices.get(key)
+            device = devices.get(key)
             if device is None or device.class_name != class_name or device.attachment is not None \
                     or device.template or device.deleting or key in ordering or device.unanswered_request:
                 continue

@@ -60,8 +60,9 @@ class CycleState:
         need = sum(device.count for device in work.members)
         cause = refusals.compaction(work.label, node=plan.node, needs=need, moves=len(plan.moves))
         moved: list[Bind] = []
+        devices = self.s.every_device if self.s.every_device is not None else self.s.devices
         for move in plan.moves:
-            device = self.s.devices[move.device]
+            device = devices[move.device]
             moved += self.apply(Work(label=f"GPUDevice {device.namespace}/{device.name}", vmi=None, members=[device]),
                                 move.target, cause=cause)
         return moved

@@ -11,7 +11,8 @@ refuses a second, different spec under one key.
   Pods and the settings ConfigMap (field-selected to that one object).
   Without GPU: GPUClass and GPUDevice, which the always-on reconcilers read.
 - ``lazy_kinds`` (GPU enabled only): VMIs and KubeVirt CRs, and DRA's
-  ResourceSlices, DeviceClasses and ResourceClaims. They are added to the
+  ResourceSlices, DeviceClasses, ResourceClaims and DeviceTaintRules (v1
+  since 1.37). They are added to the
   cache too, start whenever KubeVirt's CRDs are served (DRA's kinds: when API
   discovery lists ``resource.k8s.io/v1``), and are never waited for by
   readiness (other components wait for this controller's readiness and must

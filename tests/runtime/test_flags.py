@@ -163,5 +163,6 @@ def test_the_controller_caches_the_shared_specs_with_their_indexes() -> None:
     by_key = {spec.key: spec for spec in gpu}
     assert by_key[specs.GPU_DEVICES.key].indexers is specs.GPU_DEVICES.indexers
     assert set(kinds.lazy_kinds(enable_gpu=True)) == {specs.VMIS, specs.KUBEVIRTS, specs.RESOURCE_SLICES,
-                                                      specs.DEVICE_CLASSES, specs.RESOURCE_CLAIMS}
+                                                      specs.DEVICE_CLASSES, specs.RESOURCE_CLAIMS,
+                                                      specs.DEVICE_TAINT_RULES}
     assert kinds.lazy_kinds(enable_gpu=False) == ()

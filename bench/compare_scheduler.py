@@ -724,12 +724,18 @@ def _reason(error: errors.ApiError) -> str:
 # -- the run -------------------------------------------------------------------------------------
 
 
-async def metrics_of(url: str) -> dict[str, float]:
-    """The controller's admission and binder latency sums and counts, from its /metrics."""
+async def metrics_of(target: tuple[str, str]) -> dict[str, float]:
+    """The controller's admission and binder latency sums and counts, from its /metrics: ``target`` is its
+    HTTPS URL and a bearer token allowed ``get`` on it (the controller's self-signed certificate is not
+    verified, as the chart's ServiceMonitor does by default)."""
     import aiohttp
     from prometheus_client.parser import text_string_to_metric_families
 
-    async with aiohttp.ClientSession() as session, session.get(url) as resp:
+    url, token = target
+    async with aiohttp.ClientSession() as session, \
+            session.get(url, headers={"Authorization": f"Bearer {token}"}, ssl=False) as resp:
+        if resp.status != 200:
+            raise SystemExit(f"the controller's {url} answered {resp.status}: {await resp.text()}")
         text = await resp.text()
     wanted = {"cozygpu_admission_duration_seconds", "cozygpu_admission_bind_wait_seconds",
               "cozygpu_binder_answer_latency_seconds", GC}
@@ -813,19 +819,21 @@ def shares(before: dict[str, float], after: dict[str, float]) -> dict[str, float
     return out
 
 
-async def start_controller(plane: Any, args: argparse.Namespace) -> tuple[asyncio.subprocess.Process, str, str]:
-    from cozygpu.devcluster import pki
+async def start_controller(plane: Any, admin: Client, args: argparse.Namespace
+                           ) -> tuple[asyncio.subprocess.Process, str, tuple[str, str]]:
+    """The controller, its webhook URL, and its metrics URL with a token allowed to scrape it."""
+    from cozygpu.devcluster import pki, replicas
     from cozygpu.devcluster.plane import free_port
 
     cert_dir = plane.directory / "compare-webhook"
     cert_dir.mkdir(exist_ok=True)
     pki.issue(pki.KeyPair(plane.pki_dir / "serving-ca.crt", plane.pki_dir / "serving-ca.key"), cert_dir, "tls",
               common_name="cozygpu-webhook", hosts=("127.0.0.1",), server=True)
-    webhook_port, health_port = free_port(), free_port()
+    webhook_port, health_port, metrics_port = free_port(), free_port(), free_port()
     argv = ["controller", "--kubeconfig", str(plane.kubeconfig), "--namespace", CONTROLLER_NS, "--enable-gpu",
             "--cert-dir", str(cert_dir),
             "--webhook-addr", f"127.0.0.1:{webhook_port}", "--health-addr", f"127.0.0.1:{health_port}",
-            "--metrics-addr", f"127.0.0.1:{health_port}", "--identity", "compare-bench",
+            "--metrics-addr", f"127.0.0.1:{metrics_port}", "--identity", "compare-bench",
             "--log-format", "text", "--log-level", args.controller_log_level]
     log = (plane.directory / "logs" / "cozygpu-controller.log").open("wb")
     process = await asyncio.create_subprocess_exec(
@@ -843,7 +851,8 @@ async def start_controller(plane: Any, args: argparse.Namespace) -> tuple[asynci
                     if resp.status == 200:
                         break
             await asyncio.sleep(0.2)
-    return process, f"https://127.0.0.1:{webhook_port}", f"http://127.0.0.1:{health_port}/metrics"
+    token = await replicas.prometheus_token(admin, plane)
+    return process, f"https://127.0.0.1:{webhook_port}", (f"https://127.0.0.1:{metrics_port}/metrics", token)
 
 
 async def register_webhooks(admin: Client, plane: Any, url: str) -> None:
@@ -1033,7 +1042,7 @@ async def drive(plane: Any, args: argparse.Namespace, sizes: list[int], run_star
             await install_fixture_crd(admin, "virtualmachineinstances.kubevirt.io")
             bench = Bench(admin, burst_clients, args)
             await bench.setup()
-            controller, url, metrics_url = await start_controller(plane, args)
+            controller, url, metrics_url = await start_controller(plane, admin, args)
             await register_webhooks(admin, plane, url)
             print(f"controller ready, webhooks called; client limit: kube-scheduler QPS {QPS:.0f} burst {BURST}"
                   f" per clientset (its default), cozygpu "

@@ -232,10 +232,10 @@ async def controller_identity(admin: Client, plane: ControlPlane, rendered: list
 
 
 def controller_argv(plane: ControlPlane, name: str, certs: Path, health: int, webhook: int) -> list[str]:
-    """A controller replica's command line: GPU on, webhooks served, raw GPU names forbidden, as the controller."""
+    """A controller replica's command line: GPU on, webhooks served, raw GPU names forbidden, as the controller.
+    The supervisor adds its HTTPS metrics address and certificate (``replicas``)."""
     return [sys.executable, "-m", "cozygpu", "controller", "--kubeconfig", str(controller_kubeconfig(plane)),
-            "--namespace", CONTROLLER_NAMESPACE, "--health-addr", f"127.0.0.1:{health}",
-            "--metrics-addr", f"127.0.0.1:{health}", "--identity", name,
+            "--namespace", CONTROLLER_NAMESPACE, "--health-addr", f"127.0.0.1:{health}", "--identity", name,
             "--gpu-resource-names", ",".join(HOSTER_NAMES), "--raw-gpu-names", RAW_NAMES, "--log-format", "text",
             "--enable-gpu", "--cert-dir", str(certs), "--webhook-addr", f"127.0.0.1:{webhook}",
             "--webhook-timeout", f"{WEBHOOK_TIMEOUT}s"]
@@ -437,10 +437,13 @@ async def run(plane: ControlPlane) -> int:
         logs = plane.directory / "logs"
         print(f"\ntwo controller replicas acting as {controller_user()[1]} (the chart's RBAC), both ready (their "
               "caches warm), both answering the webhooks:")
+        targets = {target.replica: target for target in replicas.metrics_targets(plane.directory)}
         for replica in running:
             role = "leader: runs the binder" if replica.name == leader else "standby"
-            print(f"  {replica.name} (pid {replica.pid}, {role}), metrics http://127.0.0.1:{replica.health}/metrics, "
-                  f"log {logs / (replica.name + '.log')}")
+            target = targets.get(replica.name)
+            metrics = (f"metrics {target.scheme}://{target.host}:{target.port}{target.path} (a token allowed get on "
+                       "/metrics)") if target is not None else "metrics not recorded yet"
+            print(f"  {replica.name} (pid {replica.pid}, {role}), {metrics}, log {logs / (replica.name + '.log')}")
         print(f"  the webhooks are registered at {spec.url}, a balancer that sends each connection to a replica "
               f"passing its readiness probe; a replica that ends is started again (log {logs / 'replicas.log'})")
         print(f"  the KubeVirt stand-in runs (pid {kubevirt_pid}, log {logs / 'kubevirt.log'})")
@@ -464,7 +467,7 @@ async def run(plane: ControlPlane) -> int:
             return 1
 
         snapshot = await read_snapshot(admin, hoster_names=HOSTER_NAMES)
-    print("9. the catalog: what each tenant can order now, and why not")
+    print("10. the catalog: what each tenant can order now, and why not")
     for namespace, count in (("tenant-acme-ml", 2), ("tenant-beta", 1)):
         rows = [catalog_row(entry, snapshot, count) for entry in catalog(snapshot, namespace)]
         print(f"\n   cozygpu catalog -n {namespace} --count {count}")

@@ -27,6 +27,12 @@ from the API server, with how long it took from the call:
    with a claim of its own on that node stays unschedulable ("cannot allocate
    all claims"). That pod runs in a namespace of no tenant: with raw GPU names
    forbidden a tenant's claim of a DeviceClass a class sells is refused.
+9. compaction (R-BIND-12): each H100 node left with one GPU free (a stopped
+   hold of tenant-beta's on one, tenant-acme-ml's on the other, whose
+   namespace opts out of compaction), tenant-beta orders two H100 — what a
+   scheduler refuses for fragmentation: the order is accepted and Bound after
+   the binder moved tenant-beta's stopped hold to the other node, with an Event
+   naming the order; both are released again.
 
 :func:`clear` removes what an earlier run left, so the story can be told again.
 """
@@ -66,6 +72,9 @@ DRA_VM: Final = "vm-infer"
 LAB: Final = "gpu-lab"
 CLAIM_POD: Final = "cuda-claim"
 CLAIM_TEMPLATE: Final = "one-vfio-gpu"
+#: Step 9: tenant-beta's single-GPU holds that leave each H100 node one GPU free, and the order of two.
+SPREAD: Final = ("spread-1", "spread-2")
+PAIR: Final = "pair"
 #: Every wait of the story ends after this long, with a line saying what did not happen.
 WAIT: Final = 60.0
 
@@ -298,7 +307,67 @@ class Story:
         say(f"   {node} uncordoned again")
         told["moved"] = found
         told["dra"] = await self.dra()
+        told["compaction"] = await self.compaction()
         return told
+
+    async def compaction(self) -> dict[str, Any]:
+        """Step 9: an order no node has room for, placed after moving a stopped hold."""
+        say = self.out
+        first, second = SPREAD
+        say(f"9. {BETA} holds 1 H100 on each H100 node (gpudevice/{first}, then {second}), gives {first} up, and "
+            f"{ACME} opts its namespace out of compaction ({keys.COMPACTION_LABEL}=Never): one GPU free per node")
+        await self.admin.merge_patch(f"/api/v1/namespaces/{ACME}", {"metadata": {"labels": {
+            keys.COMPACTION_LABEL: "Never"}}})
+        placed: dict[str, str] = {}
+        for name in SPREAD:
+            started = time.monotonic()
+            await self.admin.create(device_path(BETA), order(name, "h100", 1))
+
+            async def bound(name: str = name) -> dict[str, Any] | None:
+                status = await self.status(BETA, name)
+                return status if status.get("phase") == "Bound" else None
+
+            status, _ = await until(bound, f"gpudevice/{name} Bound", started)
+            placed[name] = str(status["nodeName"])
+        started = time.monotonic()
+        await self.admin.delete(device_path(BETA, first))
+
+        async def freed() -> bool | None:
+            return True if await self.admin.get_or_none(device_path(BETA, first)) is None else None
+
+        await until(freed, f"gpudevice/{first} released", started)
+        say(f"   {first} was Bound on {placed[first]} and is released, {second} is Bound on {placed[second]}")
+        say(f"   {BETA} orders 2 H100 (gpudevice/{PAIR}): no node has 2 free, which a scheduler refuses as "
+            "fragmentation")
+        started = time.monotonic()
+        await self.admin.create(device_path(BETA), order(PAIR, "h100", 2))
+
+        async def compacted() -> dict[str, Any] | None:
+            status = await self.status(BETA, PAIR)
+            if status.get("phase") != "Bound":
+                return None
+            events = (await self.admin.list_objects(resource_path("", "v1", "events", namespace=BETA), params={
+                "fieldSelector": f"involvedObject.name={second},reason=Moved"}))["items"]
+            moved = await self.status(BETA, second)
+            return {"nodeName": status["nodeName"], "moved": moved.get("nodeName"),
+                    "event": events[0]["message"]} if events else None
+
+        found, seconds = await until(compacted, f"gpudevice/{PAIR} Bound after a compaction", started)
+        say(f"   accepted by the GPUDevice webhook and Bound on {found['nodeName']} after {took(seconds)}: the "
+            f"binder moved {BETA}'s stopped hold {second} to {found['moved']} first; its Event: Moved: "
+            f"{found['event']}")
+        started = time.monotonic()
+        for name in (PAIR, second):
+            await self.admin.delete(device_path(BETA, name))
+
+        async def released() -> bool | None:
+            return True if not (await self.admin.list_objects(device_path(BETA)))["items"] else None
+
+        await until(released, f"gpudevice/{PAIR} and {second} released", started)
+        await self.admin.merge_patch(f"/api/v1/namespaces/{ACME}", {"metadata": {"labels": {
+            keys.COMPACTION_LABEL: None}}})
+        say(f"   gpudevice/{PAIR} and {second} released again, and {ACME}'s label taken off")
+        return {**found, "spread": placed}
 
     async def claim(self) -> dict[str, Any]:
         found: dict[str, Any] = await self.admin.get(dra_path("resourceclaims", ACME, DRA_HELD))

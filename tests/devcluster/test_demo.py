@@ -24,11 +24,11 @@ def cozygpu(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 #: The story's steps and the catalog after them.
-STEPS = 9
+STEPS = 10
 
 
 def story_lines(stdout: str) -> dict[str, list[str]]:
-    """The printed story by step ("1." … "9."): each step's heading and the lines under it."""
+    """The printed story by step ("1." … "10."): each step's heading and the lines under it."""
     steps: dict[str, list[str]] = {}
     current: list[str] | None = None
     for line in stdout.splitlines():
@@ -129,7 +129,7 @@ async def raw_refusals(admin: Client) -> dict[str, str]:
 
 def check_story(stdout: str, outcomes: dict[str, Any]) -> None:
     steps = story_lines(stdout)
-    assert sorted(steps) == [f"{n}." for n in range(1, STEPS + 1)], stdout
+    assert sorted(steps, key=lambda head: int(head.rstrip("."))) == [f"{n}." for n in range(1, STEPS + 1)], stdout
     first = outcomes["train"]["nodeName"]
     # 1. bound; 7. moved off the node it was bound on, to the other H100 node, with an Event saying so.
     bound_on = steps["1."][1].split("Bound on ", 1)[1].split(" ", 1)[0]
@@ -173,8 +173,25 @@ def check_story(stdout: str, outcomes: dict[str, Any]) -> None:
     assert vmi_reason in outcomes["raw_refusals"]["vmi"]
     assert outcomes["beta_pods"] == []
     check_dra_step(steps["8."], outcomes)
-    # 9. the catalog per tenant.
-    assert any("cozygpu catalog -n tenant-beta" in line for line in steps["9."])
+    check_compaction_step(steps["9."], outcomes)
+    # 10. the catalog per tenant.
+    assert any("cozygpu catalog -n tenant-beta" in line for line in steps["10."])
+
+
+def check_compaction_step(lines: list[str], outcomes: dict[str, Any]) -> None:
+    """Step 9: one GPU free on each H100 node; the order of two Bound after tenant-beta's stopped hold moved."""
+    first, second = story.SPREAD
+    assert f"{first} was Bound on " in lines[1]
+    was, kept = lines[1].split(" was Bound on ", 1)[1].split(" and is released, ", 1)
+    kept_on = kept.split(" is Bound on ", 1)[1]
+    assert {was, kept_on} == {"gpu-1", "gpu-3"}, "one single-GPU hold on each H100 node"
+    bound = lines[3].split("Bound on ", 1)[1].split(" ", 1)[0]
+    assert bound == kept_on, "the order goes where the stopped hold it may move was"
+    assert f"moved {story.BETA}'s stopped hold {second} to {was} first" in lines[3]
+    assert (f"moved from node {kept_on} to node {was}: compaction: room made on node {kept_on} for GPUDevice "
+            f"{story.BETA}/{story.PAIR} (2 units on one node; 1 stopped hold moved)") in lines[3]
+    # tenant-acme-ml's stopped hold, on the other node, stayed: its namespace opted out (step 7's node, checked
+    # with step 7), and tenant-beta's orders are gone again (``outcomes["devices"]``).
 
 
 def check_dra_step(lines: list[str], outcomes: dict[str, Any]) -> None:

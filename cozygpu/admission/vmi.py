@@ -153,7 +153,7 @@ class VMIWebhook:
         except Refused as error:
             return Verdict.refuse(error.refusal)
         if request.dry_run:
-            return Verdict.allow(patch)
+            return Verdict.allow(patch, message=plan.said)
         return await self._start(plan, patch, versions)
 
     def _versions(self, plan: StartPlan) -> dict[str, str]:
@@ -205,7 +205,7 @@ class VMIWebhook:
             await asyncio.shield(writes.undo(request_id, self._cache))
             raise
         if failure is None:
-            return Verdict.allow(patch)
+            return Verdict.allow(patch, message=plan.said)
         await asyncio.shield(writes.undo(request_id, self._cache))
         return Verdict.refuse(failure)
 

@@ -109,6 +109,8 @@ class StartPlan:
     #: The ``spec.resourceClaims`` entries the DRA members' ``gpus`` entries name, one per DRA member (those
     #: the VMI has already are kept, not added again).
     claims: tuple[kubevirt.ResourceClaim, ...] = ()
+    #: What the answer says besides: where stopped holds must move first to make room (R-BIND-13), or "".
+    said: str = ""
 
     @property
     def to_create(self) -> tuple[Member, ...]:
@@ -343,8 +345,9 @@ def plan_start(snapshot: Snapshot, vmi: Obj, refs: Sequence[Ref], *, namespace: 
                           count_pending=True)
     if placement.refusal is not None:
         raise Refused(placement.refusal)
+    said = f"{label}: {placement.compaction.said()}" if placement.compaction is not None else ""
     return StartPlan(namespace=namespace, vmi=name, members=tuple(members), node=placement.node or "",
-                     adopted_request="", entries=entries, claims=claim_list)
+                     adopted_request="", entries=entries, claims=claim_list, said=said)
 
 
 def _template_orders(snapshot: Snapshot, namespace: str, label: str, members: Sequence[Member]) -> None:

@@ -1,7 +1,7 @@
 """The VMI webhook's promise over random clusters: it never accepts a template order the GPUDevice webhook refuses.
 
 A template device is an order like any other; if the start's check counted
-less than ``catalog.order_refusal`` (the GPUDevice webhook's), a template
+less than ``placement.order_check`` (the GPUDevice webhook's), a template
 could jump ahead of an order admitted earlier under the same budget (R-MOD-4).
 """
 
@@ -20,10 +20,11 @@ from cozygpu import keys
 from cozygpu.admission.refs import DeviceRef, Ref, TemplateRef
 from cozygpu.admission.vmi_plan import Refused, plan_start
 from cozygpu.model.budgets import add_usage, demand_usage
-from cozygpu.model.catalog import order_refusal
+from cozygpu.model.placement import order_check
 from cozygpu.model.snapshot import EMPTY_USAGE, Snapshot
 from cozygpu.model.tenants import ancestry
 from tests.model.factories import device, snapshot
+from tests.model.test_compaction import fragmented
 from tests.model.test_placement_answers import TENANTS, clusters, describe
 
 
@@ -57,7 +58,7 @@ def test_a_start_never_accepts_a_template_order_the_gpudevice_webhook_would_refu
     # the earlier ones among the subtree's orders not yet accepted.
     seen = snap
     for template in templates:
-        refusal = order_refusal(seen, namespace, template.class_name, template.count)
+        refusal = order_check(seen, namespace, template.class_name, template.count).refusal
         assert refusal is None, f"start accepted {template}, the GPUDevice webhook refuses: {refusal}"
         seen = with_pending(seen, namespace, template)
 
@@ -86,3 +87,13 @@ def test_two_templates_that_fit_the_budget_alone_but_not_beside_an_earlier_order
     plan = plan_start(snap, vmi_object("vm", refs), refs, namespace="tenant-a", raw_forbidden=False,
                       grace=timedelta(minutes=2), recent=timedelta(seconds=25))
     assert [m.name for m in plan.members][:1] == ["earlier"]
+
+
+def test_a_start_whose_template_order_needs_compaction_is_accepted_and_its_answer_says_where() -> None:
+    # Four 4-GPU nodes with three stopped single-GPU holds each: a template of 4 fits nowhere as things stand.
+    snap = fragmented()
+    refs: list[Ref] = [TemplateRef("gpus", "h100", 4)]
+    plan = plan_start(snap, vmi_object("vm-big", refs), refs, namespace="tenant-a", raw_forbidden=False,
+                      grace=timedelta(minutes=2), recent=timedelta(seconds=25))
+    assert plan.node == "n0"
+    assert plan.said == "VMI tenant-a/vm-big: placed on n0 after moving 3 stopped holds"

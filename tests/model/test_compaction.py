@@ -145,3 +145,17 @@ def test_the_stopped_hold_sizes_kept_by_updates_are_the_ones_built_from_scratch(
         fresh = snapshot(nodes=nodes, inventories=inventories, devices=current.values())
         assert dict(updated.stopped_hold_sizes) == dict(fresh.stopped_hold_sizes), f"after {key} -> {view}"
     assert dict(updated.stopped_hold_sizes) == {"h100": ((1, 1),)}  # h3, detached; h1 attached, h4 deleting
+
+
+def test_a_vm_starts_template_order_that_no_node_has_room_for_is_placed_by_compaction_in_the_dry_check() -> None:
+    # The VMI webhook's dry check of a start whose template device is an order of 4 (R-BIND-13): the answer says
+    # where, after how many moves, as the binder's answer to its bind request will.
+    snap = fragmented(order=1)
+    template = DeviceView(namespace="tenant-a", name="vm-big-gpus", class_name="h100", count=4, template=True,
+                          created=NOW)
+    placement = place_set(snap, [template], vmi=vmi("vm-big"), count_pending=True)
+    assert placement.refusal is None
+    assert placement.compaction is not None
+    assert placement.compaction.said() == "placed on n0 after moving 3 stopped holds"
+    assert [b.device for b in placement.moves[:3]] == [("tenant-b", f"h-n0-{j}") for j in range(3)]
+    assert placement.moves[3].device == ("tenant-a", "vm-big-gpus")

@@ -77,6 +77,13 @@ class Transition:
                 f" ({self.reason or 'no condition'}: {self.message}){' [relisted]' if self.relisted else ''}")
 
 
+def compacted(transition: Transition) -> bool:
+    """A stopped hold moved, still Bound, to make room for another order (R-BIND-12): its Moved condition names
+    the compaction."""
+    return (transition.new is not None and transition.new[0] == "Bound" and transition.reason == "Moved"
+            and ": compaction: room made on node " in transition.message)
+
+
 def bound_condition(device: Mapping[str, Any]) -> Mapping[str, Any]:
     for condition in (device.get("status") or {}).get("conditions") or ():
         if condition.get("type") == "Bound":
@@ -230,6 +237,8 @@ class Recorder:
                     reasons["deleted"] += 1
                 elif transition.old[1] in self.troubles:
                     reasons["node trouble"] += 1
+                elif compacted(transition):
+                    reasons["compacted"] += 1
                 else:
                     reasons["gathered"] += 1
         return reasons
@@ -239,8 +248,9 @@ class Recorder:
 
         Reasons of its own: its deletion; its node cordoned, NotReady, tainted or gone at any time of the
         run (the chaos touches no node, so any is worth a look anyway: see ``troubles``); a move that
-        gathers its own VMI's set (its own VM's start). Anything else — capacity taken by a neighbour's
-        launcher above all — is not.
+        gathers its own VMI's set (its own VM's start); a stopped hold moved, still Bound, by a compaction
+        that made room for a larger order (R-BIND-12: no VM uses it, the audit's running-detached count
+        says so). Anything else — capacity taken by a neighbour's launcher above all — is not.
         """
         found = []
         for transition in self.transitions:
@@ -251,6 +261,8 @@ class Recorder:
             if transition.old[1] in self.troubles:
                 continue
             if transition.reason == GATHERED and transition.new[0] == "Bound":
+                continue
+            if compacted(transition):
                 continue
             found.append(transition)
         return found

@@ -254,7 +254,8 @@ async def test_a_held_claim_written_without_allocation_timestamp_takes_no_pod(
     assert condition["reason"] == "SchedulerError"
     assert f'add reservation to claim {namespace}/held' in condition["message"]
     assert "status.allocation: Invalid value" in condition["message"]
-    assert condition["message"].endswith("field is immutable")
+    # 1.36 says "field is immutable"; 1.37's declarative validation "field cannot be modified once set".
+    assert condition["message"].endswith(("field is immutable", "field cannot be modified once set"))
     assert not (await full_admin.get(f"{pods}/vm"))["spec"].get("nodeName")
     assert [r["resource"] for r in (await full_admin.get(f"{claims}/held"))["status"]["reservedFor"]] == ["gpudevices"]
 

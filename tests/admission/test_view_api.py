@@ -63,12 +63,13 @@ async def with_a_node(plane: ControlPlane, admin: Client, namespace: str, tmp_pa
     try:
         node = await world.node("n1", 2)
         async with admission(plane, admin, namespace, tmp_path, register_hooks=False) as served:
-            first = await eventually(lambda: _with(served.webhooks.source, node),
-                                     what=f"{node} in the snapshot")
-            # The optional kinds (KubeVirt's, DRA's) too: listed, or known not served. A built-in one is
-            # not served until discovery says otherwise, then lists: a snapshot between reads "not ready".
+            # Every kind first, the optional ones (KubeVirt's, DRA's) too: listed, or known not served. A built-in
+            # one is not served until discovery says otherwise, then lists: a snapshot between reads "not ready"
+            # (it failed so on 1.37, whose DeviceTaintRules is one more such kind).
             await eventually(lambda: _true(all(_known(served.cache, spec) for spec in specs.SNAPSHOT_SPECS.values())),
                              what="every kind of the snapshot listed or known not served")
+            first = await eventually(lambda: _with(served.webhooks.source, node),
+                                     what=f"{node} in the snapshot")
             yield Served(world, node, served, first)
     finally:
         await world.cleanup()

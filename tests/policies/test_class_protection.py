@@ -126,6 +126,11 @@ async def test_a_new_device_of_a_deleting_class_is_refused(
     await callers.tenant.create(s.devices(tenant_ns), s.gpu_device("held", class_name=deleting_name))
     cleanup(f"{s.devices(tenant_ns)}/held")
     await admin.delete(deleting)
+    # The API server reads the class (the binding's parameter) from its own informer, which sees the deletion a
+    # moment later: until then a dry run is let through, nothing stored.
+    await s.in_force(lambda: callers.tenant.create(s.devices(tenant_ns), s.gpu_device("late", class_name=deleting_name),
+                                                   dry_run=True),
+                     what="the policy refusing orders of the deleting class", says="being deleted")
     await s.refused(callers.tenant.create(s.devices(tenant_ns), s.gpu_device("late", class_name=deleting_name)),
                     f"GPUDevice {tenant_ns}/late is refused", f"it orders GPUClass {deleting_name}",
                     "being deleted and takes no new orders")

@@ -241,14 +241,26 @@ def controller_argv(plane: ControlPlane, name: str, certs: Path, health: int, we
             "--webhook-timeout", f"{WEBHOOK_TIMEOUT}s"]
 
 
+def distinct_ports(count: int) -> list[int]:
+    """``count`` free loopback ports, no two the same (``free_port`` picks at random and binds nothing)."""
+    ports: set[int] = set()
+    while len(ports) < count:
+        ports.add(free_port())
+    return sorted(ports)
+
+
 def start_replicas(plane: ControlPlane, certs: Path, timeout: float = 60.0) -> tuple[replicas.Spec, list[Replica]]:
     """The replicas and the balancer in front of them (``replicas``, in the background), once both are endpoints."""
+    # Every port the platform listens on, picked here and distinct: a port picked free is free only until
+    # someone binds it, and the supervisor binds the balancer's only once it runs (a metrics port it picked
+    # itself once took the balancer's, and that replica never started).
+    ports = distinct_ports(3 * len(REPLICAS) + 1)
     members = []
     for name in REPLICAS:
-        health, webhook = free_port(), free_port()
+        health, webhook, metrics = ports.pop(), ports.pop(), ports.pop()
         members.append(replicas.ReplicaSpec(name, tuple(controller_argv(plane, name, certs, health, webhook)),
-                                            health, webhook))
-    spec = replicas.Spec(BALANCER_HOST, free_port(), tuple(members))
+                                            health, webhook, metrics=metrics))
+    spec = replicas.Spec(BALANCER_HOST, ports.pop(), tuple(members))
     replicas.write_spec(plane.directory, spec)
     with contextlib.suppress(FileNotFoundError):
         (plane.directory / replicas.STATE_FILE).unlink()

@@ -159,3 +159,16 @@ def test_a_vm_starts_template_order_that_no_node_has_room_for_is_placed_by_compa
     assert placement.compaction.said() == "placed on n0 after moving 3 stopped holds"
     assert [b.device for b in placement.moves[:3]] == [("tenant-b", f"h-n0-{j}") for j in range(3)]
     assert placement.moves[3].device == ("tenant-a", "vm-big-gpus")
+
+
+def test_a_hold_is_never_moved_onto_a_node_it_could_not_stay_on() -> None:
+    # n1 is cordoned with all four GPUs free: no hold may go there, so n0's three holds have nowhere to go.
+    nodes, inventories = gpu_nodes(("n0", 4), ("n1", 4), ("n2", 4))
+    nodes[1] = attrs.evolve(nodes[1], unschedulable=True)
+    holds = [device(f"h-{n}-{j}", phase=Phase.BOUND, node=n, namespace="tenant-b") for n in ("n0", "n2")
+             for j in range(3)]
+    plan = plan_pass(snapshot(nodes=nodes, inventories=inventories, devices=[*holds, device("big", count=4)]))
+    assert binds(plan) == []
+    nodes[1] = attrs.evolve(nodes[1], unschedulable=False)
+    uncordoned = plan_pass(snapshot(nodes=nodes, inventories=inventories, devices=[*holds, device("big", count=4)]))
+    assert [b.node for b in binds(uncordoned)] == ["n1"], "with n1 open the order simply fits there"

@@ -39,7 +39,8 @@ from cozygpu.binder.writes import device_status_path, write_sets
 from cozygpu.cache.store import Event
 from cozygpu.kube import errors
 from cozygpu.kube.client import Obj
-from cozygpu.model.placement import PassPlan
+from cozygpu.model.placement import Bind, PassPlan
+from cozygpu.model.refusals import Reason
 from cozygpu.model.snapshot import DeviceKey, Snapshot
 from cozygpu.passes.writes import Writes
 from cozygpu.views import specs
@@ -176,6 +177,8 @@ class PlacementWork:
         if metrics is not None:
             for action in plan.actions:
                 metrics.decisions.labels(lane=lane, action=type(action).__name__).inc()
+                if isinstance(action, Bind) and action.cause is not None and action.cause.reason is Reason.COMPACTION:
+                    metrics.compaction_moves.inc()
 
     async def verify_attachments(self, snapshot: Snapshot, objects: Mapping[DeviceKey, Obj], served: bool,
                                  writes: Writes) -> None:

@@ -66,6 +66,8 @@ async def test_an_order_of_four_is_bound_after_moving_three_stopped_holds_each_w
         assert f"room made on node {target} for GPUDevice {world.namespace}/big" in message
         assert device["status"]["nodeName"] != target
         assert ("Moved", message) in await events_of(world.admin, world.namespace, name)
+    [family] = binder.metrics.compaction_moves.collect()
+    assert [s.value for s in family.samples if s.name == "cozygpu_binder_compaction_moves_total"] == [3.0]
     # No node holds more than it serves.
     per_node: dict[str, int] = {}
     for name in [*holds, "big"]:

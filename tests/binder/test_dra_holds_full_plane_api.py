@@ -298,6 +298,43 @@ async def test_a_set_whose_gpu_an_administrators_taint_rule_selects_moves_and_is
             await full_admin.delete(f"{rules}/{rule}")
 
 
+async def test_an_order_no_node_has_room_for_is_held_after_a_stopped_dra_hold_moved_and_its_claim_followed(
+        full_admin: Client, fleet: Fleet) -> None:
+    """Compaction of a DRA class (R-BIND-12): two nodes of two vfio GPUs, one stopped single-GPU hold on each; an
+    order of two is Bound after one hold moves, the moved hold's claim is allocated again on its new node, and the
+    order's claim holds both GPUs of the node it emptied."""
+    world = DraWorld(full_admin, fleet)
+    await world.make()
+    first, second = sorted(await world.nodes(2, 2))
+    async with driven_binder(full_admin, timedelta(seconds=30)):
+        # The fullest node with room takes "a" and "filler" (first, by name), "b" the other; "filler" released,
+        # each node has one stopped hold and one free GPU.
+        for name, node in (("a", first), ("filler", first), ("b", second)):
+            await world.order(name)
+            assert await world.bound_node(name) == node
+            await world.held(name, node)
+        await full_admin.delete(device_path(world.namespace, "filler"))
+
+        async def released() -> bool | None:
+            gone = await full_admin.get_or_none(device_path(world.namespace, "filler")) is None
+            return True if gone and await full_admin.get_or_none(claims_path(world.namespace, "filler")) is None \
+                else None
+
+        await eventually(released, timeout=60, what="the filler and its claim never went")
+        await world.order("pair", count=2)
+        # Both nodes need one move; the first by name wins: "a" moves to the second node.
+        assert await world.bound_node("pair") == first
+        assert await world.bound_node("a") == second
+        await world.held("a", second)
+        claim = await world.held("pair", first, count=2)
+        assert sorted(device for _driver, _pool, device in results(claim)) == [
+            dra_driver.device_name(0), dra_driver.device_name(1)]
+        events = await full_admin.list_objects(resource_path("", "v1", "events", namespace=world.namespace),
+                                               params={"fieldSelector": "involvedObject.name=a,reason=Moved"})
+        assert any(f"compaction: room made on node {first} for GPUDevice {world.namespace}/pair" in e["message"]
+                   for e in events["items"])
+
+
 async def test_a_set_that_must_share_a_pcie_root_goes_where_one_root_has_room(full_admin: Client,
                                                                               fleet: Fleet) -> None:
     """Topology (``matchAttribute``): the first node has two GPUs free but on two roots (someone else's claims

@@ -128,13 +128,16 @@ class Chooser:
 
     def compact(self, work: Work) -> Move | None:
         """The set onto a node that moving stopped holds makes room on (R-BIND-12), or None: when the set
-        holds units already, needs more than one class, its class never compacts or sells DRA devices, or
-        no plan exists."""
+        holds units already, needs more than one class, its class never compacts or sells DRA devices that
+        must share an attribute (``matchAttribute``: which group a move frees is not in the model), or no
+        plan exists. A DRA class's devices are otherwise interchangeable, and its moved holds' claims are
+        allocated again like any moved set's."""
         classes = self.nodes.classes_of(work)
         if classes is None or len(classes) != 1:
             return None
         [gpu_class] = classes
-        if gpu_class.compaction is CompactionPolicy.NEVER or gpu_class.dra is not None:
+        if gpu_class.compaction is CompactionPolicy.NEVER or (gpu_class.dra is not None
+                                                              and gpu_class.dra.match_attribute):
             return None
         need, held_on = self.demand(work)
         largest = max((size for size, _ in self.s.stopped_hold_sizes.get(gpu_class.name, ())), default=0)

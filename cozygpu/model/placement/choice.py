@@ -182,10 +182,8 @@ class Chooser:
                  opted_out: dict[str, bool]) -> list[Hold]:
         """The holds on ``node`` compaction may move: Bound devices of the class attached to no VMI, with no
         start asking for them, in a namespace that did not opt out (R-BIND-12). ``opted_out`` memoizes the
-        namespaces' labels for one plan.
-
-        The walk of every candidate's devices is the plan's cost (bench/bench_compaction.py): the run's own
-        placements are looked up only where there are some, and each namespace's label once."""
+        namespaces' labels for one plan. Called for the few nodes a plan visits (``plan_compaction``'s bound), and
+        for every eligible node only on a refusal (``most_after_moves``)."""
         out: list[Hold] = []
         s = self.s
         devices = s.every_device if s.every_device is not None else s.devices

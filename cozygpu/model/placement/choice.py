@@ -193,8 +193,7 @@ class Chooser:
             if device is None or device.class_name != class_name or device.attachment is not None \
                     or device.template or device.deleting or key in ordering or device.unanswered_request:
                 continue
-            if (moved.get(key, (device.phase, device.node_name)) if moved else (device.phase, device.node_name)) \
-                    != (Phase.BOUND, node):
+            if moved.get(key, (device.phase, device.node_name)) != (Phase.BOUND, node):
                 continue
             out_of_it = opted_out.get(device.namespace)
             if out_of_it is None:

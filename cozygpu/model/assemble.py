@@ -51,6 +51,7 @@ from cozygpu.model.snapshot import (
     ClassAvailability,
     DeviceKey,
     DeviceView,
+    DraGroup,
     GPUClassView,
     NamespaceView,
     NodeCapacity,
@@ -90,6 +91,7 @@ def assemble(
     dra: Mapping[str, Mapping[str, int]] | None = None,
     dra_raw: Mapping[str, Mapping[str, int]] | None = None,
     dra_problems: Mapping[str, tuple[str, ...]] | None = None,
+    dra_groups: Mapping[str, Mapping[str, tuple[DraGroup, ...]]] | None = None,
 ) -> Snapshot:
     """Build a Snapshot. ``quotas`` maps a tenant namespace to its ``tenant-quota`` ``spec.hard``; ``dra``:
     node -> what DRA-sourced classes serve there, ``dra_raw``: namespace -> the units its own claims hold
@@ -102,7 +104,7 @@ def assemble(
                         launcher_grace=launcher_grace)
     return assembly.rebuild(now=now, classes=classes, devices=devices, nodes=nodes, inventories=inventories,
                             pods=pods, vmis=vmis, namespaces=namespaces, quotas=quotas, permitted=permitted,
-                            dra=dra, dra_raw=dra_raw, dra_problems=dra_problems)
+                            dra=dra, dra_raw=dra_raw, dra_problems=dra_problems, dra_groups=dra_groups)
 
 
 def _alike(old: DeviceView, new: DeviceView) -> bool:
@@ -464,12 +466,13 @@ class Assembly:
         dra: Mapping[str, Mapping[str, int]] | None = None,
         dra_raw: Mapping[str, Mapping[str, int]] | None = None,
         dra_problems: Mapping[str, tuple[str, ...]] | None = None,
+        dra_groups: Mapping[str, Mapping[str, tuple[DraGroup, ...]]] | None = None,
     ) -> Snapshot:
         """Everything derived from these views, in one go (``rebuilding`` is the same in steps)."""
         return drain(self.rebuilding(now=now, classes=classes, devices=devices, nodes=nodes,
                                       inventories=inventories, pods=pods, vmis=vmis, namespaces=namespaces,
                                       quotas=quotas, permitted=permitted, dra=dra, dra_raw=dra_raw,
-                                      dra_problems=dra_problems))
+                                      dra_problems=dra_problems, dra_groups=dra_groups))
 
     def rebuilding(
         self,
@@ -487,6 +490,7 @@ class Assembly:
         dra: Mapping[str, Mapping[str, int]] | None = None,
         dra_raw: Mapping[str, Mapping[str, int]] | None = None,
         dra_problems: Mapping[str, tuple[str, ...]] | None = None,
+        dra_groups: Mapping[str, Mapping[str, tuple[DraGroup, ...]]] | None = None,
     ) -> Generator[None, None, Snapshot]:
         """``rebuild`` as steps: it yields after every ``STEP`` items derived, so a caller on an event loop
         can let the loop go between them; its value is the Snapshot. Nothing but the caller may touch the
@@ -501,6 +505,9 @@ class Assembly:
         self._nodes: MutableMapping[str, NodeView] = {n.name: n for n in nodes}
         self._dra: dict[str, Mapping[str, int]] = {node: dict(served) for node, served in (dra or {}).items()
                                                    if served}
+        #: Node -> resource name -> its groups, for offers with a ``matchAttribute`` (what compaction plans on).
+        self._dra_groups: MutableMapping[str, Mapping[str, tuple[DraGroup, ...]]] = {
+            node: dict(groups) for node, groups in (dra_groups or {}).items() if groups}
         self._inventories: MutableMapping[str, NodeInventory] = {}
         for inventory in inventories:
             self._inventories[inventory.name] = self._freshened(inventory, now)
@@ -682,7 +689,8 @@ class Assembly:
                nodes: Mapping[str, NodeView | None] | None = None,
                pods: Mapping[tuple[str, str], PodView | None] | None = None,
                dra: Mapping[str, Mapping[str, int]] | None = None,
-               dra_raw: Mapping[str, Mapping[str, int]] | None = None) -> Snapshot:
+               dra_raw: Mapping[str, Mapping[str, int]] | None = None,
+               dra_groups: Mapping[str, Mapping[str, tuple[DraGroup, ...]]] | None = None) -> Snapshot:
         """The Snapshot after these device, VMI, report and Node changes (a view, or None when it is gone).
 
         A VMI change may change its ``active_pods`` (absent counts as none) when
@@ -717,6 +725,11 @@ class Assembly:
             else:
                 self._dra.pop(name, None)
             self._touched_nodes.add(name)
+        for name, groups in (dra_groups or {}).items():
+            if groups:
+                self._dra_groups[name] = dict(groups)
+            elif name in self._dra_groups:
+                del self._dra_groups[name]
         if inventories:
             for name, inventory in inventories.items():
                 self._inventories[name] = self._freshened(inventory, now)
@@ -838,7 +851,7 @@ class Assembly:
     #: them in place and a Snapshot already handed out keeps its own view.
     _SHARED: Final = ("_devices", "_by_node", "_by_vmi", "_vmis", "_subtree", "_pending_usage", "_inventories",
                       "_nodes", "_pods", "_class_held", "_stopped_sizes", "_capacity", "_serving", "_availability",
-                      "_rooms")
+                      "_rooms", "_dra_groups")
 
     def _device(self, device: DeviceView, sign: int,
                 bulk: Mapping[str, defaultdict[Any, list[DeviceKey]]] | None = None) -> None:
@@ -1125,6 +1138,7 @@ class Assembly:
             held_by_class=_frozen(self._class_held),
             stopped_hold_sizes=_frozen(self._stopped_sizes),
             rooms=_frozen(self._rooms),
+            dra_groups=_frozen(self._dra_groups),
             unsettled=frozenset(self._unsettled),
             unsettled_by_name=self._unsettled_names(),
             asking=frozenset(self._asking),

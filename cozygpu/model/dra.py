@@ -52,7 +52,7 @@ import attrs
 from cozygpu.model.cel import CelError, DeviceAttrs, Selector
 from cozygpu.model.cel import compile as compile_selector
 from cozygpu.model.refusals import Refusal, devices_short
-from cozygpu.model.snapshot import DeviceKey, DeviceView, DraSource, GPUClassView
+from cozygpu.model.snapshot import DeviceKey, DeviceView, DraGroup, DraSource, GPUClassView
 
 
 @attrs.frozen(kw_only=True)
@@ -124,6 +124,10 @@ class DeviceRef:
     driver: str
     pool: str
     device: str
+
+
+#: A claim by namespace and name (a hold claim's is its GPUDevice's key).
+ClaimKey = DeviceKey
 
 
 @attrs.frozen(kw_only=True)
@@ -256,14 +260,47 @@ def choose_devices(units: Sequence[DeviceRef], taken: Collection[DeviceRef], cou
 def _groups(free: Iterable[DeviceRef], attrs_of: Mapping[DeviceRef, DeviceAttrs] | None,
             match_attribute: str) -> list[list[DeviceRef]]:
     """``free`` by their value of ``match_attribute`` (devices without it in none)."""
-    domain, _, name = match_attribute.rpartition("/")
-    groups: dict[object, list[DeviceRef]] = {}
+    groups: dict[str, list[DeviceRef]] = {}
     for ref in free:
-        found = attrs_of.get(ref) if attrs_of is not None else None
-        values = found.attributes.get(domain or ref.driver, {}) if found is not None else {}
-        if name in values:
-            groups.setdefault((type(values[name]).__name__, str(values[name])), []).append(ref)
+        value = _group_value(ref, attrs_of, match_attribute)
+        if value is not None:
+            groups.setdefault(value, []).append(ref)
     return list(groups.values())
+
+
+def _group_value(ref: DeviceRef, attrs_of: Mapping[DeviceRef, DeviceAttrs] | None, match_attribute: str) -> str | None:
+    """The group ``ref`` is in: its value of ``match_attribute`` (typed, so 1 and "1" differ), None without it."""
+    domain, _, name = match_attribute.rpartition("/")
+    found = attrs_of.get(ref) if attrs_of is not None else None
+    values = found.attributes.get(domain or ref.driver, {}) if found is not None else {}
+    if name not in values:
+        return None
+    return f"{type(values[name]).__name__}:{values[name]}"
+
+
+def node_groups(refs: Iterable[DeviceRef], first: Callable[[DeviceRef], ClaimView | None], match_attribute: str,
+                attrs_of: Mapping[DeviceRef, DeviceAttrs]) -> tuple[DraGroup, ...]:
+    """One node's groups of an offer with ``match_attribute`` (by value), ``first(ref)`` the claim deciding a
+    device as in ``node_served``. A hold whose claim spans two groups is in neither (moving it frees no group
+    whole); someone else's claim's devices are neither free nor movable."""
+    free: dict[str, int] = {}
+    holding: dict[str, set[ClaimKey]] = {}
+    group_of: dict[ClaimKey, str | None] = {}
+    for ref in refs:
+        value = _group_value(ref, attrs_of, match_attribute)
+        if value is None:
+            continue
+        claim = first(ref)
+        free.setdefault(value, 0)
+        if claim is None:
+            free[value] += 1
+        elif claim.holder:
+            key = (claim.namespace, claim.name)
+            group_of[key] = value if group_of.get(key, value) == value else None
+            holding.setdefault(value, set()).add(key)
+    return tuple(DraGroup(value=value, free=n,
+                          holds=frozenset(key for key in holding.get(value, ()) if group_of[key] == value))
+                 for value, n in sorted(free.items()))
 
 
 def node_served(refs: Iterable[DeviceRef], first: Callable[[DeviceRef], ClaimView | None], match_attribute: str,
@@ -358,8 +395,6 @@ def dra_served(classes: Iterable[GPUClassView], slices: Sequence[SliceView],
                      raw_by_namespace=raw)
 
 
-ClaimKey = tuple[str, str]
-
 
 class DraTracker:
     """``dra_served``, kept current from claim changes (the live read model's DRA input).
@@ -452,19 +487,47 @@ class DraTracker:
 
     def served(self) -> dict[str, dict[str, int]]:
         """Node -> ``served_on`` of every node some offer has units on (nodes serving nothing left out)."""
-        nodes = {node for units in self.units.values() for node in units.by_node}
-        return {node: served for node in sorted(nodes) if (served := self.served_on(node))}
+        return {node: served for node in self._nodes() if (served := self.served_on(node))}
 
-    def claims_changed(self, changes: Mapping[ClaimKey, ClaimView | None]
-                       ) -> tuple[dict[str, dict[str, int]], dict[str, dict[str, int]]]:
-        """Take claim changes (None: gone); each node they touch, with what it serves now (empty: nothing),
-        and each namespace they are in, with its raw use now (empty: none)."""
+    def groups_on(self, node: str) -> dict[str, tuple[DraGroup, ...]]:
+        """Resource name -> the node's groups (``node_groups``), for the offers with a ``matchAttribute``."""
+        return {resource_name: groups for resource_name, units in self.units.items() if units.match_attribute
+                and (groups := node_groups(units.by_node.get(node, ()), self.first, units.match_attribute,
+                                           self.attrs_of))}
+
+    def groups(self) -> dict[str, dict[str, tuple[DraGroup, ...]]]:
+        """Node -> ``groups_on`` of every node an offer with a ``matchAttribute`` has units on."""
+        if not any(units.match_attribute for units in self.units.values()):
+            return {}
+        return {node: groups for node in self._nodes() if (groups := self.groups_on(node))}
+
+    def _nodes(self) -> list[str]:
+        return sorted({node for units in self.units.values() for node in units.by_node})
+
+    def claims_changed(self, changes: Mapping[ClaimKey, ClaimView | None]) -> ClaimChanges:
+        """Take claim changes (None: gone): what each node they touch serves now and its groups (empty:
+        nothing), and each namespace they are in, with its raw use now (empty: none)."""
         touched: set[str] = set()
         for key, claim in changes.items():
             touched |= self._put(key, claim)
         namespaces = sorted({key[0] for key in changes})
-        return ({node: self.served_on(node) for node in sorted(touched)},
-                {namespace: dict(self.raw_by_namespace.get(namespace, {})) for namespace in namespaces})
+        grouped = any(units.match_attribute for units in self.units.values())
+        return ClaimChanges(
+            served={node: self.served_on(node) for node in sorted(touched)},
+            raw={namespace: dict(self.raw_by_namespace.get(namespace, {})) for namespace in namespaces},
+            groups={node: self.groups_on(node) for node in sorted(touched)} if grouped else {})
+
+
+@attrs.frozen(kw_only=True)
+class ClaimChanges:
+    """What claim changes moved (``DraTracker.claims_changed``), as the read model's update takes it."""
+
+    #: Node -> resource name -> units served (empty: none left).
+    served: Mapping[str, Mapping[str, int]]
+    #: Namespace -> resource name -> raw use (empty: none left).
+    raw: Mapping[str, Mapping[str, int]]
+    #: Node -> resource name -> groups, for offers with a ``matchAttribute`` (empty: none left).
+    groups: Mapping[str, Mapping[str, tuple[DraGroup, ...]]]
 
 
 class ClaimAction(enum.StrEnum):

@@ -460,6 +460,17 @@ def _since(log: dict[_K, int], generation: int) -> frozenset[_K]:
 
 
 @attrs.frozen(kw_only=True)
+class DraGroup:
+    """One node's devices of a DRA offer with a ``matchAttribute`` that share its value (one PCIe root): how
+    many are free, and the holds (by device key: a hold claim is named after its GPUDevice) whose claims
+    hold devices of this group and of no other, which compaction may move whole to free it (R-BIND-12)."""
+
+    value: str
+    free: int
+    holds: frozenset[DeviceKey]
+
+
+@attrs.frozen(kw_only=True)
 class Snapshot:
     """Everything a GPU decision reads, with indexes. Build it with ``assemble``."""
 
@@ -508,6 +519,9 @@ class Snapshot:
     #: new bookings. The fullest node with room for n units (R-BIND-5) is the first node of the first bucket
     #: at or above n that may take the set: no walk over every node serving the name.
     rooms: Mapping[str, Mapping[int, tuple[str, ...]]] = attrs.field(factory=dict)
+    #: Node -> resource name -> its groups (``model.dra.node_groups``), for DRA offers with a ``matchAttribute``:
+    #: the room a compaction can make is one group's, not the node's.
+    dra_groups: Mapping[str, Mapping[str, tuple[DraGroup, ...]]] = attrs.field(factory=dict)
     #: Devices not Bound (Pending or Lost).
     unsettled: frozenset[DeviceKey] = frozenset()
     #: The same devices by their class's resource name ("" for a class without one): a placement cycle

@@ -410,11 +410,12 @@ class LiveSnapshot:
                           + (f" and {len(nodes)} node(s)" if nodes else "")
                           + (f" and {len(pods)} pod(s)" if pods else "")
                           + (f" and {len(claims)} claim(s)" if claims else ""))
-        dra, dra_raw = self.dra.claims_changed(claims) if claims else (None, None)
+        dra = self.dra.claims_changed(claims) if claims else None
         try:
             return self._assembly.update(now=now, devices=changes, vmis=vmi_changes, inventories=inventories,
-                                         nodes={key[1]: view for key, view in nodes.items()}, pods=pods, dra=dra,
-                                         dra_raw=dra_raw)
+                                         nodes={key[1]: view for key, view in nodes.items()}, pods=pods,
+                                         dra=dra.served if dra else None, dra_raw=dra.raw if dra else None,
+                                         dra_groups=dra.groups if dra else None)
         except ValueError:  # a report's names changed after all: its later state is what the stores hold
             return self._build(now, sources, "a GPUNode report's names changed")
 
@@ -584,7 +585,7 @@ def _derived(assembly: Assembly, now: datetime, objects: Mapping[str, list[Obj]]
             inventories=views[keys.GPUNODE_KIND], pods=views["Pod"], vmis=views["VirtualMachineInstance"],
             namespaces=views["Namespace"], quotas=tenant_quotas(objects.get("ResourceQuota", ())),
             permitted=permitted_host_devices(objects.get("KubeVirt", ())), dra=dra.served(),
-            dra_raw=dra.raw_by_namespace, dra_problems=dra.problems)
+            dra_raw=dra.raw_by_namespace, dra_problems=dra.problems, dra_groups=dra.groups())
         if memo is not None:
             memo.forget_unseen()
         return snapshot, dra

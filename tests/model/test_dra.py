@@ -400,7 +400,8 @@ def test_the_tracker_kept_from_claim_changes_equals_the_served_of_its_claims(
         key = ("tenant-a", name)
         before = tracker.served()
         view = None if gone else claim(name, *sorted(devices), holder=name if ours else "")
-        moved, raw = tracker.claims_changed({key: view})
+        changed = tracker.claims_changed({key: view})
+        moved, raw = changed.served, changed.raw
         if view is None:
             held.pop(key, None)
         else:

@@ -13,7 +13,7 @@ holds makes room (``compact``, R-BIND-12).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from cozygpu import keys
 from cozygpu.model import refusals
@@ -23,7 +23,7 @@ from cozygpu.model.placement.nodes import NodeFilter
 from cozygpu.model.placement.sets import Work, launcher_node, running
 from cozygpu.model.placement.state import CycleState
 from cozygpu.model.refusals import Refusal
-from cozygpu.model.snapshot import CompactionPolicy, DeviceKey, Phase
+from cozygpu.model.snapshot import CompactionPolicy, DeviceKey, DraGroup, Phase
 
 
 class Chooser:
@@ -128,16 +128,14 @@ class Chooser:
 
     def compact(self, work: Work) -> Move | None:
         """The set onto a node that moving stopped holds makes room on (R-BIND-12), or None: when the set
-        holds units already, needs more than one class, its class never compacts or sells DRA devices that
-        must share an attribute (``matchAttribute``: which group a move frees is not in the model), or no
-        plan exists. A DRA class's devices are otherwise interchangeable, and its moved holds' claims are
-        allocated again like any moved set's."""
+        holds units already, needs more than one class, its class never compacts, or no plan exists. A DRA
+        class's moved holds' claims are allocated again like any moved set's; with a ``matchAttribute`` the
+        room is made in one group of a node (``Snapshot.dra_groups``), by moving holds of that group."""
         classes = self.nodes.classes_of(work)
         if classes is None or len(classes) != 1:
             return None
         [gpu_class] = classes
-        if gpu_class.compaction is CompactionPolicy.NEVER or (gpu_class.dra is not None
-                                                              and gpu_class.dra.match_attribute):
+        if gpu_class.compaction is CompactionPolicy.NEVER:
             return None
         need, held_on = self.demand(work)
         largest = max((size for size, _ in self.s.stopped_hold_sizes.get(gpu_class.name, ())), default=0)
@@ -150,33 +148,58 @@ class Chooser:
                                            [name])
         nodes = candidates if destinations is candidates else {*candidates, *destinations}
         free = {node: self.units.free(node, name) for node in nodes}
-        ordering = {device.key for device in work.members}
-        opted_out: dict[str, bool] = {}
-
-        def movable(node: str) -> list[Hold]:
-            return self._movable(node, gpu_class.name, ordering, opted_out)
-
-        plan = plan_compaction(need=units, free=free, candidates=candidates, movable=movable,
-                               destinations=destinations, largest=largest)
+        movable = self._movable_in(work, gpu_class.name)
+        if gpu_class.dra is not None and gpu_class.dra.match_attribute:
+            sites = self._groups(candidates, name)
+            plan = plan_compaction(need=units, free=free, candidates=sites, destinations=destinations,
+                                   largest=largest, movable=lambda site: movable(*sites[site]),
+                                   room={site: group.free for site, (_, group) in sites.items()},
+                                   node_of=lambda site: sites[site][0])
+        else:
+            plan = plan_compaction(need=units, free=free, candidates=candidates, destinations=destinations,
+                                   largest=largest, movable=lambda node: movable(node, None))
         return Move(node=plan.node, cause=None, compaction=plan) if plan is not None else None
 
     def most_after_moves(self, work: Work) -> tuple[str | None, int]:
         """The node with the most units free once every stopped hold on it that may move has moved, and how
-        many (what a refusal after compaction quotes; a walk of the class's nodes, on a refusal only)."""
+        many (what a refusal after compaction quotes; a walk of the class's nodes, on a refusal only). With a
+        ``matchAttribute``, the most in one group of a node."""
         classes = self.nodes.classes_of(work)
         need, _ = self.demand(work)
         if classes is None or len(need) != 1:
             return None, 0
         [name] = need
-        ordering = {device.key for device in work.members}
+        [gpu_class, *_] = classes
+        movable = self._movable_in(work, gpu_class.name)
+        candidates = self.nodes.eligible(work, classes, [name])
+        sites: dict[str, tuple[str, DraGroup | None]] = (
+            dict(self._groups(candidates, name)) if gpu_class.dra is not None and gpu_class.dra.match_attribute
+            else {node: (node, None) for node in candidates})
         best: tuple[int, str] | None = None
-        opted_out: dict[str, bool] = {}
-        for node in self.nodes.eligible(work, classes, [name]):
-            most = max(self.units.free(node, name), 0) + sum(
-                count for _, count in self._movable(node, classes[0].name, ordering, opted_out))
+        for node, group in sites.values():
+            here = group.free if group is not None else self.units.free(node, name)
+            most = max(here, 0) + sum(count for _, count in movable(node, group))
             if best is None or (-most, node) < (-best[0], best[1]):
                 best = (most, node)
         return (best[1], best[0]) if best is not None else (None, 0)
+
+    def _groups(self, candidates: Iterable[str], name: str) -> dict[str, tuple[str, DraGroup]]:
+        """The candidates' groups of ``name`` (a DRA offer with a ``matchAttribute``), by a site id of their own."""
+        groups = self.s.dra_groups
+        return {f"{node}/{group.value}": (node, group) for node in candidates
+                for group in groups.get(node, {}).get(name, ())}
+
+    def _movable_in(self, work: Work, class_name: str) -> Callable[[str, DraGroup | None], list[Hold]]:
+        """``_movable`` for one plan: the order's own members never move, the namespaces' labels are read once,
+        and within a group only its holds."""
+        ordering = {device.key for device in work.members}
+        opted_out: dict[str, bool] = {}
+
+        def movable(node: str, group: DraGroup | None) -> list[Hold]:
+            holds = self._movable(node, class_name, ordering, opted_out)
+            return holds if group is None else [hold for hold in holds if hold[0] in group.holds]
+
+        return movable
 
     def _movable(self, node: str, class_name: str, ordering: set[DeviceKey],
                  opted_out: dict[str, bool]) -> list[Hold]:

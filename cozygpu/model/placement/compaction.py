@@ -71,12 +71,15 @@ Hold = tuple[DeviceKey, int]
 
 def plan_compaction(*, need: int, free: Mapping[str, int], candidates: Iterable[str],
                     movable: Callable[[str], Sequence[Hold]], destinations: Collection[str],
-                    largest: int) -> Compaction | None:
+                    largest: int, room: Mapping[str, int] | None = None,
+                    node_of: Callable[[str], str] | None = None) -> Compaction | None:
     """The best plan that leaves one of ``candidates`` with ``need`` free units, or None when none exists.
 
-    ``free``: free units per node now (a node not in it has none); ``movable(node)``: the holds on ``node``
+    ``free``: free units per node now (a node not in it has none); ``movable(candidate)``: the holds there
     that may move, with their units; ``destinations``: the nodes a moved hold may go to; ``largest``: no
-    movable hold has more units (0: none may move).
+    movable hold has more units (0: none may move). A candidate is a node, or with ``node_of`` a part of one
+    (a DRA offer's group of devices sharing a ``matchAttribute`` value): ``room`` then says its free units
+    (``free`` still the nodes', which a moved hold needs), and a hold never moves within its candidate's node.
 
     Nodes are visited most free first: a node short of ``s`` units needs at least ``ceil(s / largest)``
     moves and ``s`` units moved, so once that bound cannot beat (or tie) the best plan found, no node left
@@ -84,19 +87,20 @@ def plan_compaction(*, need: int, free: Mapping[str, int], candidates: Iterable[
     """
     if largest <= 0:
         return None
-    order = sorted(candidates, key=lambda node: (-max(free.get(node, 0), 0), node))
+    at = free if room is None else room
+    order = sorted(candidates, key=lambda site: (-max(at.get(site, 0), 0), site))
     rooms: _Rooms | None = None
     best: tuple[int, int, int, str] | None = None
     plan: Compaction | None = None
-    for node in order:
-        here = max(free.get(node, 0), 0)
+    for site in order:
+        here = max(at.get(site, 0), 0)
         short = need - here
         if short <= 0:
             continue
         bound = (short + largest - 1) // largest
         if best is not None and ((bound, short) > best[:2] or ((bound, short) == best[:2] and best[2] == 0)):
             break  # every node left is worse, or ties and loses on its name (R-BIND-5's order)
-        holds = sorted(movable(node), key=lambda hold: (-hold[1], hold[0]))
+        holds = sorted(movable(site), key=lambda hold: (-hold[1], hold[0]))
         fewest, taken = 0, 0
         for _, count in holds:
             if taken >= short:
@@ -105,11 +109,12 @@ def plan_compaction(*, need: int, free: Mapping[str, int], candidates: Iterable[
         if taken < short or (best is not None and fewest > best[0]):
             continue
         rooms = rooms if rooms is not None else _Rooms(free, destinations)
+        node = node_of(site) if node_of is not None else site
         found = _best_on(node, short, fewest, holds, rooms, best[0] if best is not None else len(holds))
         if found is None:
             continue
         moved = sum(move.count for move in found)
-        score = (len(found), moved, here + moved - need, node)
+        score = (len(found), moved, here + moved - need, site)
         if best is None or score < best:
             best, plan = score, Compaction(node=node, moves=found)
     return plan

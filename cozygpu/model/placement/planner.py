@@ -181,8 +181,7 @@ def order_check(snapshot: Snapshot, namespace: str, class_name: str, count: int,
     refusal = order_refusal(snapshot, namespace, class_name, count)
     gpu_class = snapshot.classes.get(class_name)
     if refusal is None or refusal.reason is not Reason.NO_NODE_WITH_ROOM or gpu_class is None \
-            or gpu_class.compaction is CompactionPolicy.NEVER \
-            or (gpu_class.dra is not None and gpu_class.dra.match_attribute):
+            or gpu_class.compaction is CompactionPolicy.NEVER:
         return OrderCheck(refusal=refusal)
     planner = Planner(snapshot)
     order = DeviceView(namespace=namespace, name=label or "(order)", class_name=class_name, count=count)

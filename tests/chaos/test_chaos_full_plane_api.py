@@ -445,21 +445,25 @@ class Chaos:
                 return not waiting
             return False
 
+        stuck: list[str] = []
+
         async def vmis_settled() -> bool:
             with contextlib.suppress(errors.KubeError):
                 pods = {p["metadata"]["uid"]: p for p in (await self.admin.list_objects(
                     resource_path("", "v1", "pods"), params={"labelSelector": "kubevirt.io=virt-launcher"}))["items"]}
+                stuck.clear()
                 for vmi in await self._our_vmis():
                     status = vmi.get("status") or {}
-                    if vmi["metadata"].get("deletionTimestamp"):
-                        return False
-                    if status.get("phase") in ("Failed", "Succeeded"):
-                        continue
                     active = [pods.get(uid) for uid in status.get("activePods") or {}]
-                    if status.get("phase") != "Running" or not any(
+                    if vmi["metadata"].get("deletionTimestamp"):
+                        stuck.append(describe_vmi(vmi, active, "being deleted"))
+                    elif status.get("phase") in ("Failed", "Succeeded"):
+                        continue
+                    elif status.get("phase") != "Running" or not any(
                             p and (p.get("status") or {}).get("phase") == "Running" for p in active):
-                        return False
-                return True
+                        stuck.append(describe_vmi(vmi, active, "not running"))
+                return not stuck
+            stuck[:] = ["the API server did not answer"]
             return False
 
         checks: list[tuple[Callable[[], Awaitable[bool]], str]] = [
@@ -473,7 +477,8 @@ class Chaos:
             try:
                 await eventually(check, timeout=max(deadline - now(), 1.0), what=what)
             except AssertionError:
-                phase.unsettled.append(f"{what}: not within the phase's {SETTLE_TIMEOUT:.0f} s to settle")
+                phase.unsettled.append(f"{what}: not within the phase's {SETTLE_TIMEOUT:.0f} s to settle"
+                                       + "".join(f"\n    {s}" for s in stuck if check is vmis_settled))
 
     async def account(self, phase: Phase) -> None:
         for namespace, name in phase.maybe:
@@ -533,6 +538,24 @@ class Chaos:
               + "".join(f"\n  replica {e}" for e in phase.exits)
               + "".join(f"\n  ! {b}" for b in phase.breaches()), flush=True)
         return phase
+
+
+def describe_vmi(vmi: dict[str, Any], launchers: list[dict[str, Any] | None], why: str) -> str:
+    """One stuck VMI and its launchers, as the settle check saw them: what a failed run needs to be read."""
+    status = vmi.get("status") or {}
+    parts = [f"VMI {vmi['metadata']['namespace']}/{vmi['metadata']['name']} {why}: phase {status.get('phase')}"
+             f", node {status.get('nodeName')}, conditions "
+             f"{[(c.get('type'), c.get('status'), c.get('reason')) for c in status.get('conditions') or []]}"]
+    for pod in launchers:
+        if pod is None:
+            parts.append("launcher gone")
+            continue
+        pod_status = pod.get("status") or {}
+        conditions = [(c.get("type"), c.get("status"), c.get("reason"), c.get("message"))
+                      for c in pod_status.get("conditions") or []]
+        parts.append(f"launcher {pod['metadata']['name']} on {pod['spec'].get('nodeName')}: {pod_status.get('phase')} "
+                     f"{conditions} deleting={bool(pod['metadata'].get('deletionTimestamp'))}")
+    return "; ".join(parts)
 
 
 async def declare_budgets(admin: Client, tenants: Tenants, gpu_class: str) -> None:

@@ -20,6 +20,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "catalog": ("cozygpu.commands.catalog", "what a tenant namespace can order now, and why not"),
     "status": ("cozygpu.commands.status", "classes, nodes, waiting devices, the leader and pass health"),
     "why": ("cozygpu.commands.why", "the last decision about a GPUDevice or VMI, and what would change it"),
+    "usage": ("cozygpu.commands.usage", "GPU units held, running and idle per tenant, and GPU-hours held and idle"),
 }
 
 

@@ -16,6 +16,8 @@ Contract:
   ``KIND/NAME``) and passes unchanged, for the command's parser to judge.
 - ``-n`` names the namespace of a command that reads one (catalog, why),
   which needs it; ``-A`` fits a command that reads every namespace (status).
+  A command that reads either (usage) reads one with ``-n`` and every one
+  with ``-A`` or without either; both at once are refused.
   A namespace missing, a flag with no meaning for the command (-A for why,
   -n for status) or a malformed flag is one line on stderr and exit code 2,
   as argparse's errors are.
@@ -50,6 +52,8 @@ class Scope(enum.Enum):
     NAMESPACE = "namespace"
     #: The command reads every namespace; -A is what it does anyway, -n has no meaning.
     CLUSTER = "cluster"
+    #: The command reads one namespace with -n, else every namespace (-A says so).
+    EITHER = "either"
 
 
 @attrs.frozen(kw_only=True)
@@ -73,6 +77,9 @@ VERBS: Final[dict[str, Verb]] = {
     "why": Verb(module="cozygpu.commands.why",
                 help="the last decision about a GPUDevice or VMI, and what would change it",
                 scope=Scope.NAMESPACE, reads="explains one object of one namespace", view="text"),
+    "usage": Verb(module="cozygpu.commands.usage",
+                  help="GPU units held, running and idle per tenant, and GPU-hours held and idle",
+                  scope=Scope.EITHER, reads="reads one namespace with -n, every namespace with -A", view="table"),
 }
 
 OUTPUTS: Final = ("json", "yaml", "wide")
@@ -207,6 +214,11 @@ def translate(words: Sequence[str]) -> Invocation | Help:
         if flags.namespace is None:
             raise FlagError(f"name the namespace with -n: {verb} {spec.reads}", verb=verb)
         argv += ["--namespace", flags.namespace]
+    elif spec.scope is Scope.EITHER:
+        if flags.all_namespaces and flags.namespace is not None:
+            raise FlagError(f"-n and -A together: {verb} {spec.reads}; drop one", verb=verb)
+        if flags.namespace is not None:
+            argv += ["--namespace", flags.namespace]
     elif flags.namespace is not None:
         raise FlagError(f"-n/--namespace has no meaning here: {verb} {spec.reads}; drop -n", verb=verb)
     if flags.output in ("json", "yaml"):
@@ -246,8 +258,9 @@ def as_yaml(data: Any) -> str:
 
 def usage() -> str:
     width = max(len(name) for name in VERBS)
-    one = ", ".join(n for n, v in VERBS.items() if v.scope is Scope.NAMESPACE)
+    one = ", ".join(n for n, v in VERBS.items() if v.scope is not Scope.CLUSTER)
     every = ", ".join(n for n, v in VERBS.items() if v.scope is Scope.CLUSTER)
+    either = ", ".join(n for n, v in VERBS.items() if v.scope is Scope.EITHER)
     return "\n".join([
         f"usage: {PROG} COMMAND [flags]",
         "",
@@ -256,7 +269,8 @@ def usage() -> str:
         "",
         "kubectl's flags, before or after the command:",
         f"  -n, --namespace NAME      the namespace ({one})",
-        f"  -A, --all-namespaces      every namespace ({every}, which reads them all anyway)",
+        f"  -A, --all-namespaces      every namespace ({every}, which reads them all anyway; {either}, "
+        "also without -n)",
         "  -o, --output FORMAT       json, yaml or wide (default: the command's own table or text)",
         "      --kubeconfig PATH     kubeconfig file (default: $KUBECONFIG, else ~/.kube/config)",
         "      --context NAME        the kubeconfig context to use (default: its current context)",

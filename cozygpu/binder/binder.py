@@ -8,8 +8,9 @@ time, so decisions still serialize, in this order:
    moment it is seen (R-BIND-3). It reads its own writes back (assumed) and
    waits for no other work's writes;
 2. **claims** (DRA hold claims, allocated right after a set is placed: a VM
-   start waits for its claim), 3. **attachments**, 4. **finalizers**,
-   5. **usage**, 6. **reports** and 7. **verify** (``housekeeping``): each
+   start waits for its claim), 3. **attachments**, 4. **ledger** (hold
+   ledgers and idle-hold expiry), 5. **finalizers**, 6. **usage**,
+   7. **reports** and 8. **verify** (``housekeeping``): each
    stops between writes when a
    placement pass is due, so an order waits behind one write of
    housekeeping, never behind all of it.
@@ -39,6 +40,7 @@ from cozygpu.binder.housekeeping import (
     AttachmentsWork,
     ClaimsWork,
     FinalizersWork,
+    LedgerWork,
     ReportsWork,
     Stop,
     UsageWork,
@@ -69,11 +71,12 @@ log = get_logger("cozygpu.binder")
 PLACEMENT = Lane("placement", reads_assumed=True, sees_others=False)
 CLAIMS = Lane("claims")
 ATTACHMENTS = Lane("attachments")
+LEDGER = Lane("ledger")
 FINALIZERS = Lane("finalizers")
 USAGE = Lane("usage")
 REPORTS = Lane("reports")
 VERIFY = Lane("verify")
-LANES = (PLACEMENT, CLAIMS, ATTACHMENTS, FINALIZERS, USAGE, REPORTS, VERIFY)
+LANES = (PLACEMENT, CLAIMS, ATTACHMENTS, LEDGER, FINALIZERS, USAGE, REPORTS, VERIFY)
 
 
 def _claim_worth_a_pass(event: Event) -> bool:
@@ -117,6 +120,7 @@ class Binder:
         self.placement = PlacementWork(self._context)
         self.claims = ClaimsWork(self._context)
         self.attachments = AttachmentsWork(self._context)
+        self.ledger = LedgerWork(self._context)
         self.finalizers = FinalizersWork(self._context)
         self.usage = UsageWork(self._context)
         self.reports = ReportsWork(self._context)
@@ -155,8 +159,8 @@ class Binder:
         for unsubscribe in self._unsubscribe:
             unsubscribe()
         self._unsubscribe = []
-        for work in (self.placement, self.claims, self.attachments, self.finalizers, self.usage, self.reports,
-                     self.verifier):
+        for work in (self.placement, self.claims, self.attachments, self.ledger, self.finalizers, self.usage,
+                     self.reports, self.verifier):
             work.stopped()
         self._context.assumed.clear()
 
@@ -223,7 +227,7 @@ class Binder:
         async def place(writes: Writes, _stop: Stop) -> None:
             await self.placement.run(writes)
 
-        return {PLACEMENT: place, CLAIMS: self.claims.run, ATTACHMENTS: self.attachments.run,
+        return {PLACEMENT: place, CLAIMS: self.claims.run, ATTACHMENTS: self.attachments.run, LEDGER: self.ledger.run,
                 FINALIZERS: self.finalizers.run, USAGE: self.usage.run, REPORTS: self.reports.run,
                 VERIFY: self.verifier.run}
 
@@ -252,7 +256,7 @@ class Binder:
             await self.placement.run(writes, lane="full")
         except StaleWrites as error:
             stale += error.count
-        for work in (self.claims, self.attachments, self.finalizers, self.usage, self.reports):
+        for work in (self.claims, self.attachments, self.ledger, self.finalizers, self.usage, self.reports):
             for key, version in writes.items(assumed=False):
                 await self._cache.wait_for_resource_version(key, version, timeout=sync_timeout)
             try:

@@ -5,6 +5,9 @@
 - ``AttachmentsWork``: attachments whose VMI is gone or never came, UIDs to
   adopt (R-BIND-8), and ``AttachmentVerified`` back to True once VMIs are
   served (R-BIND-7);
+- ``LedgerWork``: each hold's ledger and its class's idle-hold rule
+  (R-LEDGER-1, R-LEDGER-2), judged for the holds whose device or VMI moved
+  and at each hold's next deadline;
 - ``FinalizersWork``: device and class finalizers (R-BIND-9);
 - ``UsageWork``: Cozystack usage records (R-BIND-9);
 - ``ReportsWork``: GPUClass status and GPUNode conditions (R-BIND-10), paced
@@ -24,22 +27,27 @@ a pass asked for by an unrelated event costs next to nothing.
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 
+from cozygpu.api import meta
 from cozygpu.base.clock import Cancellable
 from cozygpu.base.logging import get_logger
-from cozygpu.binder import attachments, claims, finalizers, reports, usage
+from cozygpu.binder import attachments, claims, finalizers, ledger, reports, usage
 from cozygpu.binder.assumed import StaleWrites, object_key
 from cozygpu.binder.context import Context, optional
-from cozygpu.binder.patcher import Sent
+from cozygpu.binder.patcher import Sent, Write
 from cozygpu.binder.place import unverified, verified_write
+from cozygpu.binder.status import DeviceWrite
+from cozygpu.binder.writes import device_status_path
 from cozygpu.cache.errors import KindNotServed
 from cozygpu.cache.kinds import KindSpec
 from cozygpu.cache.store import Event
 from cozygpu.kube.client import Obj
-from cozygpu.model.snapshot import DeviceKey
+from cozygpu.model import ledger as ledger_model
+from cozygpu.model.snapshot import DeviceKey, Phase, Snapshot
 from cozygpu.passes.driver import Progress
 from cozygpu.passes.writes import Writes
 from cozygpu.views import specs
@@ -140,6 +148,87 @@ class AttachmentsWork:
             elif isinstance(write.tag, attachments.Adopt):
                 log.info("VMI UID recorded on the attachment", device=write.what, vmi=write.tag.vmi, uid=write.tag.uid)
         return _settle(sent)
+
+
+class LedgerWork:
+    """Keeps each hold's ledger and applies its class's idle-hold rule (``binder.ledger``).
+
+    A pass judges the holds the model's change log says moved since the last clean pass (a device, or its
+    VMI or launcher), and those whose warning or release fell due (a heap of deadlines, with a reminder for
+    the soonest); every hold after a rebuild, a new term, and every ``whole_plan_every``.
+    """
+
+    def __init__(self, context: Context) -> None:
+        self._context = context
+        self._last: Snapshot | None = None
+        self._whole_at: datetime | None = None
+        self._deadlines: list[tuple[datetime, DeviceKey]] = []
+        self._reminder: Cancellable | None = None
+        self._on_due: Callable[[], None] | None = None
+
+    def on_due(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` (the driver's ledger lane) when a hold's warning or release falls due."""
+        self._on_due = callback
+
+    def stopped(self) -> None:
+        self._last, self._whole_at, self._deadlines = None, None, []
+        if self._reminder is not None:
+            self._reminder.cancel()
+            self._reminder = None
+
+    def _judged(self, snapshot: Snapshot) -> set[DeviceKey]:
+        now = snapshot.now
+        changes = snapshot.changes_since(self._last) if self._last is not None else None
+        if changes is None or self._whole_at is None or now - self._whole_at >= self._context.config.whole_plan_every:
+            self._whole_at, self._deadlines = now, []
+            return {key for key, device in snapshot.devices.items() if device.holds_units}
+        judged = set(changes.devices)
+        for vmi in changes.vmis:
+            judged.update(snapshot.devices_by_vmi.get(vmi, ()))
+        while self._deadlines and self._deadlines[0][0] <= now:
+            judged.add(heapq.heappop(self._deadlines)[1])
+        return judged
+
+    async def run(self, writes: Writes, stop: Stop = _never) -> Progress:
+        context = self._context
+        if not context.config.gpu_enabled:
+            return Progress.DONE
+        snapshot, objects, _served = context.snapshot()
+        judged = self._judged(snapshot)
+        planned = ledger.ledger_writes(snapshot, objects, judged, now=snapshot.now)
+        sends = [Write(kind=specs.GPU_DEVICES, path=device_status_path(w.key), body={"status": w.status},
+                       resource_version=w.resource_version, what="/".join(w.key), tag=w) for w in planned]
+        sent = await context.send(sends, writes, stop=stop)
+        for write, answer in sent.written:
+            device_write = write.tag
+            assert isinstance(device_write, DeviceWrite)
+            context.events.record(device_write, meta.resource_version(answer), now=snapshot.now)
+            released = device_write.status.get("phase") == Phase.RELEASED.value
+            log.info("hold released: idle past its class's limit" if released else "hold ledger written",
+                     device=write.what, **{k: v for k, v in device_write.status.items() if k != "conditions"})
+        for key in judged:
+            device = snapshot.devices.get(key)
+            at = ledger_model.next_deadline(device, snapshot.classes.get(device.class_name), snapshot.now) \
+                if device is not None and device.holds_units else None
+            if at is not None:
+                heapq.heappush(self._deadlines, (at, key))
+        self._remind(snapshot.now)
+        if sent.clean and not sent.left:
+            self._last = snapshot
+        return _settle(sent)
+
+    def _remind(self, now: datetime) -> None:
+        if self._reminder is not None:
+            self._reminder.cancel()
+            self._reminder = None
+        if self._deadlines and self._on_due is not None:
+            wait = (self._deadlines[0][0] - now).total_seconds()
+            self._reminder = self._context.clock.call_later(max(wait, 0.0), self._due_now)
+
+    def _due_now(self) -> None:
+        self._reminder = None
+        if self._on_due is not None:
+            self._on_due()
 
 
 class FinalizersWork:

@@ -32,7 +32,7 @@ from collections.abc import Awaitable, Callable
 from prometheus_client import CollectorRegistry
 
 from cozygpu.base.clock import Clock, LoopClock
-from cozygpu.binder.binder import LANES, PLACEMENT, REPORTS, VERIFY, Binder
+from cozygpu.binder.binder import LANES, LEDGER, PLACEMENT, REPORTS, VERIFY, Binder
 from cozygpu.binder.housekeeping import Stop
 from cozygpu.cache.cache import Cache
 from cozygpu.passes.driver import DriverConfig, Lane, LanePass, LaneWork, PassDriver, Progress
@@ -71,4 +71,5 @@ def binder_driver(binder: Binder, cache: Cache, *, registry: CollectorRegistry, 
     binder.on_request(lambda: driver.request(PLACEMENT, "bind request"))
     binder.reports.on_due(lambda: driver.request(REPORTS, "reports due"))
     binder.verifier.on_due(lambda: driver.request(VERIFY, "check due"))
+    binder.ledger.on_due(lambda: driver.request(LEDGER, "idle-hold deadline"))
     return driver

@@ -138,7 +138,8 @@ class BinderMetrics:
         self.devices.clear()
         for name in snapshot.classes:
             for each in Phase:
-                counts.setdefault((name, each.value), 0)
+                if each is not Phase.RELEASED:  # out of the read model: never counted here
+                    counts.setdefault((name, each.value), 0)
         for (name, phase), count in counts.items():
             if count or name in snapshot.classes:
                 self.devices.labels(name, phase).set(count)

@@ -29,6 +29,7 @@ import attrs
 
 from cozygpu.api import devices, meta
 from cozygpu.api.conditions import Condition, comparable, merge, of
+from cozygpu.api.times import rfc3339
 from cozygpu.model.placement import (
     SPLIT_WHILE_VM_RUNS,
     SUCCEEDED,
@@ -206,6 +207,9 @@ def device_write(
     if not (changed_place or changed_condition or (answer is not None and not answer.given(obj))):
         return None
     patch = devices.status_patch(placement=placement, conditions=conditions, answer=answer, generation=generation)
+    if placement is not None and placement.phase == devices.BOUND and meta.status(obj).get("heldSince") is None:
+        # R-LEDGER-1: held from this first bind, and idle until a VM runs on it (the ledger work says when).
+        patch.update({"heldSince": rfc3339(now), "idleSince": rfc3339(now), "idleSeconds": 0})
     # Events only for what changed: a repeated decision raises none.
     kept = tuple(events) if changed_place or changed_condition else ()
     return DeviceWrite(key=key, uid=meta.uid(obj), resource_version=meta.resource_version(obj), status=patch,

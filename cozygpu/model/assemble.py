@@ -571,7 +571,8 @@ class Assembly:
         self._local.bulk = self._pending.bulk = True
         yield
         for i, device in enumerate(devices, 1):
-            self._device(device, +1, bulk=bulk)
+            if device.phase is not Phase.RELEASED:  # it holds nothing and is never placed (R-LEDGER-2)
+                self._device(device, +1, bulk=bulk)
             if i % STEP == 0:
                 yield
         for name, lists in bulk.items():
@@ -789,6 +790,8 @@ class Assembly:
         for key, device in devices.items():
             touch(log.devices, key, generation)
             old = self._devices.get(key)
+            if device is not None and device.phase is Phase.RELEASED:
+                device = None  # released (R-LEDGER-2): out of the model, as if gone
             if old is not None and device is not None and _alike(old, device):
                 # A request, an answer, an attachment's details: the same units, usage and index buckets.
                 self._devices[key] = device

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TypeVar
 
 import attrs
@@ -38,6 +38,10 @@ class Phase(enum.StrEnum):
     PENDING = "Pending"
     BOUND = "Bound"
     LOST = "Lost"
+    #: Its hold expired after sitting idle past its class's ``idleHoldLimit`` (R-LEDGER-2): it holds nothing,
+    #: counts against no budget and is never placed again; it stays for the tenant to read or delete. The read
+    #: model leaves it out.
+    RELEASED = "Released"
 
 
 # Enum members read through the class are slow on hot paths; these are the same objects.
@@ -146,6 +150,21 @@ class GPUClassView:
     deleting: bool = False
     #: Set for a DRA-sourced class; None for device-plugin units (``source.devicePlugin``).
     dra: DraSource | None = None
+    #: ``spec.idleHoldLimit``: a hold idle this long is released (R-LEDGER-2); None: holds never expire.
+    idle_hold_limit: timedelta | None = None
+    #: ``spec.idleHoldWarning``: how long before the release the hold is warned (zero: no warning).
+    idle_hold_warning: timedelta = timedelta(0)
+
+
+@attrs.frozen(kw_only=True)
+class Ledger:
+    """What a hold's status says of its time (R-LEDGER-1): since when its units are held (``heldSince``), since
+    when no running VM uses them (``idleSince``, None while one does), and the seconds of its earlier idle
+    periods (``idleSeconds``). The binder writes them; every figure of the ledger is derived from them."""
+
+    held_since: datetime | None = None
+    idle_since: datetime | None = None
+    idle_seconds: float = 0.0
 
 
 @attrs.frozen(kw_only=True)
@@ -193,6 +212,7 @@ class DeviceView:
     deleting: bool = False
     #: ``metadata.creationTimestamp``: new orders are placed oldest first.
     created: datetime | None = None
+    ledger: Ledger = Ledger()
 
     @property
     def key(self) -> DeviceKey:

@@ -55,6 +55,7 @@ from cozygpu.runtime import kinds
 from cozygpu.runtime.flags import Address, Options
 from cozygpu.runtime.gcpauses import GcPauses
 from cozygpu.runtime.leader import ElectionConfig, LeaderElector
+from cozygpu.runtime.ledger_metrics import LedgerMetrics
 from cozygpu.runtime.looplag import LoopLag
 from cozygpu.runtime.metrics import LeaderMetrics, ProcessMetrics, SettingsMetrics
 from cozygpu.runtime.metrics_auth import ApiReviewer, ScrapeAuth
@@ -138,6 +139,9 @@ class Controller:
                 launcher_grace=dt.timedelta(seconds=options.launcher_grace),
                 hoster_names=options.gpu_resource_names), registry=self.registry)
             self.admission.install(self.webhook_app)
+        #: The hold ledger's figures, on every replica from its webhook model (R-LEDGER-1).
+        self.ledger_metrics = LedgerMetrics.on(self.registry, self.admission.source) \
+            if self.admission is not None else None
         #: How late the event loop runs, on every replica (``cozygpu_event_loop_lag_seconds``).
         self.loop_lag = LoopLag(self.registry)
         #: How long each garbage collection held the process (``cozygpu_gc_pause_seconds``): a lag it explains.
@@ -211,8 +215,10 @@ class Controller:
             context = await certificate.load()
         else:
             context = await self._self_signed_metrics_context()
+        before = self.ledger_metrics.refresh if self.ledger_metrics is not None else None
         endpoints = [Endpoint("health", self.options.health_addr, probe_app(self.readiness)),
-                     Endpoint("metrics", self.options.metrics_addr, metrics_app(self.registry, self.scrape_auth),
+                     Endpoint("metrics", self.options.metrics_addr, metrics_app(self.registry, self.scrape_auth,
+                                                                                before=before),
                               context, SCRAPE_LIMITS)]
         async with asyncio.TaskGroup() as group:
             if certificate is not None:

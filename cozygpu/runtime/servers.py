@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Final
 
 import attrs
@@ -120,8 +120,10 @@ def probe_app(readiness: Readiness) -> web.Application:
     return app
 
 
-def metrics_app(registry: CollectorRegistry, auth: ScrapeAuth) -> web.Application:
-    """``/metrics`` for a caller ``auth`` allows; serve it over TLS with ``SCRAPE_LIMITS``."""
+def metrics_app(registry: CollectorRegistry, auth: ScrapeAuth, *,
+                before: Callable[[], Awaitable[None]] | None = None) -> web.Application:
+    """``/metrics`` for a caller ``auth`` allows; serve it over TLS with ``SCRAPE_LIMITS``. ``before`` runs on
+    the event loop ahead of each allowed scrape (collectors that read the read model bring it up to date)."""
 
     async def metrics(request: web.Request) -> web.Response:
         if request.body_exists:  # never read: refused, and the connection closed rather than drained
@@ -132,6 +134,8 @@ def metrics_app(registry: CollectorRegistry, auth: ScrapeAuth) -> web.Applicatio
         if not decision.allowed:
             headers = {hdrs.WWW_AUTHENTICATE: 'Bearer realm="cozygpu"'} if decision.status == 401 else None
             return web.Response(status=decision.status, text=decision.message + "\n", headers=headers)
+        if before is not None:
+            await before()
         # Off the event loop: at 5,000 nodes the exposition of the per-node series takes half a second,
         # which would stall every watch and webhook of the replica at each scrape (collectors take locks).
         body = await asyncio.to_thread(generate_latest, registry)

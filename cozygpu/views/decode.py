@@ -20,10 +20,12 @@ Contract:
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any, TypeGuard
+from datetime import timedelta
+from typing import Any, Final, TypeGuard
 
 from cozygpu import keys
 from cozygpu.api.times import parse_time
+from cozygpu.base.durations import parse_duration
 from cozygpu.model.capacity import served_units
 from cozygpu.model.cel import CelError, DeviceAttrs
 from cozygpu.model.dra import ClaimView, DeviceRef, SliceDevice, SliceView, TaintRule
@@ -37,6 +39,7 @@ from cozygpu.model.snapshot import (
     DraSource,
     GPUClassView,
     LabelSelector,
+    Ledger,
     MediatedDevice,
     Mode,
     NamespaceView,
@@ -147,7 +150,23 @@ def gpu_class_view(obj: Obj) -> GPUClassView:
         tolerations=_tolerations(spec.get("tolerations")),
         deleting=bool(meta.get("deletionTimestamp")),
         dra=_dra_source(as_map(spec.get("source")).get("dra")),
+        idle_hold_limit=_duration(spec.get("idleHoldLimit"), "spec.idleHoldLimit"),
+        idle_hold_warning=_duration(spec.get("idleHoldWarning"), "spec.idleHoldWarning") or timedelta(0),
     )
+
+
+def _duration(value: object, field: str) -> timedelta | None:
+    """A Go-style duration of the spec (``720h``); None when unset. A value the schema would refuse makes the
+    class unreadable (its holds then never expire by a rule nobody can read)."""
+    if value is None or value == "":
+        return None
+    try:
+        seconds = parse_duration(as_str(value))
+    except ValueError:
+        raise InvalidObject(f"{field} {value!r} is not a duration such as 720h or 30m") from None
+    if seconds <= 0:
+        raise InvalidObject(f"{field} {value!r} must be positive")
+    return timedelta(seconds=seconds)
 
 
 def _dra_source(value: object) -> DraSource | None:
@@ -228,7 +247,19 @@ def device_view(obj: Obj) -> DeviceView:
         template=labels is not None and _is_map(labels) and keys.TEMPLATE_DEVICE_LABEL in labels,
         deleting=bool(meta.get("deletionTimestamp")),
         created=parse_time(meta.get("creationTimestamp")),
+        ledger=_ledger(status) if "heldSince" in status else _NO_LEDGER,
     )
+
+
+_NO_LEDGER: Final = Ledger()
+
+
+def _ledger(status: Mapping[str, Any]) -> Ledger:
+    """``status.heldSince``, ``idleSince`` and ``idleSeconds`` (R-LEDGER-1); an unreadable time reads as unset."""
+    idle = status.get("idleSeconds")
+    seconds = float(idle) if isinstance(idle, int | float) and not isinstance(idle, bool) and idle >= 0 else 0.0
+    return Ledger(held_since=parse_time(status.get("heldSince")), idle_since=parse_time(status.get("idleSince")),
+                  idle_seconds=seconds)
 
 
 def node_inventory(obj: Obj) -> NodeInventory:

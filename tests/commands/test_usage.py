@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import json
 from datetime import datetime, timedelta
+from pathlib import Path
 
 import attrs
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from cozygpu import cli
 from cozygpu.commands import kubectl_plugin, usage
 from cozygpu.commands.kubectl_plugin import Invocation, translate
 from cozygpu.commands.usage import Spent, in_window
@@ -253,3 +255,10 @@ def test_kubectl_gpu_usage_refuses_n_and_a_together(capsys: pytest.CaptureFixtur
     assert kubectl_plugin.main(["usage", "-n", "tenant-a", "-A"]) == 2
     assert capsys.readouterr() == ("", "kubectl gpu usage: -n and -A together: usage reads one namespace with -n, "
                                        "every namespace with -A; drop one\n")
+
+
+def test_a_kubeconfig_that_does_not_exist_is_one_line_and_exit_code_1(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    missing = tmp_path / "kubeconfig"
+    assert cli.main(["usage", "-n", "tenant-a", "--subtree", "--kubeconfig", str(missing)]) == 1
+    assert capsys.readouterr() == ("", f"cozygpu usage: kubeconfig {missing}: no such file\n")

@@ -295,6 +295,9 @@ def plan_start(snapshot: Snapshot, vmi: Obj, refs: Sequence[Ref], *, namespace: 
         if isinstance(ref, DeviceRef):
             device = snapshot.devices.get((namespace, ref.device))
             if device is None:
+                released = snapshot.released.get((namespace, ref.device))
+                if released is not None:
+                    raise Refused(refusals.hold_released(namespace, ref.device, released.class_name))
                 raise Refused(refusals.unknown_device(namespace, ref.device))
             if device.deleting:
                 raise Refused(refusals.device_deleting(namespace, ref.device))

@@ -121,10 +121,12 @@ def targets_file(directory: Path) -> Path:
 
 
 def write_targets(directory: Path, targets: Mapping[str, str]) -> None:
-    """Scrape ``targets`` (replica name -> host:port), labelled ``replica``; replaces the file in one rename."""
+    """Scrape ``targets`` (replica name -> host:port), each labelled ``pod`` with its name as the chart's
+    ServiceMonitor labels a replica (the ledger's rules deduplicate ``without (instance, pod)``); replaces the
+    file in one rename."""
     path = targets_file(directory)
     path.parent.mkdir(parents=True, exist_ok=True)
-    groups = [{"targets": [address], "labels": {"replica": name}} for name, address in sorted(targets.items())]
+    groups = [{"targets": [address], "labels": {"pod": name}} for name, address in sorted(targets.items())]
     partial = path.with_name(path.name + ".partial")
     partial.write_text(json.dumps(groups, indent=2))
     os.replace(partial, path)  # Prometheus never reads half a file

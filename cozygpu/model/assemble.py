@@ -570,8 +570,12 @@ class Assembly:
             name: defaultdict(list) for name in ("_by_vmi", "_by_node")}
         self._local.bulk = self._pending.bulk = True
         yield
+        #: Devices released after sitting idle (R-LEDGER-2): they hold nothing and are never placed.
+        self._released: MutableMapping[DeviceKey, DeviceView] = {}
         for i, device in enumerate(devices, 1):
-            if device.phase is not Phase.RELEASED:  # it holds nothing and is never placed (R-LEDGER-2)
+            if device.phase is Phase.RELEASED:
+                self._released[device.key] = device
+            else:
                 self._device(device, +1, bulk=bulk)
             if i % STEP == 0:
                 yield
@@ -791,7 +795,10 @@ class Assembly:
             touch(log.devices, key, generation)
             old = self._devices.get(key)
             if device is not None and device.phase is Phase.RELEASED:
-                device = None  # released (R-LEDGER-2): out of the model, as if gone
+                self._released[key] = device
+                device = None  # released (R-LEDGER-2): out of the model but that map, as if gone
+            elif key in self._released:
+                del self._released[key]
             if old is not None and device is not None and _alike(old, device):
                 # A request, an answer, an attachment's details: the same units, usage and index buckets.
                 self._devices[key] = device
@@ -854,7 +861,7 @@ class Assembly:
     #: them in place and a Snapshot already handed out keeps its own view.
     _SHARED: Final = ("_devices", "_by_node", "_by_vmi", "_vmis", "_subtree", "_pending_usage", "_inventories",
                       "_nodes", "_pods", "_class_held", "_stopped_sizes", "_capacity", "_serving", "_availability",
-                      "_rooms", "_dra_groups")
+                      "_rooms", "_dra_groups", "_released")
 
     def _device(self, device: DeviceView, sign: int,
                 bulk: Mapping[str, defaultdict[Any, list[DeviceKey]]] | None = None) -> None:
@@ -1142,6 +1149,7 @@ class Assembly:
             stopped_hold_sizes=_frozen(self._stopped_sizes),
             rooms=_frozen(self._rooms),
             dra_groups=_frozen(self._dra_groups),
+            released=_frozen(self._released),
             unsettled=frozenset(self._unsettled),
             unsettled_by_name=self._unsettled_names(),
             asking=frozenset(self._asking),

@@ -38,6 +38,7 @@ class Reason(enum.StrEnum):
     #: Why a stopped hold moved: to make room for an order no node had room for (R-BIND-12).
     COMPACTION = "Compaction"
     UNKNOWN_DEVICE = "UnknownDevice"
+    HOLD_RELEASED = "HoldReleased"
     # Why a node cannot take (or keep) a set (R-MOD-8, R-BIND-5).
     NODE_GONE = "NodeGone"
     NODE_CORDONED = "NodeCordoned"
@@ -287,6 +288,16 @@ def unknown_device(namespace: str, name: str) -> Refusal:
     return Refusal(
         reason=Reason.UNKNOWN_DEVICE,
         message=f"GPUDevice {namespace}/{name} does not exist",
+        subject=f"GPUDevice {namespace}/{name}",
+    )
+
+
+def hold_released(namespace: str, name: str, class_name: str) -> Refusal:
+    """A start names a device whose hold expired (R-LEDGER-2): it holds nothing and is never placed again."""
+    return Refusal(
+        reason=Reason.HOLD_RELEASED,
+        message=f"GPUDevice {namespace}/{name} was released after sitting idle past class {class_name}'s "
+                f"idleHoldLimit and holds no GPUs: order again (a new GPUDevice) and start the VM with that",
         subject=f"GPUDevice {namespace}/{name}",
     )
 

@@ -539,6 +539,9 @@ class Snapshot:
     #: new bookings. The fullest node with room for n units (R-BIND-5) is the first node of the first bucket
     #: at or above n that may take the set: no walk over every node serving the name.
     rooms: Mapping[str, Mapping[int, tuple[str, ...]]] = attrs.field(factory=dict)
+    #: Devices released after sitting idle (R-LEDGER-2): out of every other map, kept so a start naming one is
+    #: told why rather than that it does not exist.
+    released: Mapping[DeviceKey, DeviceView] = attrs.field(factory=dict)
     #: Node -> resource name -> its groups (``model.dra.node_groups``), for DRA offers with a ``matchAttribute``:
     #: the room a compaction can make is one group's, not the node's.
     dra_groups: Mapping[str, Mapping[str, tuple[DraGroup, ...]]] = attrs.field(factory=dict)

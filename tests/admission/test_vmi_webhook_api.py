@@ -99,6 +99,8 @@ async def test_a_refused_start_and_a_dry_run_leave_no_trace(
     world = await World.make(admin, namespace)
     try:
         await world.node("n1", 2)
+        # A hold released after sitting idle (R-LEDGER-2): a start naming it is told so, not that it does not exist.
+        await world.order("expired", 1, status={"phase": "Released"})
         async with admission(plane, admin, namespace, tmp_path) as served, with_binder(admin, served.cache):
             await held(admin, served.cache, world, "mine", 1)
             await held(admin, served.cache, world, "theirs", 1)
@@ -107,9 +109,12 @@ async def test_a_refused_start_and_a_dry_run_leave_no_trace(
             # The binder records the VMI's UID on the attachment once the VMI exists: a write of its own.
             await until(served.cache, lambda: bool(status(served.cache, namespace, "theirs")
                                                    .get("attachment", {}).get("uid")))
+            await until(served.cache, lambda: status(served.cache, namespace, "expired").get("phase") == "Released")
             before = await devices(admin, namespace)
             cases: dict[str, list[dict[str, Any]]] = {
                 "GPUDevice {ns}/nope does not exist": [{"device": "mine"}, {"device": "nope"}],
+                f"GPUDevice {{ns}}/expired was released after sitting idle past class {world.gpu_class}'s "
+                "idleHoldLimit and holds no GPUs": [{"device": "expired"}],
                 "is attached to VMI {ns}/other": [{"device": "theirs"}],
                 "0 units free in the cluster, order of 1 exceeds it by 1": [
                     {"device": "mine"}, {"template": "more", "class": world.gpu_class, "count": 1}],

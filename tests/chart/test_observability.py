@@ -74,9 +74,9 @@ def test_the_rule_and_the_service_monitor_render_only_where_their_kinds_are_serv
     assert of_kind(rendered(monitoring=False), "PrometheusRule") == []
     assert of_kind(rendered(monitoring=False), "ServiceMonitor") == []
     (rule,) = of_kind(rendered(), "PrometheusRule")
-    alerts = {r["alert"] for g in rule["spec"]["groups"] for r in g["rules"]}
+    alerts = {r["alert"] for g in rule["spec"]["groups"] for r in g["rules"] if "alert" in r}
     assert {"CozygpuBindAnswerSlow", "CozygpuPassesFailing", "CozygpuDevicesLost", "CozygpuAgentReportStale",
-            "CozygpuWebhookNoAnswer"} <= alerts
+            "CozygpuWebhookNoAnswer", "CozygpuTenantIdleHolds"} <= alerts
     (monitor,) = of_kind(rendered(), "ServiceMonitor")
     assert monitor["spec"]["endpoints"][0]["port"] == "metrics"
     (service,) = [o for o in of_kind(rendered(), "Service") if o["metadata"]["name"] == "cozygpu-controller-metrics"]
@@ -157,11 +157,14 @@ def test_the_admission_answers_are_read_by_labels_the_counter_has() -> None:
 
 
 def test_the_rule_thresholds_come_from_the_values() -> None:
-    (rule,) = of_kind(rendered({"monitoring": {"rules": {"answerLatencySeconds": 2, "reportStaleSeconds": 90}}}),
+    (rule,) = of_kind(rendered({"monitoring": {"rules": {"answerLatencySeconds": 2, "reportStaleSeconds": 90,
+                                                         "tenantIdleShare": 0.5, "tenantIdleFor": "2h"}}}),
                       "PrometheusRule")
-    by_name = {r["alert"]: r["expr"] for g in rule["spec"]["groups"] for r in g["rules"]}
-    assert by_name["CozygpuBindAnswerSlow"].endswith("> 2")
-    assert by_name["CozygpuAgentReportStale"].endswith("> 90")
+    by_name = {r["alert"]: r for g in rule["spec"]["groups"] for r in g["rules"] if "alert" in r}
+    assert by_name["CozygpuBindAnswerSlow"]["expr"].endswith("> 2")
+    assert by_name["CozygpuAgentReportStale"]["expr"].endswith("> 90")
+    assert by_name["CozygpuTenantIdleHolds"]["expr"].rstrip().endswith("> 0.5")
+    assert by_name["CozygpuTenantIdleHolds"]["for"] == "2h"
 
 
 def exported(text: str) -> set[str]:

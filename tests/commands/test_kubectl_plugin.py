@@ -118,9 +118,9 @@ def test_a_flag_the_command_has_no_meaning_for_or_lacks_is_one_line_and_exit_cod
     (["--count", "2", "catalog"],
      "kubectl gpu: unknown flag --count before the command: only kubectl's flags may stand there, "
      "a command's own flags follow it"),
-    (["stauts"], "kubectl gpu: unknown command 'stauts' (the commands: catalog, status, why)"),
-    ([], "kubectl gpu: name a command: catalog, status, why (`kubectl gpu --help`)"),
-    (["-n", "acme"], "kubectl gpu: name a command: catalog, status, why (`kubectl gpu --help`)"),
+    (["stauts"], "kubectl gpu: unknown command 'stauts' (the commands: catalog, status, why, usage)"),
+    ([], "kubectl gpu: name a command: catalog, status, why, usage (`kubectl gpu --help`)"),
+    (["-n", "acme"], "kubectl gpu: name a command: catalog, status, why, usage (`kubectl gpu --help`)"),
 ])
 def test_words_kubectl_gpu_cannot_run_are_one_line_and_exit_code_2(
         capsys: pytest.CaptureFixture[str], words: list[str], says: str) -> None:

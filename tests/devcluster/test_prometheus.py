@@ -88,7 +88,7 @@ async def test_prometheus_scrapes_a_real_controller_and_answers_the_printed_quer
             await eventually(target_up, timeout=30)
             (target,) = (await api(started.url, "targets"))["activeTargets"]
             assert target["labels"] == {"instance": f"127.0.0.1:{port}", "job": prometheus.JOB,
-                                        "replica": "controller-a"}
+                                        "pod": "controller-a"}
             assert target["scrapeInterval"] == prometheus.SCRAPE_INTERVAL
             assert target["scrapeUrl"] == f"https://127.0.0.1:{port}/metrics"
             devices = f'cozygpu_binder_devices{{class="{world.gpu_class}"}}'
@@ -99,7 +99,7 @@ async def test_prometheus_scrapes_a_real_controller_and_answers_the_printed_quer
 
             await eventually(scraped, timeout=15)  # the target reads up once its first scrape is appended
             bound_device = {"__name__": "cozygpu_binder_devices", "class": world.gpu_class, "phase": "Bound",
-                            "instance": f"127.0.0.1:{port}", "job": prometheus.JOB, "replica": "controller-a"}
+                            "instance": f"127.0.0.1:{port}", "job": prometheus.JOB, "pod": "controller-a"}
             assert (bound_device, 1.0) in await query(started.url, devices)
             latency, free_units = (expr for _, expr in prometheus.QUERIES)
             free = {labels["class"]: value for labels, value in await query(started.url, free_units)}

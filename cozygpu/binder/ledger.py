@@ -47,22 +47,16 @@ def ledger_fields(want: Ledger) -> dict[str, Any]:
             "idleSeconds": round(want.idle_seconds)}
 
 
-def _said(obj: Obj) -> dict[str, Any]:
-    status = meta.status(obj)
-    return {"heldSince": status.get("heldSince"), "idleSince": status.get("idleSince"),
-            "idleSeconds": status.get("idleSeconds", 0)}
-
-
 def ledger_writes(snapshot: Snapshot, objects: Mapping[DeviceKey, Obj], judged: Iterable[DeviceKey], *,
                   now: datetime) -> list[DeviceWrite]:
-    """The writes that bring each of ``judged`` in line with the ledger and its class's idle-hold rule."""
-    using = ledger.running_holds(snapshot)
+    """The writes that bring each of ``judged`` in line with the ledger and its class's idle-hold rule (at the
+    cost of the holds judged, not of the fleet)."""
     out: list[DeviceWrite] = []
     for key in sorted(set(judged)):
         device, obj = snapshot.devices.get(key), objects.get(key)
         if device is None or obj is None or not device.holds_units:
             continue
-        write = hold_write(device, obj, running=key in using, snapshot=snapshot, now=now)
+        write = hold_write(device, obj, running=ledger.runs(snapshot, device), snapshot=snapshot, now=now)
         if write is not None:
             out.append(write)
     return out
@@ -71,9 +65,12 @@ def ledger_writes(snapshot: Snapshot, objects: Mapping[DeviceKey, Obj], judged: 
 def hold_write(device: DeviceView, obj: Obj, *, running: bool, snapshot: Snapshot, now: datetime) -> DeviceWrite | None:
     """One hold's write (see the module contract), None when its status says it all already."""
     want = ledger.target(device, running, now)
+    same = want == device.ledger  # the view is the object's: its status already says this ledger
     gpu_class = snapshot.classes.get(device.class_name)
-    step = ledger.expiry(attrs.evolve(device, ledger=want), gpu_class, running, now)
+    step = ledger.expiry(device if same else attrs.evolve(device, ledger=want), gpu_class, running, now)
     current = of(obj)
+    if same and step is None and find(current, EXPIRING_CONDITION) is None:
+        return None  # the common case, kept cheap: a whole judgement walks every hold
     patch: dict[str, Any] = {}
     events: list[EventNote] = []
     conditions = [dict(c) for c in current if c.get("type") != EXPIRING_CONDITION]
@@ -93,7 +90,7 @@ def hold_write(device: DeviceView, obj: Obj, *, running: bool, snapshot: Snapsho
                                     generation=meta.generation(obj))
         events.append(EventNote(type=WARNING, reason=REASON_EXPIRED, message=message))
     else:
-        if ledger_fields(want) != _said(obj):
+        if not same:
             patch.update(ledger_fields(want))
         if step is not None:  # a warning
             assert gpu_class is not None

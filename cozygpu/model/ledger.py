@@ -35,6 +35,14 @@ from cozygpu.model.coverage import attached_to
 from cozygpu.model.snapshot import DeviceKey, DeviceView, GPUClassView, Ledger, Snapshot
 
 
+def runs(snapshot: Snapshot, device: DeviceView) -> bool:
+    """Whether a running VM uses ``device``: ``running_holds`` for one hold, at the cost of its VMI's pods."""
+    key = device.vmi_key
+    vmi = snapshot.vmis.get(key) if key is not None else None
+    return (vmi is not None and device.holds_units and attached_to(device, vmi)
+            and any((pod := snapshot.pods.get(uid)) is not None and not pod.final for uid in vmi.active_pods))
+
+
 def running_holds(snapshot: Snapshot) -> frozenset[DeviceKey]:
     """The holds a running VM uses: attached to a VMI that exists and has a launcher pod not finished."""
     found: set[DeviceKey] = set()
@@ -53,6 +61,8 @@ def running_holds(snapshot: Snapshot) -> frozenset[DeviceKey]:
 def target(device: DeviceView, running: bool, now: datetime) -> Ledger:
     """The ledger ``device``'s status must carry now; its current one when nothing moved. Only for a hold."""
     current = device.ledger
+    if current.held_since is not None and (current.idle_since is None) == running:
+        return current  # nothing moved (the common case)
     held_since = current.held_since or now
     if running:
         if current.idle_since is None:

@@ -74,6 +74,8 @@ def test_figures_count_unit_seconds_from_the_timestamps_and_running_from_the_lau
         vmis=[vmi("vm", uid="u", active=["uid-launcher"])],
         pods=[pod("launcher", node_name="n0", uid="uid-launcher", claims_vmi=("tenant-a", "vm"))])
     found = {f.name: f for f in ledger.figures(world, NOW)}
+    assert {key for key, d in world.devices.items() if ledger.runs(world, d)} == ledger.running_holds(world) == {
+        ("tenant-a", "run")}, "one hold's test and the fleet's agree"
     assert set(found) == {"run", "idle"}, "a Pending order holds nothing"
     assert (found["run"].running, found["run"].held_unit_seconds, found["run"].idle_unit_seconds) == (
         True, 2 * 3 * 3600.0, 2 * 1800.0)

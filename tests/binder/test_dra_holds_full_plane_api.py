@@ -367,3 +367,50 @@ async def test_a_set_that_must_share_a_pcie_root_goes_where_one_root_has_room(fu
         report = await world.why("more")
         assert (report["phase"], report["reason"]) == ("Pending", "NoNodeWithRoom"), report
 
+
+
+async def test_a_pair_that_must_share_a_pcie_root_is_placed_after_moving_the_hold_of_one_root(
+        full_admin: Client, fleet: Fleet) -> None:
+    """Compaction of a ``matchAttribute`` class (R-BIND-12): two nodes of two roots of two GPUs. The first's first
+    root is full (a, b), its second has c and one free GPU; the second node has d and e, one on each root, and a
+    free GPU beside each. No root has two free: an order of two is Bound after c moves (the one hold whose move
+    frees a root: moving a, the first by name, would leave two free GPUs on two roots), and its claim holds both
+    GPUs of that root."""
+    pcie = "resource.kubernetes.io/pcieRoot"
+    world = DraWorld(full_admin, fleet)
+    await world.make(match_attribute=pcie)
+    first, second = sorted(await world.nodes(4, 4))
+    async with driven_binder(full_admin, timedelta(seconds=30)):
+        # The fullest node with room, and there the smallest root that fits: a, b, c, f1 fill the first node in
+        # order, d, f2, e, f3 the second; the fillers released leave one free GPU on each root but the first.
+        placed = {}
+        for name, node in (("a", first), ("b", first), ("c", first), ("f1", first),
+                           ("d", second), ("f2", second), ("e", second), ("f3", second)):
+            await world.order(name)
+            assert await world.bound_node(name) == node, name
+            claim = await world.held(name, node)
+            placed[name] = [device for _driver, _pool, device in results(claim)]
+        assert placed["c"] == [dra_driver.device_name(2)], placed
+        for filler in ("f1", "f2", "f3"):
+            await full_admin.delete(device_path(world.namespace, filler))
+
+        async def released() -> bool:
+            for filler in ("f1", "f2", "f3"):
+                if await full_admin.get_or_none(claims_path(world.namespace, filler)) is not None:
+                    return False
+            return True
+
+        await eventually(released, timeout=60, what="the fillers' claims never went")
+        await world.order("pair", count=2)
+        assert await world.bound_node("pair") == first
+        assert await world.bound_node("c") == second
+        claim = await world.held("pair", first, count=2)
+        assert sorted(device for _driver, _pool, device in results(claim)) == [
+            dra_driver.device_name(2), dra_driver.device_name(3)]
+        await world.held("c", second)
+        for name in ("a", "b", "d", "e"):
+            assert await world.bound_node(name) == (first if name in ("a", "b") else second), name
+        events = await full_admin.list_objects(resource_path("", "v1", "events", namespace=world.namespace),
+                                               params={"fieldSelector": "involvedObject.name=c,reason=Moved"})
+        assert any(f"compaction: room made on node {first} for GPUDevice {world.namespace}/pair" in e["message"]
+                   for e in events["items"])

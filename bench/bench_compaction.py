@@ -1,4 +1,4 @@
-"""Bench of compaction (R-BIND-12): what planning it costs, and what an order that needs none pays for it.
+"""Bench of compaction (R-BIND-11): what planning it costs, and what an order that needs none pays for it.
 
 Run: ``python bench/bench_compaction.py [--nodes 5000] [--holds-per-node 4]``. Prints figures, never asserts
 time. The fleet: ``--nodes`` nodes of 8 GPUs of one class, each with ``--holds-per-node`` stopped single-GPU

@@ -7,7 +7,7 @@ class, count and maxCount, KubeVirt's permittedHostDevices, the VGPU
 entitlement, every budget of the tenant and its ancestors (counting the
 subtree's orders not yet accepted, R-MOD-4), a raw-key block, the class's
 free units in the cluster and on one node), where an order no node has room
-for is accepted when moving stopped holds makes room (R-BIND-13), the answer's
+for is accepted when moving stopped holds makes room (R-BIND-11), the answer's
 warning saying so. The refusal message names the limit and the numbers.
 
 Bounded (issue 22): the check compares the count with maxCount, budgets and

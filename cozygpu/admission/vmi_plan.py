@@ -109,7 +109,7 @@ class StartPlan:
     #: The ``spec.resourceClaims`` entries the DRA members' ``gpus`` entries name, one per DRA member (those
     #: the VMI has already are kept, not added again).
     claims: tuple[kubevirt.ResourceClaim, ...] = ()
-    #: What the answer says besides: where stopped holds must move first to make room (R-BIND-13), or "".
+    #: What the answer says besides: where stopped holds must move first to make room (R-BIND-11), or "".
     said: str = ""
 
     @property

@@ -52,7 +52,7 @@ class BinderMetrics:
     drift: Counter
     events_dropped: Counter
     rebuilds: Counter
-    #: Stopped holds a plan moved to make room for an order no node had room for (R-BIND-12).
+    #: Stopped holds a plan moved to make room for an order no node had room for (R-BIND-11).
     compaction_moves: Counter
     #: The per-node families, read from the last snapshot when scraped.
     per_node: PerNodeUnits
@@ -88,7 +88,7 @@ class BinderMetrics:
             rebuilds=Counter("cozygpu_binder_read_model_rebuilds", "The binder's read model built again from the "
                              "stores (in slices), by why", ("reason",), registry=registry),
             compaction_moves=Counter("cozygpu_binder_compaction_moves", "Stopped holds moved to make room for an "
-                                     "order no node had room for (R-BIND-12), by the plans written",
+                                     "order no node had room for (R-BIND-11), by the plans written",
                                      registry=registry),
             per_node=PerNodeUnits.on(registry),
         )

@@ -235,7 +235,7 @@ def plan_writes(plan: PassPlan, snapshot: Snapshot, objects: Mapping[DeviceKey, 
             if group not in order:
                 order.append(group)
     writes: list[SetWrite] = []
-    # A cycle's view plans some sets, but a compaction moves holds outside them (R-BIND-12): read every device.
+    # A cycle's view plans some sets, but a compaction moves holds outside them (R-BIND-11): read every device.
     every = snapshot.every_device if snapshot.every_device is not None else snapshot.devices
     for label, members in order:
         found = []

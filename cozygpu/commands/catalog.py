@@ -37,7 +37,7 @@ async def read_snapshot(client: Client, *, hoster_names: Sequence[str] = ()) -> 
 
 def catalog_row(entry: CatalogEntry, snapshot: Snapshot, count: int | None) -> dict[str, Any]:
     """One class's row; with ``count``, the GPUDevice webhook's own answer to an order of that many (which may
-    be placed after moving stopped holds, R-BIND-13: ``compaction`` says where and after how many moves)."""
+    be placed after moving stopped holds, R-BIND-11: ``compaction`` says where and after how many moves)."""
     why, compaction = entry.blocked, None
     if count is not None:
         check = order_check(snapshot, entry.namespace, entry.class_name, count)

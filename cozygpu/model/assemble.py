@@ -551,7 +551,7 @@ class Assembly:
         self._by_vmi: MutableMapping[VmiKey, tuple[DeviceKey, ...]] = {}
         self._held: dict[str, _Tally] = {}
         self._class_held: MutableMapping[str, int] = {}
-        #: Class -> (units, how many stopped holds hold that many), by units: compaction's bound (R-BIND-12).
+        #: Class -> (units, how many stopped holds hold that many), by units: compaction's bound (R-BIND-11).
         self._stopped_sizes: MutableMapping[str, tuple[tuple[int, int], ...]] = {}
         self._raw_on_node: dict[str, _Tally] = {}
         self._local = _Subtrees()

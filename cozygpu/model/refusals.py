@@ -35,7 +35,7 @@ class Reason(enum.StrEnum):
     RAW_KEY_BLOCKED = "RawKeyBlocked"
     NO_FREE_UNITS = "NoFreeUnits"
     NO_NODE_WITH_ROOM = "NoNodeWithRoom"
-    #: Why a stopped hold moved: to make room for an order no node had room for (R-BIND-12).
+    #: Why a stopped hold moved: to make room for an order no node had room for (R-BIND-11).
     COMPACTION = "Compaction"
     UNKNOWN_DEVICE = "UnknownDevice"
     HOLD_RELEASED = "HoldReleased"
@@ -229,7 +229,7 @@ def no_node_with_room(class_name: str, *, best_free: int, best_node: str | None,
 
 
 def compaction(order: str, *, node: str, needs: int, moves: int) -> Refusal:
-    """Why a stopped hold moved off ``node``: room for ``order`` (R-BIND-12); a Moved Event's cause."""
+    """Why a stopped hold moved off ``node``: room for ``order`` (R-BIND-11); a Moved Event's cause."""
     return Refusal(
         reason=Reason.COMPACTION,
         message=f"compaction: room made on node {node} for {order} ({_units(needs)} on one node; "
@@ -241,7 +241,7 @@ def compaction(order: str, *, node: str, needs: int, moves: int) -> Refusal:
 
 def no_node_even_after_compaction(class_name: str, *, free_in_cluster: int, best_free: int, best_node: str | None,
                                   requested: int) -> Refusal:
-    """No plan of moves of stopped holds makes room for an order on one node (R-BIND-12)."""
+    """No plan of moves of stopped holds makes room for an order on one node (R-BIND-11)."""
     where = f" (node {best_node})" if best_node else ""
     return Refusal(
         reason=Reason.NO_NODE_WITH_ROOM,

@@ -60,7 +60,7 @@ class OnCordon(enum.StrEnum):
 
 
 class CompactionPolicy(enum.StrEnum):
-    """Whether the binder may move a class's stopped holds to make room for a large order (R-BIND-14)."""
+    """Whether the binder may move a class's stopped holds to make room for a large order (R-BIND-11)."""
 
     ALLOWED = "Allowed"
     NEVER = "Never"
@@ -483,7 +483,7 @@ def _since(log: dict[_K, int], generation: int) -> frozenset[_K]:
 class DraGroup:
     """One node's devices of a DRA offer with a ``matchAttribute`` that share its value (one PCIe root): how
     many are free, and the holds (by device key: a hold claim is named after its GPUDevice) whose claims
-    hold devices of this group and of no other, which compaction may move whole to free it (R-BIND-12)."""
+    hold devices of this group and of no other, which compaction may move whole to free it (R-BIND-11)."""
 
     value: str
     free: int
@@ -533,7 +533,7 @@ class Snapshot:
     #: Class -> units its Bound devices hold (a class's report reads it; no walk over its devices).
     held_by_class: Mapping[str, int] = attrs.field(factory=dict)
     #: Class -> (units, how many) of its stopped holds (Bound, attached to no VMI, no template, not deleting),
-    #: by units: the largest bounds how few moves a compaction may need (R-BIND-12), none means none may move.
+    #: by units: the largest bounds how few moves a compaction may need (R-BIND-11), none means none may move.
     stopped_hold_sizes: Mapping[str, tuple[tuple[int, int], ...]] = attrs.field(factory=dict)
     #: Resource name -> room -> the nodes (sorted by name) with a fresh report and that much room (> 0) for
     #: new bookings. The fullest node with room for n units (R-BIND-5) is the first node of the first bucket
@@ -555,7 +555,7 @@ class Snapshot:
     #: Devices an answer pass acts on: Pending, or with a bind request not answered yet.
     waiting: frozenset[DeviceKey] = frozenset()
     #: A cycle's view narrows ``devices`` to the sets it plans; this is then the model's every device, which a
-    #: compaction reads for the stopped holds it may move (R-BIND-12). None where ``devices`` is every device.
+    #: compaction reads for the stopped holds it may move (R-BIND-11). None where ``devices`` is every device.
     every_device: Mapping[DeviceKey, DeviceView] | None = attrs.field(default=None, eq=False, repr=False)
     #: Which update of its model this is, and the model's log of what each update touched (not compared:
     #: two builds of the same objects are equal whatever their history).

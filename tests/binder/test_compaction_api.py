@@ -1,4 +1,4 @@
-"""Compaction through the binder against the real API server (R-BIND-12..14): an order of 4 on four 4-GPU nodes,
+"""Compaction through the binder against the real API server (R-BIND-11): an order of 4 on four 4-GPU nodes,
 each with three stopped single-GPU holds, is Bound after three moves, each with its Moved condition and Event
 naming the order it made room for; with a VM's hold among them, only stopped holds move."""
 

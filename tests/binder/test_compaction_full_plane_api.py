@@ -1,4 +1,4 @@
-"""Compaction beside a running VM, on the full plane (R-BIND-12, R-BIND-7): real kube-scheduler, kwok and the
+"""Compaction beside a running VM, on the full plane (R-BIND-11, R-BIND-7): real kube-scheduler, kwok and the
 KubeVirt stand-in.
 
 Four 4-GPU nodes with three single-GPU holds each; one hold on the first node is a VM's, and the VM runs (its

@@ -300,7 +300,7 @@ async def test_a_set_whose_gpu_an_administrators_taint_rule_selects_moves_and_is
 
 async def test_an_order_no_node_has_room_for_is_held_after_a_stopped_dra_hold_moved_and_its_claim_followed(
         full_admin: Client, fleet: Fleet) -> None:
-    """Compaction of a DRA class (R-BIND-12): two nodes of two vfio GPUs, one stopped single-GPU hold on each; an
+    """Compaction of a DRA class (R-BIND-11): two nodes of two vfio GPUs, one stopped single-GPU hold on each; an
     order of two is Bound after one hold moves, the moved hold's claim is allocated again on its new node, and the
     order's claim holds both GPUs of the node it emptied."""
     world = DraWorld(full_admin, fleet)
@@ -371,7 +371,7 @@ async def test_a_set_that_must_share_a_pcie_root_goes_where_one_root_has_room(fu
 
 async def test_a_pair_that_must_share_a_pcie_root_is_placed_after_moving_the_hold_of_one_root(
         full_admin: Client, fleet: Fleet) -> None:
-    """Compaction of a ``matchAttribute`` class (R-BIND-12): two nodes of two roots of two GPUs. The first's first
+    """Compaction of a ``matchAttribute`` class (R-BIND-11): two nodes of two roots of two GPUs. The first's first
     root is full (a, b), its second has c and one free GPU; the second node has d and e, one on each root, and a
     free GPU beside each. No root has two free: an order of two is Bound after c moves (the one hold whose move
     frees a root: moving a, the first by name, would leave two free GPUs on two roots), and its claim holds both

@@ -78,7 +78,7 @@ class Transition:
 
 
 def compacted(transition: Transition) -> bool:
-    """A stopped hold moved, still Bound, to make room for another order (R-BIND-12): its Moved condition names
+    """A stopped hold moved, still Bound, to make room for another order (R-BIND-11): its Moved condition names
     the compaction."""
     return (transition.new is not None and transition.new[0] == "Bound" and transition.reason == "Moved"
             and ": compaction: room made on node " in transition.message)
@@ -249,7 +249,7 @@ class Recorder:
         Reasons of its own: its deletion; its node cordoned, NotReady, tainted or gone at any time of the
         run (the chaos touches no node, so any is worth a look anyway: see ``troubles``); a move that
         gathers its own VMI's set (its own VM's start); a stopped hold moved, still Bound, by a compaction
-        that made room for a larger order (R-BIND-12: no VM uses it, the audit's running-detached count
+        that made room for a larger order (R-BIND-11: no VM uses it, the audit's running-detached count
         says so). Anything else — capacity taken by a neighbour's launcher above all — is not.
         """
         found = []

@@ -1,4 +1,4 @@
-"""Compaction in the placement run (R-BIND-12..14): an order no node has room for is placed where moving
+"""Compaction in the placement run (R-BIND-11): an order no node has room for is placed where moving
 stopped holds makes room, each move a Bind whose cause names the order; never a VM's hold, never a class or a
 namespace that opted out."""
 
@@ -148,7 +148,7 @@ def test_the_stopped_hold_sizes_kept_by_updates_are_the_ones_built_from_scratch(
 
 
 def test_a_vm_starts_template_order_that_no_node_has_room_for_is_placed_by_compaction_in_the_dry_check() -> None:
-    # The VMI webhook's dry check of a start whose template device is an order of 4 (R-BIND-13): the answer says
+    # The VMI webhook's dry check of a start whose template device is an order of 4 (R-BIND-11): the answer says
     # where, after how many moves, as the binder's answer to its bind request will.
     snap = fragmented(order=1)
     template = DeviceView(namespace="tenant-a", name="vm-big-gpus", class_name="h100", count=4, template=True,

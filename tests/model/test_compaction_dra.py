@@ -1,4 +1,4 @@
-"""Compaction of a DRA class with ``matchAttribute`` (R-BIND-12, SPEC §1.5): the room is made in one group of a
+"""Compaction of a DRA class with ``matchAttribute`` (R-BIND-11, SPEC §1.5): the room is made in one group of a
 node (one PCIe root), by moving the stopped holds of that group; the groups the read model keeps are the ones
 a tracker built from scratch on the same claims has."""
 

@@ -1,4 +1,4 @@
-"""Compaction's plan against a brute force over small fleets (R-BIND-12).
+"""Compaction's plan against a brute force over small fleets (R-BIND-11).
 
 The plan moves stopped holds off one node to others so that an order fits
 there; a move never makes room for another. The brute force tries every node,

@@ -8,7 +8,7 @@ name, so two planners on the same snapshot choose the same node. A set
 whose VM runs may go to its launcher's node only. ``destination`` is the one
 place a full pass and the answer path ask where a set goes. A set that holds
 nothing yet and finds no node with room may still go where moving stopped
-holds makes room (``compact``, R-BIND-12).
+holds makes room (``compact``, R-BIND-11).
 """
 
 from __future__ import annotations
@@ -127,7 +127,7 @@ class Chooser:
         return GoLost(cause=cause or no_room, no_room=no_room)
 
     def compact(self, work: Work) -> Move | None:
-        """The set onto a node that moving stopped holds makes room on (R-BIND-12), or None: when the set
+        """The set onto a node that moving stopped holds makes room on (R-BIND-11), or None: when the set
         holds units already, needs more than one class, its class never compacts, or no plan exists. A DRA
         class's moved holds' claims are allocated again like any moved set's; with a ``matchAttribute`` the
         room is made in one group of a node (``Snapshot.dra_groups``), by moving holds of that group."""
@@ -204,7 +204,7 @@ class Chooser:
     def _movable(self, node: str, class_name: str, ordering: set[DeviceKey],
                  opted_out: dict[str, bool]) -> list[Hold]:
         """The holds on ``node`` compaction may move: Bound devices of the class attached to no VMI, with no
-        start asking for them, in a namespace that did not opt out (R-BIND-12). ``opted_out`` memoizes the
+        start asking for them, in a namespace that did not opt out (R-BIND-11). ``opted_out`` memoizes the
         namespaces' labels for one plan. Called for the few nodes a plan visits (``plan_compaction``'s bound), and
         for every eligible node only on a refusal (``most_after_moves``)."""
         out: list[Hold] = []

@@ -1,4 +1,4 @@
-"""Compaction (R-BIND-12..14): room for an order no node has, made by moving stopped holds.
+"""Compaction (R-BIND-11): room for an order no node has, made by moving stopped holds.
 
 Why: single-GPU holds of switched-off VMs scatter over the fleet, and an
 order of four or eight GPUs on one node is then refused although the class

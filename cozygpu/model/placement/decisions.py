@@ -30,7 +30,7 @@ class StayPut:
 @attrs.frozen(kw_only=True)
 class Move:
     """The set goes to ``node``; ``cause`` is why it leaves the node it holds (None for a gather or a rebind).
-    ``compaction``: the stopped holds that move off ``node`` first to make room (R-BIND-12)."""
+    ``compaction``: the stopped holds that move off ``node`` first to make room (R-BIND-11)."""
 
     node: str
     cause: Refusal | None

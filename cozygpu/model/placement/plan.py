@@ -93,5 +93,5 @@ class SetPlacement:
     moves: tuple[Bind, ...] = ()
     #: The set stays on its cordoned node (R-BIND-6): a Succeeded answer says "stays", not "bound".
     stay: Stay | None = None
-    #: The stopped holds moved to make room for the set (R-BIND-12); their Binds lead ``moves``.
+    #: The stopped holds moved to make room for the set (R-BIND-11); their Binds lead ``moves``.
     compaction: Compaction | None = None

@@ -165,7 +165,7 @@ def place_set(
 
 @attrs.frozen(kw_only=True)
 class OrderCheck:
-    """The GPUDevice admission check with compaction (R-ADM-1, R-BIND-13): why the order cannot be met now,
+    """The GPUDevice admission check with compaction (R-ADM-1, R-BIND-11): why the order cannot be met now,
     or how it will be (``compaction`` when stopped holds must move first)."""
 
     refusal: Refusal | None

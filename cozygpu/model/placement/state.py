@@ -53,7 +53,7 @@ class CycleState:
         return []
 
     def make_room(self, work: Work, decision: Move) -> list[Bind]:
-        """The compaction's moves of a Move (R-BIND-12), each a Bind whose cause names the set it made room for."""
+        """The compaction's moves of a Move (R-BIND-11), each a Bind whose cause names the set it made room for."""
         plan = decision.compaction
         if plan is None:
             return []

@@ -219,10 +219,21 @@ async def explain_device(client: Client, cluster: Cluster, namespace: str, name:
     key = (namespace, name)
     raw = cluster.devices.get(key)
     view = snapshot.devices.get(key)
-    if raw is None or view is None:
+    released = snapshot.released.get(key)
+    if raw is None or (view is None and released is None):
         return None
     status = raw.get("status") or {}
     events = await common.events_of(client, namespace, keys.GPUDEVICE_KIND, name, str(raw["metadata"]["uid"]))
+    if view is None:
+        assert released is not None  # its hold expired (R-LEDGER-2): it is out of every decision
+        gone = refusals.hold_released(namespace, name, released.class_name)
+        return {
+            "object": f"GPUDevice {namespace}/{name}", "class": released.class_name, "count": released.count,
+            "phase": str(released.phase), "node": None, "vmi": None, "bound": condition(raw, BOUND_CONDITION),
+            "bindRequest": status.get("bindRequest"), "bindAnswer": status.get("bindAnswer"),
+            "events": _event_rows(events), "now": gone.message, "reason": gone.reason.value,
+            "wouldChangeIt": [f"order again: a new GPUDevice of class {released.class_name}, count {released.count}"],
+        }
     now_text, refusal = decide_device(snapshot, key)
     members, vmi_key = _set_of(snapshot, key)
     steps: list[str] = []

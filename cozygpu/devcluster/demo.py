@@ -38,7 +38,8 @@ each long-running part a background process (pid in ``DIR/<name>.pid``, log in
 - ``kubevirt``: the KubeVirt stand-in (VM → VMI → launcher pod), acting as
   kubevirt-controller's service account (the chart's ``kubevirt`` values), the
   one caller the raw-name pod policy lets create a launcher pod with GPUs;
-- then the story (``story.py``) and the catalog each tenant sees.
+- then the story (``story.py``; step 10 offers a class of its own with a short ``idleHoldLimit`` and
+  withdraws it again) and the catalog each tenant sees.
 
 A run clears what an earlier run left (``story.clear``), so it can be run again.
 """
@@ -473,22 +474,23 @@ async def run(plane: ControlPlane) -> int:
         try:
             told = time.monotonic()
             await story.Story(admin).tell()
-            print(f"   (steps 1-8 took {time.monotonic() - told:.1f} s)")
+            print(f"   (steps 1-10 took {time.monotonic() - told:.1f} s)")
         except story.StoryError as error:
             print(f"cozygpu cluster demo: {error} (the controllers' logs are in {logs})", file=sys.stderr)
             return 1
 
         snapshot = await read_snapshot(admin, hoster_names=HOSTER_NAMES)
-    print("10. the catalog: what each tenant can order now, and why not")
+    print("11. the catalog: what each tenant can order now, and why not")
     for namespace, count in (("tenant-acme-ml", 2), ("tenant-beta", 1)):
         rows = [catalog_row(entry, snapshot, count) for entry in catalog(snapshot, namespace)]
         print(f"\n   cozygpu catalog -n {namespace} --count {count}")
         print(render_table(rows, count=count))
     by_hand = [
         (f"export KUBECONFIG={plane.kubeconfig}", ""),
-        ("kubectl get gpudevices,vm -A", "the hold, its node and why"),
+        ("kubectl get gpudevices,vm -A", "the hold, its node, why, and how long held and idle"),
         (f"kubectl describe gpudevice {story.HELD} -n {story.ACME}", "its Events: Bound, Moved"),
         ("cozygpu status", "classes, nodes, devices waiting, the leader"),
+        (f"kubectl gpu usage -n {story.USAGE_TENANT} --subtree", "GPUs held, running, idle; GPU-hours held, idle"),
         (f"cozygpu why gpudevice/{story.HELD} -n {story.ACME}", "the last decision and what would change it"),
         (f"kubectl patch vm {story.VM} -n {story.ACME} --type merge -p '{{\"spec\":{{\"running\":true}}}}'",
          "start it again, where its GPU now is"),

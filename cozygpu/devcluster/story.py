@@ -27,12 +27,22 @@ from the API server, with how long it took from the call:
    with a claim of its own on that node stays unschedulable ("cannot allocate
    all claims"). That pod runs in a namespace of no tenant: with raw GPU names
    forbidden a tenant's claim of a DeviceClass a class sells is refused.
-9. compaction (R-BIND-12): each H100 node left with one GPU free (a stopped
+9. compaction (R-BIND-11): each H100 node left with one GPU free (a stopped
    hold of tenant-beta's on one, tenant-acme-ml's on the other, whose
    namespace opts out of compaction), tenant-beta orders two H100 — what a
    scheduler refuses for fragmentation: the order is accepted and Bound after
    the binder moved tenant-beta's stopped hold to the other node, with an Event
    naming the order; both are released again.
+10. the hold ledger and idle-hold expiry (SPEC §1.6): a class of the story's
+   own selling the H100s with ``idleHoldLimit`` 20s and ``idleHoldWarning``
+   12s; tenant-acme-ml's order of it takes the last GPU of tenant-acme's
+   budget (a second order is refused) and stays idle: it is warned
+   (``IdleHoldExpiring``), then Released (``IdleHoldExpired``), and the second
+   order is accepted and Bound on the freed budget; both orders and the class
+   are deleted again. Then ``cozygpu usage -n tenant-acme --subtree`` (the
+   command's own functions) on the two stopped VMs' holds, idle since steps 4
+   and 8 (through the expiry's 20 s): units held, running and idle now,
+   GPU-hours held and idle.
 
 :func:`clear` removes what an earlier run left, so the story can be told again.
 """
@@ -47,6 +57,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Final, TypeVar
 
 from cozygpu import keys
+from cozygpu.binder.ledger import EXPIRING_CONDITION
+from cozygpu.commands import common, usage
 from cozygpu.devcluster import dra_driver
 from cozygpu.kube import Client, errors, resource_path
 
@@ -75,6 +87,15 @@ CLAIM_TEMPLATE: Final = "one-vfio-gpu"
 #: Step 9: tenant-beta's single-GPU holds that leave each H100 node one GPU free, and the order of two.
 SPREAD: Final = ("spread-1", "spread-2")
 PAIR: Final = "pair"
+#: Step 10: the tenant whose subtree ``cozygpu usage`` reads; a class of the step's own whose idle holds expire
+#: (the H100s class h100 sells: its one hold fits in the three H100s steps 1-9 leave free, and it is deleted at
+#: the step's end, before the catalog), its order left idle, and the order that waits for the budget it frees.
+USAGE_TENANT: Final = "tenant-acme"
+EXPIRING_CLASS: Final = "h100-idle-limit"
+IDLE_HOLD_LIMIT: Final = "20s"
+IDLE_HOLD_WARNING: Final = "12s"
+IDLE: Final = "scratch"
+NEXT: Final = "scratch-2"
 #: Every wait of the story ends after this long, with a line saying what did not happen.
 WAIT: Final = 60.0
 
@@ -85,6 +106,10 @@ class StoryError(Exception):
 
 def device_path(namespace: str, name: str | None = None) -> str:
     return resource_path(keys.GROUP, keys.VERSION, keys.GPUDEVICE_PLURAL, namespace=namespace, name=name)
+
+
+def class_path(name: str | None = None) -> str:
+    return resource_path(keys.GROUP, keys.VERSION, keys.GPUCLASS_PLURAL, name=name)
 
 
 def kubevirt_path(plural: str, namespace: str, name: str | None = None) -> str:
@@ -159,6 +184,19 @@ def reserved_for(claim: dict[str, Any]) -> list[str]:
     return [f"{r['resource']}/{r['name']}" for r in (claim.get("status") or {}).get("reservedFor") or []]
 
 
+def expiring_class_body() -> dict[str, Any]:
+    """Step 10's class: the H100s (class h100's resource name, every node serving it), its idle holds released."""
+    return {"apiVersion": keys.API_VERSION, "kind": keys.GPUCLASS_KIND, "metadata": {"name": EXPIRING_CLASS},
+            "spec": {"source": {"devicePlugin": {}}, "vendor": "NVIDIA", "model": "H100 SXM5 80GB",
+                     "mode": "Passthrough", "memory": "80Gi", "resourceName": RAW_GPU,
+                     "idleHoldLimit": IDLE_HOLD_LIMIT, "idleHoldWarning": IDLE_HOLD_WARNING}}
+
+
+def condition(status: dict[str, Any], kind: str) -> dict[str, Any] | None:
+    found: dict[str, Any] | None = next((c for c in status.get("conditions") or [] if c.get("type") == kind), None)
+    return found
+
+
 def order(name: str, class_name: str, count: int) -> dict[str, Any]:
     return {"apiVersion": keys.API_VERSION, "kind": keys.GPUDEVICE_KIND, "metadata": {"name": name},
             "spec": {"className": class_name, "count": count}}
@@ -210,8 +248,19 @@ class Story:
             return error.message, time.monotonic() - started
         raise StoryError(f"{body['kind']} {body['metadata']['name']} was accepted; the story expected a refusal")
 
+    async def accepted(self, path: str, body: dict[str, Any], *, unless: str) -> bool | None:
+        """Create ``body``: True once accepted, None when refused with ``unless`` in the message (what a webhook
+        says until its replica's cache has seen a change just written), a StoryError for any other refusal."""
+        try:
+            await self.admin.create(path, body)
+        except errors.ApiError as error:
+            if unless in error.message:
+                return None
+            raise StoryError(f"{body['kind']} {body['metadata']['name']} refused: {error.message}") from None
+        return True
+
     async def tell(self) -> dict[str, Any]:
-        """The eight steps; returns what each ended with (for the caller to print or check)."""
+        """The ten steps; returns what each ended with (for the caller to print or check)."""
         told: dict[str, Any] = {}
         say = self.out
 
@@ -308,6 +357,7 @@ class Story:
         told["moved"] = found
         told["dra"] = await self.dra()
         told["compaction"] = await self.compaction()
+        told["ledger"] = await self.ledger()
         return told
 
     async def compaction(self) -> dict[str, Any]:
@@ -368,6 +418,96 @@ class Story:
             keys.COMPACTION_LABEL: None}}})
         say(f"   gpudevice/{PAIR} and {second} released again, and {ACME}'s label taken off")
         return {**found, "spread": placed}
+
+    async def ledger(self) -> dict[str, Any]:
+        """Step 10: an idle hold warned, then released, freeing its budget; what ``cozygpu usage`` then says of the
+        story's stopped holds (read last, so they have sat idle through the expiry's 20 s: steps 1-9 take about
+        one)."""
+        say = self.out
+        told: dict[str, Any] = {}
+        say(f"10. the hold ledger and idle-hold expiry: the operator offers class {EXPIRING_CLASS}, the H100s with "
+            f"idleHoldLimit {IDLE_HOLD_LIMIT} and idleHoldWarning {IDLE_HOLD_WARNING}; {ACME} orders 1 "
+            f"(gpudevice/{IDLE}), the last GPU of {USAGE_TENANT}'s budget, and starts no VM on it")
+        await self.admin.create(class_path(), expiring_class_body())
+        started = time.monotonic()
+        body = order(IDLE, EXPIRING_CLASS, 1)
+        # The class was just created: until a replica's cache has it, its webhook says the class does not exist.
+        await until(lambda: self.accepted(device_path(ACME), body, unless=f"class {EXPIRING_CLASS} does not exist"),
+                    f"gpudevice/{IDLE} accepted", started)
+
+        async def bound(name: str) -> dict[str, Any] | None:
+            status = await self.status(ACME, name)
+            return status if status.get("phase") == "Bound" else None
+
+        status, seconds = await until(lambda: bound(IDLE), f"gpudevice/{IDLE} Bound", started)
+        node = str(status["nodeName"])
+        message, refused_in = await self.refused(device_path(ACME), order(NEXT, EXPIRING_CLASS, 1))
+        say(f"   Bound on {node} after {took(seconds)}; gpudevice/{NEXT}, 1 more, refused in {took(refused_in)}: "
+            f"{message}")
+        told["idle"] = {"node": node, "refused": message}
+
+        async def warned() -> dict[str, Any] | None:
+            return condition(await self.status(ACME, IDLE), EXPIRING_CONDITION)
+
+        warning, seconds = await until(warned, f"gpudevice/{IDLE} warned ({EXPIRING_CONDITION})", started)
+        say(f"   {EXPIRING_CONDITION} (reason {warning.get('reason')}) {took(seconds)} after the order: "
+            f"{warning.get('message')}")
+        told["warning"] = warning
+
+        async def expired() -> dict[str, Any] | None:
+            status = await self.status(ACME, IDLE)
+            return status if status.get("phase") == "Released" else None
+
+        status, seconds = await until(expired, f"gpudevice/{IDLE} Released", started)
+        released = condition(status, "Bound") or {}
+        say(f"   Released {took(seconds)} after the order, on {status.get('nodeName') or 'no node'}; its Bound "
+            f"condition {released.get('status')}, reason {released.get('reason')}: {released.get('message')}")
+        told["released"] = {"phase": status.get("phase"), "nodeName": status.get("nodeName"), "condition": released}
+
+        started = time.monotonic()
+        # Accepted once the replica answering has seen the release (a moment after it was written).
+        await until(lambda: self.accepted(device_path(ACME), order(NEXT, EXPIRING_CLASS, 1), unless="exceeds it"),
+                    f"gpudevice/{NEXT} accepted on the budget {IDLE} freed", started)
+        status, seconds = await until(lambda: bound(NEXT), f"gpudevice/{NEXT} Bound", started)
+        say(f"   its GPU and budget are free again: gpudevice/{NEXT} accepted and Bound on {status['nodeName']} "
+            f"{took(seconds)} after the release")
+        told["next"] = {"node": status["nodeName"]}
+
+        started = time.monotonic()
+        for name in (IDLE, NEXT):
+            await self.admin.delete(device_path(ACME, name))
+
+        async def deleted(*paths: str) -> bool | None:
+            for path in paths:
+                if await self.admin.get_or_none(path) is not None:
+                    return None
+            return True
+
+        await until(lambda: deleted(device_path(ACME, IDLE), device_path(ACME, NEXT)),
+                    f"gpudevice/{IDLE} and {NEXT} deleted", started)
+        # The class's finalizer goes once no device holds it.
+        await self.admin.delete(class_path(EXPIRING_CLASS))
+        await until(lambda: deleted(class_path(EXPIRING_CLASS)), f"class {EXPIRING_CLASS} deleted", started)
+        say(f"   gpudevice/{IDLE} and {NEXT} deleted, and class {EXPIRING_CLASS} withdrawn again")
+
+        say(f"   cozygpu usage -n {USAGE_TENANT} --subtree (kubectl gpu usage prints the same): the story's stopped "
+            "holds, from the heldSince and idleSince the binder wrote into each one's status")
+        cluster = await common.read_cluster(self.admin)
+        rows = usage.usage(cluster.snapshot, cluster.now, namespace=USAGE_TENANT, subtree=True)
+        if not rows:
+            raise StoryError(f"cozygpu usage -n {USAGE_TENANT} --subtree: no holds, the story expected {HELD} and "
+                             f"{DRA_HELD}")
+        for line in usage.render_table(rows, since=None).splitlines():
+            say(f"   {line}")
+        held, running = sum(r.held for r in rows), sum(r.running for r in rows)
+        spent = usage.Spent(held=sum(r.spent.held for r in rows), idle=sum(r.spent.idle for r in rows))
+        say(f"   {held} GPUs held, {running} running, {held - running} idle now ({HELD}'s VM stopped in step 4, "
+            f"{DRA_HELD}'s in step 8); since each hold began {spent.held / usage.HOUR:.4f} GPU-hours held "
+            f"({spent.held:.0f} GPU-seconds), {spent.idle / usage.HOUR:.4f} of them idle ({spent.idle:.0f} "
+            "GPU-seconds): the GPUs a tenant keeps, and pays for, while its VMs are off")
+        told["usage"] = [{"namespace": r.namespace, "class": r.class_name, "held": r.held, "running": r.running,
+                          "idle": r.idle, "heldSeconds": r.spent.held, "idleSeconds": r.spent.idle} for r in rows]
+        return told
 
     async def claim(self) -> dict[str, Any]:
         found: dict[str, Any] = await self.admin.get(dra_path("resourceclaims", ACME, DRA_HELD))
@@ -459,7 +599,7 @@ class Story:
 async def clear(admin: Client) -> list[str]:
     """Delete the VMs, VMIs and GPUDevices an earlier run left in the story's namespaces, and step 8's pod and
     claim template in ``LAB``; wait until they are gone, and the hold claims with their devices (a new order of
-    the same name gets a claim of that name).
+    the same name gets a claim of that name); then step 10's class, if a run ended before deleting it.
 
     The controller must run: it releases the device finalizers once no VMI uses a device.
     """
@@ -484,4 +624,13 @@ async def clear(admin: Client) -> list[str]:
         return True
 
     await until(empty, "clearing what an earlier run left", time.monotonic())
+    # Its finalizer goes once no device holds it: its orders are gone now.
+    with contextlib.suppress(errors.NotFound):
+        await admin.delete(class_path(EXPIRING_CLASS))
+        cleared.append(f"gpuclass/{EXPIRING_CLASS}")
+
+    async def withdrawn() -> bool | None:
+        return True if await admin.get_or_none(class_path(EXPIRING_CLASS)) is None else None
+
+    await until(withdrawn, f"clearing class {EXPIRING_CLASS}", time.monotonic())
     return cleared

@@ -7,10 +7,13 @@ import json
 import os
 import subprocess
 import sys
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from cozygpu import keys
+from cozygpu.base.durations import parse_duration
+from cozygpu.binder.ledger import EXPIRING_CONDITION, REASON_EXPIRED
 from cozygpu.devcluster import demo as demo_module
 from cozygpu.devcluster import dra_driver, replicas, story
 from cozygpu.devcluster.plane import ControlPlane
@@ -24,11 +27,11 @@ def cozygpu(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 #: The story's steps and the catalog after them.
-STEPS = 10
+STEPS = 11
 
 
 def story_lines(stdout: str) -> dict[str, list[str]]:
-    """The printed story by step ("1." … "10."): each step's heading and the lines under it."""
+    """The printed story by step ("1." … "11."): each step's heading and the lines under it."""
     steps: dict[str, list[str]] = {}
     current: list[str] | None = None
     for line in stdout.splitlines():
@@ -74,6 +77,10 @@ async def api_outcomes(plane: ControlPlane) -> dict[str, Any]:
             "settings": (await admin.get(resource_path(
                 "", "v1", "configmaps", namespace=demo_module.CONTROLLER_NAMESPACE,
                 name=keys.SETTINGS_CONFIGMAP)))["data"],
+            "classes": sorted(c["metadata"]["name"] for c in (await admin.list_objects(story.class_path()))["items"]),
+            "idle_events": [(e["type"], e["reason"], e["message"]) for e in (await admin.list_objects(
+                resource_path("", "v1", "events", namespace=story.ACME),
+                params={"fieldSelector": f"involvedObject.name={story.IDLE}"}))["items"]],
             **await dra_outcomes(admin),
         }
 
@@ -174,8 +181,9 @@ def check_story(stdout: str, outcomes: dict[str, Any]) -> None:
     assert outcomes["beta_pods"] == []
     check_dra_step(steps["8."], outcomes)
     check_compaction_step(steps["9."], outcomes)
-    # 10. the catalog per tenant.
-    assert any("cozygpu catalog -n tenant-beta" in line for line in steps["10."])
+    check_ledger_step(steps["10."], outcomes)
+    # 11. the catalog per tenant.
+    assert any("cozygpu catalog -n tenant-beta" in line for line in steps["11."])
 
 
 def check_compaction_step(lines: list[str], outcomes: dict[str, Any]) -> None:
@@ -192,6 +200,57 @@ def check_compaction_step(lines: list[str], outcomes: dict[str, Any]) -> None:
             f"{story.BETA}/{story.PAIR} (2 units on one node; 1 stopped hold moved)") in lines[3]
     # tenant-acme-ml's stopped hold, on the other node, stayed: its namespace opted out (step 7's node, checked
     # with step 7), and tenant-beta's orders are gone again (``outcomes["devices"]``).
+
+
+def check_ledger_step(lines: list[str], outcomes: dict[str, Any]) -> None:
+    """Step 10: an idle hold of a class with an idleHoldLimit warned, then released, its budget taken by the order
+    refused before; then ``cozygpu usage`` on the story's two stopped holds."""
+    cls = story.EXPIRING_CLASS
+    # The order takes the last GPU of tenant-acme's total budget: one more is refused, with the numbers.
+    node = lines[1].split("Bound on ", 1)[1].split(" ", 1)[0]
+    assert node in {"gpu-1", "gpu-3"}, "the class sells the H100s"
+    assert (f"GPUDevice {story.ACME}/{story.NEXT}: budget {keys.QUOTA_TOTAL} of {story.USAGE_TENANT}: 3 allowed, "
+            "3 in use, order of 1 exceeds it by 1") in lines[1]
+    # Warned (the condition, and its Event) with the time of the release, idleHoldLimit after idleSince.
+    warning = lines[2].split(" after the order: ", 1)[1]
+    assert lines[2].startswith(f"   {EXPIRING_CONDITION} (reason IdleHoldLimit) ")
+    assert warning.startswith("idle since ")
+    assert (f": its 1 unit will be released at {release_time(warning)} (class {cls}'s idleHoldLimit "
+            f"{story.IDLE_HOLD_LIMIT}); start its VM before then to keep them") in warning
+    assert ("Warning", EXPIRING_CONDITION, warning) in outcomes["idle_events"]
+    # Released: no node, the Bound condition False with reason IdleHoldExpired (and its Event), the budget free.
+    assert lines[3].startswith("   Released ")
+    assert f" after the order, on no node; its Bound condition False, reason {REASON_EXPIRED}: released after " \
+        in lines[3]
+    released = lines[3].split(f"reason {REASON_EXPIRED}: ", 1)[1]
+    assert (f"idle (class {cls}'s idleHoldLimit {story.IDLE_HOLD_LIMIT}): its 1 unit on node {node} are free and "
+            "its budget is no longer used; order again to hold GPUs") in released
+    assert ("Warning", REASON_EXPIRED, released) in outcomes["idle_events"]
+    assert f"free again: gpudevice/{story.NEXT} accepted and Bound on gpu-" in lines[4]
+    assert f"class {cls} withdrawn again" in lines[5]
+    assert cls not in outcomes["classes"], "the step deletes its class"
+    # cozygpu usage -n tenant-acme --subtree: the command's table, one row per class of the two stopped holds.
+    assert f"cozygpu usage -n {story.USAGE_TENANT} --subtree" in lines[6]
+    assert lines[7].split() == ["NAMESPACE", "CLASS", "HELD", "RUNNING", "IDLE", "GPU-HOURS", "HELD", "GPU-HOURS",
+                                "IDLE", "IDLE", "SHARE"]
+    rows = [line.split() for line in lines[8:10]]
+    assert [row[:5] for row in rows] == [[story.ACME, "h100", "1", "0", "1"], [story.ACME, story.DRA_CLASS, "1", "0",
+                                                                               "1"]]
+    for row in rows:
+        assert float(row[5]) >= float(row[6]) >= 0, row
+        assert row[7].endswith("%"), row
+    assert lines[10].startswith(f"   2 GPUs held, 0 running, 2 idle now ({story.HELD}'s VM stopped in step 4"), \
+        lines[10]
+    hours = lines[10].split("since each hold began ", 1)[1].split(" ")
+    assert hours[1:3] == ["GPU-hours", "held"]
+    assert float(hours[0]) > 0, "the holds were held through the expiry's 20 s"
+
+
+def release_time(warning: str) -> str:
+    """The release time an IdleHoldExpiring message must name: its idleSince plus the class's idleHoldLimit."""
+    since = datetime.fromisoformat(warning.removeprefix("idle since ").split(": ", 1)[0].replace("Z", "+00:00"))
+    at = since + timedelta(seconds=parse_duration(story.IDLE_HOLD_LIMIT))
+    return at.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def check_dra_step(lines: list[str], outcomes: dict[str, Any]) -> None:

@@ -10,10 +10,14 @@ its own process beside kube-scheduler: its webhooks registered with the API
 server by URL on loopback HTTPS, its binder leading. For each fleet size N
 (ascending; the fleet grows between sizes) there are N kwok nodes with 8 units
 of one GPU resource name in allocatable, a GPUNode report of the same 8 per
-node (written in bulk as the agent writes it, refreshed in bulk before each
-phase so none goes stale), one GPUClass, and tenants with budgets far above
-what the run orders. Measured from this process, every latency on one
-monotonic clock, each through a watch it holds open:
+node, one GPUClass, and tenants with budgets far above what the run orders.
+From the first node on, every node's report is rewritten at the real agent's
+cadence (``agent_cadence.py``: each node once per the agent's
+``--report-interval`` default of 2 min, spread evenly, so N/120 writes a
+second, about 42/s at 5,000 nodes), throughout the growth and every timed
+phase; the write rate achieved over each size's timing is printed. Measured
+from this process, every latency on one monotonic clock, each through a
+watch it holds open:
 
 - floor: a ConfigMap created → its ADDED event seen (one write, one watch event);
 - A, kube-scheduler: a pod requesting ``<resource>: 1`` created → ``spec.nodeName`` seen;
@@ -91,6 +95,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.agent_cadence import AgentCadence  # noqa: E402
 from bench.bench_binder import percentile, timed  # noqa: E402
 from bench.bench_cache import bounded  # noqa: E402
 from cozygpu import keys  # noqa: E402
@@ -112,8 +117,6 @@ PODS_NS = "compare-pods"
 FLOOR_NS = "compare-floor"
 #: kube-scheduler's default client (KubeSchedulerConfiguration clientConnection), applied to cozygpu too.
 QPS, BURST = 50.0, 100
-#: A GPUNode report older than the binder's 5 min is stale; refresh well before.
-REFRESH_AFTER_S = 150.0
 #: kwok renews each Lease every quarter of this (5,000 nodes at 600 s: ~33 writes/s).
 NODE_LEASE_SECONDS = 600
 SYSTEMS = ("floor", "A", "B", "C")
@@ -438,12 +441,14 @@ def claim_allocated(obj: dict[str, Any]) -> bool:
 
 
 class Bench:
-    def __init__(self, admin: Client, burst_clients: list[Client], args: argparse.Namespace) -> None:
+    def __init__(self, admin: Client, burst_clients: list[Client], args: argparse.Namespace, *,
+                 reports: Client) -> None:
         self.admin, self.burst_clients, self.args = admin, burst_clients, args
         self.tag = uuid.uuid4().hex[:5]
         self.counter = 0
         self.nodes: list[str] = []
-        self.refreshed = 0.0
+        #: Every node's agent report at the real agent's cadence, through a client of its own (``run()`` it).
+        self.reports = AgentCadence(reports, lambda: self.nodes, self.report_body)
         self.held: list[tuple[str, str]] = []  # devices B bound, not yet started by C
         #: Every order B timed: its key, sent, seen and phase ("N one", "N burst", "" untimed).
         self.orders: list[dict[str, Any]] = []
@@ -522,7 +527,6 @@ class Bench:
             print(f"    DRA: {UNITS} vfio GPUs published on each of {len(new)} new nodes (a ResourceSlice each)"
                   f" in {time.monotonic() - published:.1f}s", flush=True)
         self.nodes += new
-        self.refreshed = time.monotonic()
         await nodes.wait_ready(self.admin, self.nodes, timeout=600)
         await self.reported(timeout=900)
         return time.monotonic() - started
@@ -543,16 +547,6 @@ class Bench:
         devices = [{"address": f"0000:{d + 1:02x}:00.0", "resourceName": RESOURCE, "allocatable": 1,
                     "driver": "vfio-pci"} for d in range(UNITS)]
         return {"devices": devices, "resourceNames": [RESOURCE], "agent": {"lastReport": stamp()}}
-
-    async def keep_fresh(self, force: bool = False) -> None:
-        """The agent's report, rewritten on every GPUNode in bulk, when the last is getting old; then settle."""
-        if not force and time.monotonic() - self.refreshed < REFRESH_AFTER_S:
-            return
-        body = {"status": self.report_body()}
-        took = await bounded(self.admin.merge_patch(f"{GPUNODES}/{name}/status", body) for name in self.nodes)
-        self.refreshed = time.monotonic()
-        print(f"    reports refreshed on {len(self.nodes)} GPUNodes in {took:.1f}s", flush=True)
-        await asyncio.sleep(2.0)  # the binder's passes over the refreshed reports, before any timing
 
     async def frozen(self, controller: asyncio.subprocess.Process, count: int) -> dict[str, list[float]]:
         """Floor and A again with the controller frozen (SIGSTOP, for a few seconds): what it costs them."""
@@ -681,7 +675,6 @@ class Bench:
         per_round = [samples // rounds + (1 if r < samples % rounds else 0) for r in range(rounds)]
         systems = self.systems
         for r, count in enumerate(per_round):
-            await self.keep_fresh()
             if len(self.held) < count:  # C may come before B this round: devices to start, bound untimed
                 await asyncio.gather(*(self.b_one(self.admin) for _ in range(count - len(self.held))))
             order = systems[r % len(systems):] + systems[:r % len(systems)]
@@ -696,8 +689,7 @@ class Bench:
     async def burst(self, system: str, count: int) -> dict[str, dict[str, Any]]:
         """``count`` created at once (spread over several connection pools); for each figure the system
         times (B-DRA: Bound and the hold's allocation), each latency and the wall time until the last."""
-        await self.keep_fresh()
-        await asyncio.sleep(1.0)
+        await asyncio.sleep(1.0)  # the last phase's aftermath (the binder's passes over it), before any timing
         clients = self.burst_clients
         started = time.monotonic()
         answers = await asyncio.gather(*(self.sample(system)(clients[i % len(clients)]) for i in range(count)),
@@ -956,8 +948,11 @@ def row(values: list[float]) -> tuple[float, float, float, float]:
 
 
 def table(results: dict[int, dict[str, Any]]) -> list[str]:
-    lines = ["| N | what | n | p50 ms | p90 ms | p99 ms | max ms | burst of all, wall ms | ÷ floor p50 / p99 |",
-             "|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = [f"N={n}: every node's agent report rewritten throughout the timing, {r['rate']:.2f} writes/s"
+             f" ({r['due']:.2f} due: each node every {r['interval']:.0f} s, the agent's default)"
+             for n, r in ((n, result["reports"]) for n, result in results.items() if "reports" in result)]
+    lines += ["| N | what | n | p50 ms | p90 ms | p99 ms | max ms | burst of all, wall ms | ÷ floor p50 / p99 |",
+              "|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
     for n, result in results.items():
         floor = row(result["one"]["floor"])
         for system in result["one"]:
@@ -1038,10 +1033,13 @@ async def drive(plane: Any, args: argparse.Namespace, sizes: list[int], run_star
         async with contextlib.AsyncExitStack() as stack:
             admin = await stack.enter_async_context(plane.client())
             burst_clients = [await stack.enter_async_context(plane.client()) for _ in range(4)]
+            # The agents' reports through a client (a connection pool) of their own.
+            reports_client = await stack.enter_async_context(plane.client())
             await apply.install_crds(admin)
             await install_fixture_crd(admin, "virtualmachineinstances.kubevirt.io")
-            bench = Bench(admin, burst_clients, args)
+            bench = Bench(admin, burst_clients, args, reports=reports_client)
             await bench.setup()
+            background = [asyncio.create_task(bench.reports.run(), name="agent-reports")]
             controller, url, metrics_url = await start_controller(plane, admin, args)
             await register_webhooks(admin, plane, url)
             print(f"controller ready, webhooks called; client limit: kube-scheduler QPS {QPS:.0f} burst {BURST}"
@@ -1060,9 +1058,10 @@ async def drive(plane: Any, args: argparse.Namespace, sizes: list[int], run_star
                 grown = await metrics_of(metrics_url)  # the lag of the fleet's growth apart from the run's
                 percent, scored = nodes_to_score(n)
                 print(f"N={n}: fleet ready and reported by the binder in {took:.0f}s; kube-scheduler default"
-                      f" percentageOfNodesToScore: {percent}% -> scores {scored} feasible nodes per pod; {load()}",
-                      flush=True)
-                await bench.keep_fresh(force=True)
+                      f" percentageOfNodesToScore: {percent}% -> scores {scored} feasible nodes per pod; agents'"
+                      f" reports: every node every {bench.reports.interval:.0f} s, spread evenly,"
+                      f" {bench.reports.target():.2f} writes/s due; {load()}", flush=True)
+                cadence = bench.reports.mark()
                 await warm_up(bench)
                 start_load = load()
                 before = await metrics_of(metrics_url)
@@ -1085,10 +1084,14 @@ async def drive(plane: Any, args: argparse.Namespace, sizes: list[int], run_star
                               + (f", {refused} refused ({'; '.join(burst['why'])})" if refused else ""), flush=True)
                     bursts.update(timed_burst)
                 await bench.clear_pods()
+                reports = {"rate": bench.reports.rate(cadence), "due": bench.reports.target(),
+                           "interval": bench.reports.interval, "failed": bench.reports.failed}
+                print(f"    agents' reports over N={n}'s timing: {reports['rate']:.2f} writes/s achieved"
+                      f" ({reports['due']:.2f} due), {reports['failed']} failed over the run", flush=True)
                 ended = await metrics_of(metrics_url)
                 lag, growth_lag = loop_lag((grown, stopped), (resumed, ended)), loop_lag((grown_from, grown))
                 for what, figures in (("the fleet's growth", growth_lag),
-                                      ("the run: bulk report refresh, samples, bursts (not the SIGSTOP)", lag)):
+                                      ("the run: samples, bursts, agents' reports (not the SIGSTOP)", lag)):
                     print(f"    controller event-loop lag over N={n}, {what}: {figures['ticks']:.0f} wake-ups, "
                           f"p99 under {figures['p99_ms']:g} ms, max under {figures['max_ms']:g} ms", flush=True)
                 print(f"    read-model rebuilds over N={n}, the fleet's growth: {rebuilds(grown_from, grown)}; "
@@ -1097,7 +1100,7 @@ async def drive(plane: Any, args: argparse.Namespace, sizes: list[int], run_star
                       f"the run: {gc_pauses((grown, stopped), (resumed, ended))}", flush=True)
                 results[n] = {"one": one, "burst": bursts, "shares": shares(before, after_one), "frozen": frozen,
                               "percent": percent, "scored": scored, "lag": lag,
-                              "growth_lag": growth_lag}
+                              "growth_lag": growth_lag, "reports": reports}
                 loads[n] = (start_load, load())
                 print("\n".join(table({n: results[n]})), flush=True)
                 if args.json:  # after each size, so a run cut short keeps what it measured
@@ -1105,8 +1108,9 @@ async def drive(plane: Any, args: argparse.Namespace, sizes: list[int], run_star
                         {"results": {str(k): v for k, v in results.items()}, "loads": loads}))
                 if args.png:
                     await asyncio.to_thread(picture, results, Path(args.png))
-            for task in watches:
+            for task in watches + background:
                 task.cancel()
+            await asyncio.gather(*watches, *background, return_exceptions=True)
     finally:
         if controller is not None and controller.returncode is None:
             controller.terminate()

@@ -4,15 +4,18 @@
                                       [--dra] [--quick] [--png PATH] [--json PATH] [--budget-s S]
 
 Starts the full local plane (etcd, kube-apiserver, kube-controller-manager,
-kube-scheduler with its defaults, kwok), installs the CRDs and the VMI CRD
-fixture, and runs the real controller (``cozygpu controller --enable-gpu``) as
-its own process beside kube-scheduler: its webhooks registered with the API
-server by URL on loopback HTTPS, its binder leading. For each fleet size N
-(ascending; the fleet grows between sizes) there are N kwok nodes with 8 units
-of one GPU resource name in allocatable, a GPUNode report of the same 8 per
-node, one GPUClass, and tenants with budgets far above what the run orders.
-From the first node on, every node's report is rewritten at the real agent's
-cadence (``agent_cadence.py``: each node once per the agent's
+kube-scheduler with its defaults, kwok), installs the CRDs and KubeVirt's CRD
+fixtures (VirtualMachine, VMI), and runs the real controller (``cozygpu
+controller --enable-gpu``) as its own process beside kube-scheduler: its
+webhooks registered with the API server by URL on loopback HTTPS, its binder
+leading; and in this process the project's KubeVirt stand-in
+(``cozygpu/devcluster/kubevirt.py``: a VMI's launcher pod created, listed in
+``status.activePods``, the VMI Running once kwok runs the pod). For each fleet
+size N (ascending; the fleet grows between sizes) there are N kwok nodes with
+8 units of one GPU resource name in allocatable, a GPUNode report of the same
+8 per node, one GPUClass, and tenants with budgets far above what the run
+orders. From the first node on, every node's report is rewritten at the real
+agent's cadence (``agent_cadence.py``: each node once per the agent's
 ``--report-interval`` default of 2 min, spread evenly, so N/120 writes a
 second, about 42/s at 5,000 nodes), throughout the growth and every timed
 phase; the write rate achieved over each size's timing is printed. Measured
@@ -22,16 +25,23 @@ watch it holds open:
 - floor: a ConfigMap created → its ADDED event seen (one write, one watch event);
 - A, kube-scheduler: a pod requesting ``<resource>: 1`` created → ``spec.nodeName`` seen;
 - B, the binder: a GPUDevice of count 1 created → ``status.phase: Bound`` seen;
-- C, a VM start: a VMI naming a held device (one that B bound) created → the API
-  server's answer (webhook, bind request, the binder's answer, the mutation).
+- C, a VM start: a VMI naming a held device (one that B bound) created → the VMI
+  seen with ``status.phase: Running`` on the node B bound the device on (the
+  stand-in writes Running only once its launcher pod runs there: the launcher
+  created by the stand-in, pinned by the pod webhook, placed by
+  kube-scheduler, run by kwok); and, from the same sample, "C-admit": the
+  create → the API server's answer to it (webhook, bind request, the binder's
+  answer, the mutation).
 
 One at a time, in rounds that rotate the order (F A B C, A B C F, ...) so the
 machine's noise falls on all four alike; then a burst of each (created at once),
-timed until the last is bound / answered. A's pods are deleted after each
+timed until the last is bound / running. A's pods are deleted after each
 phase: the binder counts pods asking for a GPU resource against the node's
-units, as it must, so they would fill the fleet for B. Printed: p50/p90/p99/max
-per system per N, the ratios B/A, C/A and each to the floor, and how each
-grows with N.
+units, as it must, so they would fill the fleet for B. Each VM C started is
+stopped after its sample (after the burst, all of them), untimed: its VMI
+deleted and waited for until gone, which the stand-in allows once its
+launcher pod is gone. Printed: p50/p90/p99/max per figure per N, the ratios
+B/A, C/A, C-admit/A and each to the floor, and how each grows with N.
 
 The profile of B's answer path comes from the same run: the controller process
 times its binder's passes where the binder calls them (snapshot, plan,
@@ -120,6 +130,8 @@ QPS, BURST = 50.0, 100
 #: kwok renews each Lease every quarter of this (5,000 nodes at 600 s: ~33 writes/s).
 NODE_LEASE_SECONDS = 600
 SYSTEMS = ("floor", "A", "B", "C")
+#: C's second figure, from the same sample: the VMI create → the API server's answer to it.
+ADMIT = "C-admit"
 #: With ``--dra``: two more systems in the rotation, and the hold's allocation, timed in B-DRA's samples.
 DRA_SYSTEMS = ("A-DRA", "B-DRA")
 HOLD = "B-DRA hold"
@@ -132,9 +144,12 @@ RECORDS = "compare-binder-passes.json"
 #: The lane of the binder's placement work (``binder.binder.PLACEMENT``); every other lane is housekeeping.
 PLACEMENT = "placement"
 LABELS = {"floor": "floor (ConfigMap → watch)", "A": "A kube-scheduler", "B": "B binder", "C": "C VM start",
+          ADMIT: "C-admit: VMI create → admission answer",
           "A-DRA": "A-DRA kube-scheduler (claim)", "B-DRA": "B-DRA binder (Bound)", HOLD: "B-DRA hold claim allocated"}
+#: What one sample of a system times, when more than its own figure.
+FIGURES = {"C": ("C", ADMIT), "B-DRA": ("B-DRA", HOLD)}
 #: The ratios printed: each of the binder's figures over kube-scheduler's of the same kind.
-RATIOS = (("B", "A"), ("C", "A"), ("B-DRA", "A-DRA"), (HOLD, "A-DRA"))
+RATIOS = (("B", "A"), ("C", "A"), (ADMIT, "A"), ("B-DRA", "A-DRA"), (HOLD, "A-DRA"))
 
 NODES = resource_path("", "v1", "nodes")
 GPUNODES = resource_path(keys.GROUP, keys.VERSION, keys.GPUNODE_PLURAL)
@@ -142,6 +157,7 @@ ALL_DEVICES = resource_path(keys.GROUP, keys.VERSION, keys.GPUDEVICE_PLURAL)
 VALIDATING = resource_path("admissionregistration.k8s.io", "v1", "validatingwebhookconfigurations")
 MUTATING = resource_path("admissionregistration.k8s.io", "v1", "mutatingwebhookconfigurations")
 RESOURCE_CLAIMS = resource_path("resource.k8s.io", "v1", "resourceclaims")
+ALL_VMIS = resource_path("kubevirt.io", "v1", "virtualmachineinstances")
 #: What one sample saw, by system (B-DRA's also the hold's): when it was sent and when its answer was seen.
 Times = dict[str, tuple[float, float]]
 
@@ -377,12 +393,14 @@ def run_controller(argv: list[str], *, qps: float | None, records_path: str) -> 
 
 
 class Seen:
-    """One watch of one collection; a future per expected key, resolved when ``done(obj)`` first holds."""
+    """One watch of one collection; a future per expected key, resolved when ``done(obj)`` first holds (with
+    ``keep``, that object is left in ``found`` under its key, for the caller to take)."""
 
     def __init__(self, client: Client, path: str, done: Callable[[dict[str, Any]], bool],
-                 params: dict[str, str] | None = None) -> None:
-        self.client, self.path, self.done, self.params = client, path, done, params or {}
+                 params: dict[str, str] | None = None, *, keep: bool = False) -> None:
+        self.client, self.path, self.done, self.params, self.keep = client, path, done, params or {}, keep
         self.waiting: dict[tuple[str, str], asyncio.Future[float]] = {}
+        self.found: dict[tuple[str, str], dict[str, Any]] = {}
         self.synced = asyncio.Event()
         #: The keys that exist, from the events since the watch started (the collection starts empty).
         self.live: set[tuple[str, str]] = set()
@@ -417,6 +435,8 @@ class Seen:
                     self.changed.set()
                     future = self.waiting.get(key)
                     if future is not None and not future.done() and self.done(obj):
+                        if self.keep:
+                            self.found[key] = obj
                         future.set_result(now)
                         del self.waiting[key]
             except errors.Gone:
@@ -437,6 +457,14 @@ def claim_allocated(obj: dict[str, Any]) -> bool:
     return bool((obj.get("status") or {}).get("allocation"))
 
 
+def vmi_running(obj: dict[str, Any]) -> bool:
+    """The stand-in's Running: written once the VMI's launcher pod runs on ``status.nodeName`` (the only pod
+    in ``activePods``, on that node)."""
+    status = obj.get("status") or {}
+    node = status.get("nodeName")
+    return status.get("phase") == "Running" and bool(node) and list((status.get("activePods") or {}).values()) == [node]
+
+
 # -- the world -----------------------------------------------------------------------------------
 
 
@@ -449,23 +477,25 @@ class Bench:
         self.nodes: list[str] = []
         #: Every node's agent report at the real agent's cadence, through a client of its own (``run()`` it).
         self.reports = AgentCadence(reports, lambda: self.nodes, self.report_body)
-        self.held: list[tuple[str, str]] = []  # devices B bound, not yet started by C
+        self.held: list[tuple[str, str, str]] = []  # devices B bound, not yet started by C: key and node
+        self.started: list[tuple[str, str]] = []  # VMIs C created, not yet stopped
         #: Every order B timed: its key, sent, seen and phase ("N one", "N burst", "" untimed).
         self.orders: list[dict[str, Any]] = []
         self.phase = ""
         self.floor = Seen(admin, resource_path("", "v1", "configmaps", namespace=FLOOR_NS), lambda _: True)
         self.pods = Seen(admin, resource_path("", "v1", "pods", namespace=PODS_NS), pod_bound)
-        self.devices = Seen(admin, ALL_DEVICES, device_bound, {"labelSelector": f"{BENCH_LABEL}=order"})
+        self.devices = Seen(admin, ALL_DEVICES, device_bound, {"labelSelector": f"{BENCH_LABEL}=order"}, keep=True)
+        self.vmis = Seen(admin, ALL_VMIS, vmi_running, keep=True)
         self.dra = bool(getattr(args, "dra", False))
         #: The systems of the rounds' rotation and the bursts, and every figure they time (B-DRA's: two).
         self.systems = SYSTEMS + (DRA_SYSTEMS if self.dra else ())
-        self.measured = self.systems + ((HOLD,) if self.dra else ())
+        self.measured = tuple(key for system in self.systems for key in FIGURES.get(system, (system,)))
         self.dra_pods = Seen(admin, resource_path("", "v1", "pods", namespace=DRA_PODS_NS), pod_bound)
         #: Every ResourceClaim: the holds (in the tenants' namespaces) and A-DRA's pods' own.
         self.claims = Seen(admin, RESOURCE_CLAIMS, claim_allocated)
 
     def watches(self) -> list[Seen]:
-        return [self.floor, self.pods, self.devices] + ([self.dra_pods, self.claims] if self.dra else [])
+        return [self.floor, self.pods, self.devices, self.vmis] + ([self.dra_pods, self.claims] if self.dra else [])
 
     def name(self, prefix: str) -> str:
         self.counter += 1
@@ -578,6 +608,25 @@ class Bench:
                     await seen.changed.wait()
         await asyncio.sleep(2.0)  # the binder's passes over the deletions, before any timing
 
+    async def stop_vms(self) -> None:
+        """The VMs C started, stopped (untimed): each VMI deleted, then waited for until it is gone, which the
+        stand-in allows once its launcher pod is gone (virt-controller's finalizer), so the launchers' units
+        are free for the next sample."""
+        started, self.started = self.started, []
+        if not started:
+            return
+
+        async def stop(namespace: str, name: str) -> None:
+            with contextlib.suppress(errors.NotFound):
+                await self.admin.delete(resource_path("kubevirt.io", "v1", "virtualmachineinstances",
+                                                      namespace=namespace, name=name))
+
+        await bounded((stop(namespace, name) for namespace, name in started), concurrency=16)
+        async with asyncio.timeout(300):
+            while any(key in self.vmis.live for key in started):
+                self.vmis.changed.clear()
+                await self.vmis.changed.wait()
+
     # -- one sample of each ------------------------------------------------------------------------
 
     def floor_body(self, name: str) -> dict[str, Any]:
@@ -621,22 +670,31 @@ class Bench:
         await client.create(resource_path(keys.GROUP, keys.VERSION, keys.GPUDEVICE_PLURAL, namespace=namespace),
                             self.order_body(name))
         at = await asyncio.wait_for(seen, 120)
-        self.held.append((namespace, name))
+        bound = self.devices.found.pop((namespace, name))
+        self.held.append((namespace, name, str((bound.get("status") or {}).get("nodeName") or "")))
         self.orders.append({"key": f"{namespace}/{name}", "sent": sent, "seen": at, "phase": self.phase})
         return {"B": (sent, at)}
 
     async def c_one(self, client: Client) -> Times:
+        """A VM start on a held device: the VMI Running on the device's node seen, and the create's answer."""
         from tests.admission.harness import vmi_body
 
-        namespace, device = self.held.pop(0)
+        namespace, device, node = self.held.pop(0)
         name = self.name("vm")
+        running = self.vmis.expect(namespace, name)
         sent = time.monotonic()
         made = await client.create(resource_path("kubevirt.io", "v1", "virtualmachineinstances", namespace=namespace),
                                    vmi_body(name, [{"device": device}]))
         answered = time.monotonic()
+        self.started.append((namespace, name))
         if not (made.get("spec") or {}).get("domain", {}).get("devices", {}).get("gpus"):
             raise SystemExit(f"VMI {namespace}/{name} was admitted without its GPU: {made.get('spec')}")
-        return {"C": (sent, answered)}
+        at = await asyncio.wait_for(running, 120)
+        ran_on = ((self.vmis.found.pop((namespace, name)).get("status") or {}).get("nodeName"))
+        if ran_on != node:
+            raise SystemExit(f"VMI {namespace}/{name} runs on {ran_on}, not on {node}, where GPUDevice"
+                             f" {namespace}/{device} is Bound")
+        return {"C": (sent, at), ADMIT: (sent, answered)}
 
     async def a_dra_one(self, client: Client) -> Times:
         name = self.name("dra-pod")
@@ -653,13 +711,14 @@ class Bench:
         await client.create(resource_path(keys.GROUP, keys.VERSION, keys.GPUDEVICE_PLURAL, namespace=namespace),
                             self.order_body(name, DRA_CLASS))
         bound_at = await asyncio.wait_for(bound, 120)
+        self.devices.found.pop((namespace, name), None)
         held_at = await asyncio.wait_for(held, 120)
         self.orders.append({"key": f"{namespace}/{name}", "sent": sent, "seen": bound_at, "held": held_at,
                             "phase": self.phase, "dra": True})
         return {"B-DRA": (sent, bound_at), HOLD: (sent, held_at)}
 
     def sample(self, system: str) -> Callable[[Client], Awaitable[Times]]:
-        """One sample of ``system``: when each of its figures was sent and seen (B-DRA's: two)."""
+        """One sample of ``system``: when each of its figures was sent and seen (``FIGURES``: C's and B-DRA's two)."""
         return {"floor": self.floor_one, "A": self.a_one, "B": self.b_one, "C": self.c_one,
                 "A-DRA": self.a_dra_one, "B-DRA": self.b_dra_one}[system]
 
@@ -682,25 +741,27 @@ class Bench:
                 for _ in range(count):
                     for key, (sent, seen) in (await self.sample(system)(self.admin)).items():
                         figures[key].append((seen - sent) * 1000)
+                    await self.stop_vms()
             print(f"    round {r + 1}/{rounds} ({' '.join(order)}): " + ", ".join(
                 f"{s} p50 {statistics.median(figures[s]):.1f}" for s in self.measured) + f" ms; {load()}", flush=True)
         return figures
 
     async def burst(self, system: str, count: int) -> dict[str, dict[str, Any]]:
         """``count`` created at once (spread over several connection pools); for each figure the system
-        times (B-DRA: Bound and the hold's allocation), each latency and the wall time until the last."""
+        times (``FIGURES``), each latency and the wall time until the last. C's VMs are stopped after."""
         await asyncio.sleep(1.0)  # the last phase's aftermath (the binder's passes over it), before any timing
         clients = self.burst_clients
         started = time.monotonic()
         answers = await asyncio.gather(*(self.sample(system)(clients[i % len(clients)]) for i in range(count)),
                                        return_exceptions=True)
         ended = time.monotonic()
+        await self.stop_vms()
         refused = [a for a in answers if isinstance(a, errors.ApiError)]
         for answer in answers:
             if isinstance(answer, BaseException) and not isinstance(answer, errors.ApiError):
                 raise answer
         out: dict[str, dict[str, Any]] = {}
-        for key in (system, HOLD) if system == "B-DRA" else (system,):
+        for key in FIGURES.get(system, (system,)):
             times = [a[key] for a in answers if isinstance(a, dict)]
             last = ended if refused or not times else max(seen for _, seen in times)  # a refusal: its answer too
             out[key] = {"latencies": [(seen - sent) * 1000 for sent, seen in times], "wall_ms": (last - started) * 1000,
@@ -864,6 +925,7 @@ async def warm_up(bench: Bench) -> None:
     for _ in range(5):
         for system in bench.systems:
             await bench.one(system)(bench.admin)
+            await bench.stop_vms()
 
 
 STEPS = ("create → binder's cache saw it", "waiting for its pass", "snapshot", "plan", "plan_writes",
@@ -997,9 +1059,11 @@ def picture(results: dict[int, dict[str, Any]], path: Path) -> None:
     systems = list(results[sizes[0]]["one"])
     figure, axes = plt.subplots(1, len(sizes), figsize=(max(4.2, 0.75 * len(systems)) * len(sizes), 4.2),
                                 sharey=True, squeeze=False)
-    colours = {"floor": "#9e9e9e", "A": "#1f77b4", "B": "#2ca02c", "C": "#d62728", "A-DRA": "#17becf",
+    colours = {"floor": "#9e9e9e", "A": "#1f77b4", "B": "#2ca02c", "C": "#d62728", ADMIT: "#ff9896",
+               "A-DRA": "#17becf",
                "B-DRA": "#bcbd22", HOLD: "#8c564b"}
-    ticks = {"floor": "floor", "A": "A sched", "B": "B binder", "C": "C VM start", "A-DRA": "A-DRA sched",
+    ticks = {"floor": "floor", "A": "A sched", "B": "B binder", "C": "C VM start", ADMIT: "C-admit",
+             "A-DRA": "A-DRA sched",
              "B-DRA": "B-DRA Bound", HOLD: "B-DRA hold"}
     for axis, n in zip(axes[0], sizes, strict=True):
         data = [results[n]["one"][s] for s in systems]
@@ -1022,6 +1086,7 @@ def picture(results: dict[int, dict[str, Any]], path: Path) -> None:
 
 async def drive(plane: Any, args: argparse.Namespace, sizes: list[int], run_started: float) -> dict[str, Any]:
     from cozygpu.devcluster import apply
+    from cozygpu.devcluster.kubevirt import KubeVirtStandIn
     from tests.support.crds import install_fixture_crd
 
     results: dict[int, dict[str, Any]] = {}
@@ -1033,13 +1098,16 @@ async def drive(plane: Any, args: argparse.Namespace, sizes: list[int], run_star
         async with contextlib.AsyncExitStack() as stack:
             admin = await stack.enter_async_context(plane.client())
             burst_clients = [await stack.enter_async_context(plane.client()) for _ in range(4)]
-            # The agents' reports through a client (a connection pool) of their own.
+            # The agents' reports and the stand-in each through a client (a connection pool) of their own.
             reports_client = await stack.enter_async_context(plane.client())
+            standin_client = await stack.enter_async_context(plane.client())
             await apply.install_crds(admin)
-            await install_fixture_crd(admin, "virtualmachineinstances.kubevirt.io")
+            for crd in ("virtualmachines.kubevirt.io", "virtualmachineinstances.kubevirt.io"):
+                await install_fixture_crd(admin, crd)
             bench = Bench(admin, burst_clients, args, reports=reports_client)
             await bench.setup()
-            background = [asyncio.create_task(bench.reports.run(), name="agent-reports")]
+            background = [asyncio.create_task(bench.reports.run(), name="agent-reports"),
+                          asyncio.create_task(KubeVirtStandIn(standin_client).run(), name="kubevirt-standin")]
             controller, url, metrics_url = await start_controller(plane, admin, args)
             await register_webhooks(admin, plane, url)
             print(f"controller ready, webhooks called; client limit: kube-scheduler QPS {QPS:.0f} burst {BURST}"
@@ -1136,7 +1204,7 @@ def report(run: dict[str, Any], args: argparse.Namespace, sizes: list[int], run_
     results: dict[int, dict[str, Any]] = run["results"]
     profile: dict[str, dict[str, list[float]]] = run["profile"]
     loads: dict[int, tuple[str, str]] = run["loads"]
-    print("\n## the table (one at a time; bursts: wall time until all bound/answered)\n")
+    print("\n## the table (one at a time; bursts: wall time until the last is bound / running / answered)\n")
     print("\n".join(table(results)))
     print("\n## kube-scheduler's node search and the load")
     for n, result in results.items():

@@ -393,7 +393,8 @@ def _pod_part(
             beyond = uncovered(requests, covered_units(covering, classes))
         if vmi is None and pod.claims_vmi is not None and beyond:
             claimed = (devices[k] for k in by_vmi.get((pod.namespace, pod.claims_vmi[0]), ()))
-            found, closes = window_covering(pod, claimed, now=now, grace=launcher_grace)
+            found, closes = window_covering(pod, claimed, now=now, grace=launcher_grace,
+                                            vmi_gone=(pod.namespace, pod.claims_vmi[0]) not in vmis)
             if found:
                 beyond, window = split_window(beyond, covered_units(found, classes))
     return _PodPart(namespace=pod.namespace, beyond_budget=beyond_budget, node=pod.node_name, beyond=beyond,

@@ -24,7 +24,15 @@ the pod's node *claims* to be that launcher; for ``grace`` from its
 creation :func:`window_covering` names those devices, and what they would
 cover is kept apart from raw use (it keeps new orders off those units but
 moves no hold). After the grace the claim is worth nothing: only
-``activePods`` proves a launcher (R-MOD-5).
+``activePods`` proves a launcher (R-MOD-5) — except while the pod is torn
+down: its VMI gone from the view while a device is still attached to that
+very VMI (its UID recorded, so the VMI was seen), the claim holds whatever
+the pod's age. KubeVirt deletes the launcher before the VMI, but a replica's
+pod watch may come back after its VMI watch (each reconnects on its own), so
+the VMI's end can be seen first; counting the launcher as raw use then moved
+another tenant's hold off a full node (the chaos test's "watches cut"). The
+binder keeps such an attachment until no pod claims the VMI
+(``binder.attachments``), so the claim ends with the pod.
 
 Contract: each reader returns units per resource name; :func:`uncovered`
 subtracts them from a pod's requests, never below zero.
@@ -59,24 +67,29 @@ def capacity_covering(devices: Iterable[DeviceView], *, pod_node: str | None) ->
 
 
 def window_covering(
-    pod: PodView, claimed: Iterable[DeviceView], *, now: datetime, grace: timedelta
+    pod: PodView, claimed: Iterable[DeviceView], *, now: datetime, grace: timedelta, vmi_gone: bool = False
 ) -> tuple[tuple[DeviceView, ...], datetime | None]:
     """The devices an unproven launcher claims while its window runs, and when the window closes.
 
     ``claimed`` are the devices attached to the VMI of the pod's ownerReference (by name; the UID must
     match once the attachment has one). Only those Bound on the pod's node count. Nothing, and no
-    deadline, for a pod that claims no VMI, has no node or creation time, or whose window is over.
+    deadline, for a pod that claims no VMI, has no node or creation time, or whose window is over. With
+    ``vmi_gone`` (the claimed VMI is not in the view), the devices whose attachment recorded exactly the
+    pod's VMI UID count whatever the pod's age, with no deadline: the launcher of a VMI seen ending.
     """
     if pod.claims_vmi is None or not pod.node_name or pod.created is None:
         return (), None
-    closes = pod.created + grace
-    if now >= closes:
-        return (), None
     name, uid = pod.claims_vmi
+    closes: datetime | None = pod.created + grace
+    if closes is not None and now >= closes:
+        if not vmi_gone or not uid:
+            return (), None
+        closes = None
     found = tuple(
         d for d in claimed
         if d.attachment is not None and d.namespace == pod.namespace and d.attachment.vmi == name
         and (not d.attachment.uid or d.attachment.uid == uid) and d.holds_units and d.node_name == pod.node_name
+        and (closes is not None or d.attachment.uid == uid)
     )
     return (found, closes) if found else ((), None)
 

@@ -106,3 +106,15 @@ def test_while_the_vmi_kind_is_not_served_nothing_is_detached_and_every_attached
     message = str(AttachmentsUnverified(plan.unverified))
     assert "2 GPUDevice(s) attached (tenant-a/d1, tenant-a/d2)" in message
     assert "virtualmachineinstances.kubevirt.io is not served" in message
+
+
+def test_an_attachment_whose_vmi_is_gone_waits_while_a_pod_still_claims_that_vmi() -> None:
+    """A replica may see the VMI's end before its launcher's (each watch reconnects on its own): the attachment
+    stays while a pod not finished claims that VMI (name and UID), and is cleared once none does."""
+    gone = attached("d1", "vm1", uid="u1", at_ago=timedelta(seconds=5))
+    launcher = pod("virt-launcher-vm1", node_name="n1", claims_vmi=("vm1", "u1"))
+    assert plan_attachments(snapshot(devices=[gone], pods=[launcher]), vmis_served=True, grace=GRACE).detaches == ()
+    for pods in ([], [attrs.evolve(launcher, phase=PodPhase.SUCCEEDED)],
+                 [attrs.evolve(launcher, claims_vmi=("vm1", "u-earlier"))]):
+        plan = plan_attachments(snapshot(devices=[gone], pods=pods), vmis_served=True, grace=GRACE)
+        assert [d.reason for d in plan.detaches] == [VMI_GONE], pods

@@ -121,3 +121,33 @@ def test_a_lost_set_is_not_rebound_onto_units_a_window_keeps() -> None:
     snap = world([launcher()], units=3, devices=held(extra=[lost]))
     plan = plan_pass(snap)
     assert {b.device: b.node for b in plan.of(Bind)} == {("tenant-z", "lost"): "n2"}
+
+
+def test_the_launcher_of_a_vmi_seen_ending_before_its_pod_is_its_holds_whatever_its_age() -> None:
+    """The chaos test's "watches cut": a replica's VMI watch came back before its pod watch, so the stopped VM's
+    VMI is gone from the view while its launcher (started an hour ago, past the grace) is still there. The
+    attachment still names that VMI's UID: the pod is the hold's, kept off new orders but moving no hold. Before,
+    it counted as raw use and tenant-y's hold was moved off the full node."""
+    old = NOW - timedelta(hours=1)
+    nodes, inventories = gpu_nodes(("n1", 2), ("n2", 1))
+    snap = snapshot(nodes=nodes, inventories=inventories, devices=held(), vmis=[], pods=[launcher(created=old)])
+    entry = snap.capacity["n1"][H100]
+    assert (entry.held, entry.raw_in_use, entry.window, entry.free) == (2, 0, 1, 0)
+    assert snap.window_closes is None, "no deadline: the claim ends with the pod, or with the attachment"
+    plan = plan_pass(snap)
+    assert not plan.of(Bind)
+    assert not plan.of(MarkLost)
+    # An attachment that never recorded the UID proves nothing once the grace is over; nor does another UID.
+    for claims in (("vm-x", "uid-other"),):
+        other = snapshot(nodes=nodes, inventories=inventories, devices=held(), vmis=[],
+                         pods=[launcher(created=old, claims=claims)])
+        assert other.capacity["n1"][H100].raw_in_use == 1
+    unrecorded = [held()[0], device("d2", namespace="tenant-x", phase=Phase.BOUND, node="n1", vmi="vm-x")]
+    bare = snapshot(nodes=nodes, inventories=inventories, devices=unrecorded, vmis=[], pods=[launcher(created=old)])
+    assert bare.capacity["n1"][H100].raw_in_use == 1
+
+
+def test_a_live_vmi_that_does_not_list_an_old_pod_claiming_it_gives_it_no_cover() -> None:
+    """R-MOD-5 stands: past the grace, a claim on a VMI that exists (and does not list the pod) proves nothing."""
+    snap = world([launcher(created=NOW - timedelta(hours=1))])
+    assert snap.capacity["n1"][H100].raw_in_use == 1

@@ -427,6 +427,7 @@ def test_a_vmi_change_is_an_update_and_a_launcher_asking_for_no_gpu_coming_or_go
 def test_a_claimed_launchers_window_opens_with_its_vmis_devices_and_closes_with_time() -> None:
     world = World()
     seed(world)
+    apply(world, ("vmi", "vm1", "tenant-a", False, "n1"))  # the VMI exists and does not list the pod
     world.put("Pod", pod("p1", "tenant-a", resource=RESOURCES[0], units=1, node_name="n1", phase="Running",
                          claims="vm1", claimed_uid="vmi-uid-vm1", created=world.now))
     assert_same(world)
@@ -440,6 +441,24 @@ def test_a_claimed_launchers_window_opens_with_its_vmis_devices_and_closes_with_
     assert_same(world)
     assert world.live.last_step == "rebuild", "the window closed: the pod's GPUs are raw use now"
     assert world.live.snapshot(now=world.now, sources=world.sources()).capacity["n1"][RESOURCES[0]].raw_in_use == 1
+
+
+def test_the_launcher_of_a_vmi_seen_ending_stays_its_holds_past_the_window_until_it_goes() -> None:
+    """The VMI gone from the view (its end seen before its launcher's), the attachment naming its UID: the pod is
+    the hold's past the grace, with no deadline, until the pod goes (model.coverage)."""
+    world = World()
+    seed(world)
+    world.put("Pod", pod("p1", "tenant-a", resource=RESOURCES[0], units=1, node_name="n1", phase="Running",
+                         claims="vm1", claimed_uid="vmi-uid-vm1", created=world.now))
+    apply(world, ("device", "d0", "tenant-a", "a", 1, "Bound", "n1", "vm1", True, False, False))
+    assert_same(world)
+    world.now += timedelta(hours=1)
+    assert_same(world)
+    snapshot = world.live.snapshot(now=world.now, sources=world.sources())
+    assert (snapshot.capacity["n1"][RESOURCES[0]].window, snapshot.capacity["n1"][RESOURCES[0]].raw_in_use) == (1, 0)
+    world.put("Pod", None, ("tenant-a", "p1"))
+    assert_same(world)
+    assert world.live.snapshot(now=world.now, sources=world.sources()).capacity["n1"][RESOURCES[0]].window == 0
 
 
 def test_a_report_that_keeps_its_names_is_an_update_of_that_node_and_new_names_are_a_rebuild() -> None:

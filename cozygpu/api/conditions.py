@@ -36,6 +36,11 @@ def find(current: object, kind: str) -> Mapping[str, Any] | None:
     return next((c for c in items(current) if c.get("type") == kind), None)
 
 
+def without(current: object, kind: str) -> list[dict[str, Any]]:
+    """A conditions list with the condition of type ``kind`` taken out (the others as they are, in order)."""
+    return [dict(c) for c in items(current) if c.get("type") != kind]
+
+
 def merge(current: object, wanted: Sequence[Condition], now: datetime, *,
           generation: int | None = None) -> list[dict[str, Any]]:
     """``current`` with each ``wanted`` condition in its place (others kept, in their order; new ones last).

@@ -63,6 +63,11 @@ def condition_status(obj: Obj | None, kind: str) -> str:
     return text(found, "status") if found is not None else ""
 
 
+def held_since(obj: Obj | None) -> str:
+    """``status.heldSince`` as written ("" when the ledger has not started: R-LEDGER-1)."""
+    return text(status(obj), "heldSince")
+
+
 def bind_request_id(obj: Obj | None) -> str:
     """The id of ``status.bindRequest`` ("" when there is none)."""
     return text(section(status(obj), "bindRequest"), "id")

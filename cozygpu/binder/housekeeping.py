@@ -47,7 +47,7 @@ from cozygpu.cache.kinds import KindSpec
 from cozygpu.cache.store import Event
 from cozygpu.kube.client import Obj
 from cozygpu.model import ledger as ledger_model
-from cozygpu.model.snapshot import DeviceKey, Phase, Snapshot
+from cozygpu.model.snapshot import DeviceKey, Snapshot
 from cozygpu.passes.driver import Progress
 from cozygpu.passes.writes import Writes
 from cozygpu.views import specs
@@ -214,7 +214,7 @@ class LedgerWork:
             device_write = write.tag
             assert isinstance(device_write, DeviceWrite)
             context.events.record(device_write, meta.resource_version(answer), now=snapshot.now)
-            released = device_write.status.get("phase") == Phase.RELEASED.value
+            released = any(note.reason == ledger.REASON_EXPIRED for note in device_write.events)
             log.info("hold released: idle past its class's limit" if released else "hold ledger written",
                      device=write.what, **{k: v for k, v in device_write.status.items() if k != "conditions"})
         for key in judged:

@@ -25,7 +25,7 @@ from typing import Any, Final
 import attrs
 
 from cozygpu.api import devices, meta
-from cozygpu.api.conditions import Condition, comparable, find, merge, of
+from cozygpu.api.conditions import Condition, comparable, find, merge, of, without
 from cozygpu.api.times import rfc3339
 from cozygpu.base.durations import format_duration
 from cozygpu.binder.status import BOUND_CONDITION, NORMAL, WARNING, DeviceWrite, EventNote
@@ -73,7 +73,7 @@ def hold_write(device: DeviceView, obj: Obj, *, running: bool, snapshot: Snapsho
         return None  # the common case, kept cheap: a whole judgement walks every hold
     patch: dict[str, Any] = {}
     events: list[EventNote] = []
-    conditions = [dict(c) for c in current if c.get("type") != EXPIRING_CONDITION]
+    conditions = without(current, EXPIRING_CONDITION)
     units = f"{device.count} unit{'s' if device.count != 1 else ''}"
     if step is not None and step.step is ledger.Expiry.RELEASE:
         assert gpu_class is not None

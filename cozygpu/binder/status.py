@@ -207,7 +207,7 @@ def device_write(
     if not (changed_place or changed_condition or (answer is not None and not answer.given(obj))):
         return None
     patch = devices.status_patch(placement=placement, conditions=conditions, answer=answer, generation=generation)
-    if placement is not None and placement.phase == devices.BOUND and meta.status(obj).get("heldSince") is None:
+    if placement is not None and placement.phase == devices.BOUND and not devices.held_since(obj):
         # R-LEDGER-1: held from this first bind, and idle until a VM runs on it (the ledger work says when).
         patch.update({"heldSince": rfc3339(now), "idleSince": rfc3339(now), "idleSeconds": 0})
     # Events only for what changed: a repeated decision raises none.

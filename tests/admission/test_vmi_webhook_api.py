@@ -13,6 +13,7 @@ import pytest
 from aiohttp import web
 
 from cozygpu import keys
+from cozygpu.api import meta
 from cozygpu.cache.cache import Cache
 from cozygpu.cache.store import Event
 from cozygpu.devcluster.plane import ControlPlane
@@ -109,7 +110,9 @@ async def test_a_refused_start_and_a_dry_run_leave_no_trace(
             # The binder records the VMI's UID on the attachment once the VMI exists: a write of its own.
             await until(served.cache, lambda: bool(status(served.cache, namespace, "theirs")
                                                    .get("attachment", {}).get("uid")))
-            await until(served.cache, lambda: status(served.cache, namespace, "expired").get("phase") == "Released")
+            # The binder's finalizer on it: nothing more writes it below.
+            await until(served.cache, lambda: keys.DEVICE_FINALIZER in meta.finalizers(
+                served.cache.store(specs.GPU_DEVICES).get(namespace, "expired")))
             before = await devices(admin, namespace)
             cases: dict[str, list[dict[str, Any]]] = {
                 "GPUDevice {ns}/nope does not exist": [{"device": "mine"}, {"device": "nope"}],

@@ -237,7 +237,8 @@ async def test_the_servers_tables_carry_the_printer_columns(admin: Client, names
     await admin.merge_patch(f"{CLASSES}/{name}/status", {"status": {"conditions": [condition(
         "Available", "False", "AllHeld", "all 8 units on 1 eligible node(s) are held or in use")]}})
     await admin.merge_patch(f"{devices(namespace)}/cols/status", {"status": {
-        "phase": "Bound", "nodeName": "gpu-1", "attachment": {"vmi": "vm-a"},
+        "phase": "Bound", "nodeName": "gpu-1", "attachment": {"vmi": "vm-a"}, "heldSince": "2026-12-01T10:00:00Z",
+        "idleSince": "2026-12-02T09:00:00Z", "idleSeconds": 60,
         "conditions": [condition("Bound", "True", "Moved", "moved from node gpu-0 to node gpu-1: cordoned")]}})
     await admin.create(devices(namespace), device("waits", class_name=name, count=4))
     await admin.merge_patch(f"{devices(namespace)}/waits/status", {"status": {"conditions": [condition(
@@ -252,10 +253,12 @@ async def test_the_servers_tables_carry_the_printer_columns(admin: Client, names
         f"{CLASSES}/{name}": (["Name", "Mode", "Model", "Resource", "Units", "Free", "Held", "Age", "Available",
                                "Message"],
                               [name, "Passthrough", "H100 SXM5 80GB", "nvidia.com/GH100_H100_SXM5_80GB", 8, 5, 3]),
-        f"{devices(namespace)}/cols": (["Name", "Class", "Count", "Phase", "Node", "VMI", "Reason", "Age", "Message"],
+        f"{devices(namespace)}/cols": (["Name", "Class", "Count", "Phase", "Node", "VMI", "Reason", "Age", "Held",
+                                        "Idle", "Message"],
                                        ["cols", name, 2, "Bound", "gpu-1", "vm-a", "Moved"]),
-        f"{devices(namespace)}/waits": (["Name", "Class", "Count", "Phase", "Node", "VMI", "Reason", "Age",
-                                         "Message"], ["waits", name, 4, "Pending", None, None, "BudgetExceeded"]),
+        f"{devices(namespace)}/waits": (["Name", "Class", "Count", "Phase", "Node", "VMI", "Reason", "Age", "Held",
+                                         "Idle", "Message"],
+                                        ["waits", name, 4, "Pending", None, None, "BudgetExceeded"]),
         f"{NODES}/{name}": (["Name", "Devices", "Allocatable", "Eligible", "Last report", "Age", "Message"],
                             [name, 2, 9, "NodeCordoned"]),
     }
@@ -266,6 +269,12 @@ async def test_the_servers_tables_carry_the_printer_columns(admin: Client, names
         # The condition's message is there too, for `kubectl get -o wide`.
         assert answer["columnDefinitions"][-1]["priority"] == 1
         assert answer["rows"][0]["cells"][-1]
+    # Held and Idle read heldSince and idleSince (R-LEDGER-1), shown as ages; an order not held has neither.
+    held, idle = (await table(admin, f"{devices(namespace)}/cols"))["rows"][0]["cells"][8:10]
+    assert isinstance(held, str)
+    assert isinstance(idle, str)
+    assert held != idle, "a day apart"
+    assert (await table(admin, f"{devices(namespace)}/waits"))["rows"][0]["cells"][8:10] == [None, None]
 
 
 def condition(kind: str, status: str, reason: str, message: str) -> dict[str, str]:
@@ -285,5 +294,5 @@ async def test_kubectl_get_shows_the_printer_columns(plane: ControlPlane, admin:
     )
     assert proc.returncode == 0, proc.stderr
     header, row = proc.stdout.splitlines()[:2]
-    assert header.split() == ["NAME", "CLASS", "COUNT", "PHASE", "NODE", "VMI", "REASON", "AGE"]
+    assert header.split() == ["NAME", "CLASS", "COUNT", "PHASE", "NODE", "VMI", "REASON", "AGE", "HELD", "IDLE"]
     assert row.split()[:3] == ["shown", "h100", "3"]

@@ -78,7 +78,7 @@ def hold_write(device: DeviceView, obj: Obj, *, running: bool, snapshot: Snapsho
     if step is not None and step.step is ledger.Expiry.RELEASE:
         assert gpu_class is not None
         assert want.idle_since is not None
-        idle = format_duration((now - want.idle_since).total_seconds())
+        idle = format_duration(round((now - want.idle_since).total_seconds()))  # whole seconds: "20s", not "20001ms"
         message = (f"released after {idle} idle (class {gpu_class.name}'s idleHoldLimit "
                    f"{format_duration(step.limit.total_seconds())}): its {units} on node {device.node_name} are "
                    f"free and its budget is no longer used; order again to hold GPUs")

@@ -63,8 +63,10 @@ def test_a_hold_claim_whose_device_holds_nothing_is_released_unless_a_vm_it_is_a
     dra_class = {"metadata": {"name": "dra"}, "spec": {"mode": "Passthrough", "resourceName": IMPLICIT, "source": {
         "dra": {"deviceClassName": dra_driver.DEVICE_CLASS}}}}
     slices = [dra_driver.resource_slice("n1", "uid-n1", 2)]
-    claims = [hold("gone", node="n1"), hold("unbound", node="n1"), hold("running", node="n1")]
-    devices = [device("unbound", "Pending", None), device("running", "Lost", "n1", vmi="vm")]
+    claims = [hold("gone", node="n1"), hold("unbound", node="n1"), hold("running", node="n1"),
+              hold("expired", node="n1")]
+    devices = [device("unbound", "Pending", None), device("running", "Lost", "n1", vmi="vm"),
+               device("expired", "Released", None)]  # its idle hold released (R-LEDGER-2)
     vmi = {"metadata": {"name": "vm", "namespace": "tenant-a", "uid": "uid-vm"}, "status": {}}
     snapshot = build_snapshot(now=NOW, classes=[dra_class], devices=devices, vmis=[vmi], slices=slices,
                               device_classes=[dra_driver.device_class()], claims=claims)
@@ -72,6 +74,6 @@ def test_a_hold_claim_whose_device_holds_nothing_is_released_unless_a_vm_it_is_a
     tracker = DraTracker([gpu_class_view(dra_class)], [resource_slice_view(s) for s in slices],
                          {dra_driver.DEVICE_CLASS: ("true",)}, [resource_claim_view(c) for c in claims])
     plan = claims_plan(snapshot, tracker)
-    assert plan.release == (("tenant-a", "gone"), ("tenant-a", "unbound")), \
+    assert plan.release == (("tenant-a", "expired"), ("tenant-a", "gone"), ("tenant-a", "unbound")), \
         "a Lost device's claim stays while its VM exists: the launcher runs on it (R-BIND-7)"
     assert plan.steps == ()

@@ -19,7 +19,7 @@ import attrs
 from cozygpu.api.conditions import find, of
 from cozygpu.api.meta import Obj, section, spec, status, text
 from cozygpu.api.times import rfc3339
-from cozygpu.model.snapshot import Phase
+from cozygpu.model.snapshot import Ledger, Phase
 
 # The phases' strings, read once (an enum member read through its class is slow on a hot path).
 PENDING: Final = Phase.PENDING.value
@@ -61,6 +61,13 @@ def condition_status(obj: Obj | None, kind: str) -> str:
     """The ``status`` of the device's condition of type ``kind`` ("True", "False", "Unknown"; "" when absent)."""
     found = find(of(obj), kind)
     return text(found, "status") if found is not None else ""
+
+
+def ledger_fields(ledger: Ledger) -> dict[str, Any]:
+    """The ``status`` fields of a hold's ledger (R-LEDGER-1): ``idleSince`` null while a VM runs on it."""
+    return {"heldSince": rfc3339(ledger.held_since) if ledger.held_since is not None else None,
+            "idleSince": rfc3339(ledger.idle_since) if ledger.idle_since is not None else None,
+            "idleSeconds": round(ledger.idle_seconds)}
 
 
 def held_since(obj: Obj | None) -> str:

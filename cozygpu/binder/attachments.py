@@ -40,6 +40,7 @@ Contract (decided on the model's Snapshot, pure; ``attachment_writes`` are its w
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -211,13 +212,8 @@ def plan_attachments(snapshot: Snapshot, *, vmis_served: bool, grace: timedelta,
     skipped = set(skip)
     seen = first_seen or {}
     detaches, adopts = [], []
-    pods: list[frozenset[tuple[str, str, str]]] = []
-
-    def claimed() -> frozenset[tuple[str, str, str]]:  # one walk of the pods a pass, only when a VMI is gone
-        if not pods:
-            pods.append(claimed_vmis(snapshot))
-        return pods[0]
-
+    # One walk of the pods a pass, and only when an attachment's VMI is gone.
+    claimed = functools.cache(functools.partial(claimed_vmis, snapshot))
     for device in sorted(attached, key=lambda d: d.key):
         if device.key in skipped or device.deleting:
             continue  # a deleting device is the finalizer's to judge (R-BIND-9)

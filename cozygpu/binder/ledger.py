@@ -40,13 +40,6 @@ REASON_EXPIRED: Final = "IdleHoldExpired"
 REASON_IN_USE: Final = "VMStarted"
 
 
-def ledger_fields(want: Ledger) -> dict[str, Any]:
-    """The status fields of a ledger (``idleSince`` null while a VM runs on the hold)."""
-    return {"heldSince": rfc3339(want.held_since) if want.held_since is not None else None,
-            "idleSince": rfc3339(want.idle_since) if want.idle_since is not None else None,
-            "idleSeconds": round(want.idle_seconds)}
-
-
 def ledger_writes(snapshot: Snapshot, objects: Mapping[DeviceKey, Obj], judged: Iterable[DeviceKey], *,
                   now: datetime) -> list[DeviceWrite]:
     """The writes that bring each of ``judged`` in line with the ledger and its class's idle-hold rule (at the
@@ -85,13 +78,13 @@ def hold_write(device: DeviceView, obj: Obj, *, running: bool, snapshot: Snapsho
         released = Ledger(held_since=want.held_since, idle_since=None,
                           idle_seconds=want.idle_seconds + (now - want.idle_since).total_seconds())
         patch.update(devices.Placement(Phase.RELEASED.value, None).fields())
-        patch.update(ledger_fields(released))
+        patch.update(devices.ledger_fields(released))
         patch["conditions"] = merge(conditions, [Condition(BOUND_CONDITION, False, REASON_EXPIRED, message)], now,
                                     generation=meta.generation(obj))
         events.append(EventNote(type=WARNING, reason=REASON_EXPIRED, message=message))
     else:
         if not same:
-            patch.update(ledger_fields(want))
+            patch.update(devices.ledger_fields(want))
         if step is not None:  # a warning
             assert gpu_class is not None
             assert want.idle_since is not None
@@ -113,15 +106,3 @@ def hold_write(device: DeviceView, obj: Obj, *, running: bool, snapshot: Snapsho
     return DeviceWrite(key=device.key, uid=meta.uid(obj), resource_version=meta.resource_version(obj), status=patch,
                        events=tuple(events))
 
-
-def deadline(snapshot: Snapshot, judged: Iterable[DeviceKey], now: datetime) -> datetime | None:
-    """The soonest time one of ``judged``'s warning or release falls due."""
-    soonest: datetime | None = None
-    for key in judged:
-        device = snapshot.devices.get(key)
-        if device is None or not device.holds_units:
-            continue
-        at = ledger.next_deadline(device, snapshot.classes.get(device.class_name), now)
-        if at is not None and (soonest is None or at < soonest):
-            soonest = at
-    return soonest

@@ -29,7 +29,6 @@ import attrs
 
 from cozygpu.api import devices, meta
 from cozygpu.api.conditions import Condition, comparable, merge, of
-from cozygpu.api.times import rfc3339
 from cozygpu.model.placement import (
     SPLIT_WHILE_VM_RUNS,
     SUCCEEDED,
@@ -44,7 +43,7 @@ from cozygpu.model.placement import (
     device_sets,
 )
 from cozygpu.model.refusals import Refusal
-from cozygpu.model.snapshot import DeviceKey, Phase, Snapshot
+from cozygpu.model.snapshot import DeviceKey, Ledger, Phase, Snapshot
 
 Obj = Mapping[str, Any]
 
@@ -209,7 +208,7 @@ def device_write(
     patch = devices.status_patch(placement=placement, conditions=conditions, answer=answer, generation=generation)
     if placement is not None and placement.phase == devices.BOUND and not devices.held_since(obj):
         # R-LEDGER-1: held from this first bind, and idle until a VM runs on it (the ledger work says when).
-        patch.update({"heldSince": rfc3339(now), "idleSince": rfc3339(now), "idleSeconds": 0})
+        patch.update(devices.ledger_fields(Ledger(held_since=now, idle_since=now)))
     # Events only for what changed: a repeated decision raises none.
     kept = tuple(events) if changed_place or changed_condition else ()
     return DeviceWrite(key=key, uid=meta.uid(obj), resource_version=meta.resource_version(obj), status=patch,

@@ -81,15 +81,15 @@ def window_covering(
         return (), None
     name, uid = pod.claims_vmi
     closes: datetime | None = pod.created + grace
-    if closes is not None and now >= closes:
+    if now >= pod.created + grace:
         if not vmi_gone or not uid:
             return (), None
-        closes = None
+        closes = None  # a VMI seen ending: only an attachment that recorded its very UID, and no deadline
     found = tuple(
         d for d in claimed
         if d.attachment is not None and d.namespace == pod.namespace and d.attachment.vmi == name
-        and (not d.attachment.uid or d.attachment.uid == uid) and d.holds_units and d.node_name == pod.node_name
-        and (closes is not None or d.attachment.uid == uid)
+        and (d.attachment.uid == uid or (closes is not None and not d.attachment.uid))
+        and d.holds_units and d.node_name == pod.node_name
     )
     return (found, closes) if found else ((), None)
 

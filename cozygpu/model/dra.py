@@ -395,7 +395,6 @@ def dra_served(classes: Iterable[GPUClassView], slices: Sequence[SliceView],
                      raw_by_namespace=raw)
 
 
-
 class DraTracker:
     """``dra_served``, kept current from claim changes (the live read model's DRA input).
 

@@ -36,7 +36,8 @@ from cozygpu.model.snapshot import DeviceKey, DeviceView, GPUClassView, Ledger, 
 
 
 def runs(snapshot: Snapshot, device: DeviceView) -> bool:
-    """Whether a running VM uses ``device``: ``running_holds`` for one hold, at the cost of its VMI's pods."""
+    """Whether a running VM uses ``device``: it holds units, is attached to a VMI that exists (this UID), and
+    that VMI has a launcher pod not finished (R-BIND-7's test), at the cost of that VMI's pods."""
     key = device.vmi_key
     vmi = snapshot.vmis.get(key) if key is not None else None
     return (vmi is not None and device.holds_units and attached_to(device, vmi)
@@ -44,18 +45,8 @@ def runs(snapshot: Snapshot, device: DeviceView) -> bool:
 
 
 def running_holds(snapshot: Snapshot) -> frozenset[DeviceKey]:
-    """The holds a running VM uses: attached to a VMI that exists and has a launcher pod not finished."""
-    found: set[DeviceKey] = set()
-    for vmi_key, members in snapshot.devices_by_vmi.items():
-        vmi = snapshot.vmis.get(vmi_key)
-        if vmi is None or not any((pod := snapshot.pods.get(uid)) is not None and not pod.final
-                                  for uid in vmi.active_pods):
-            continue
-        for key in members:
-            device = snapshot.devices.get(key)
-            if device is not None and device.holds_units and attached_to(device, vmi):
-                found.add(key)
-    return frozenset(found)
+    """Every hold a running VM uses (``runs`` of each device)."""
+    return frozenset(key for key, device in snapshot.devices.items() if runs(snapshot, device))
 
 
 def target(device: DeviceView, running: bool, now: datetime) -> Ledger:
@@ -132,8 +123,7 @@ class HoldFigures:
 
 def figures(snapshot: Snapshot, now: datetime) -> Iterator[HoldFigures]:
     """Every hold's figures (Bound devices; by the timestamps their status carries)."""
-    using = running_holds(snapshot)
-    for key, device in snapshot.devices.items():
+    for device in snapshot.devices.values():
         if not device.holds_units:
             continue
         ledger = device.ledger
@@ -141,7 +131,7 @@ def figures(snapshot: Snapshot, now: datetime) -> Iterator[HoldFigures]:
         idle = ledger.idle_seconds + (max((now - ledger.idle_since).total_seconds(), 0.0)
                                       if ledger.idle_since is not None else 0.0)
         yield HoldFigures(namespace=device.namespace, name=device.name, class_name=device.class_name,
-                          units=device.count, running=key in using, held_unit_seconds=held * device.count,
+                          units=device.count, running=runs(snapshot, device), held_unit_seconds=held * device.count,
                           idle_unit_seconds=min(idle, held) * device.count, held_since=ledger.held_since,
                           idle_since=ledger.idle_since)
 

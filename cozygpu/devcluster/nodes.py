@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 import attrs
@@ -150,10 +151,20 @@ async def stop_heartbeats(client: Client, name: str) -> None:
     node-lifecycle controller marks the node NotReady and taints it unreachable
     — provided some node of the zone is still Ready (with every node NotReady
     it enters full disruption mode and taints none).
+
+    The takeover is written as one last renewal (``renewTime`` now): the
+    node-lifecycle controller keeps the Lease it last saw renewed and, before
+    it marks a node NotReady, compares that copy's resourceVersion with the
+    live Lease's (1.37's lease circuit breaker). A Lease changed without a
+    newer ``renewTime`` never replaces its copy, so the two never match and the
+    node stays Ready for good (``read version … is not as new as written
+    version`` in its log) — whenever the controller had seen kwok's last
+    renewal before the takeover.
     """
     path = f"{NODE_LEASES}/{name}"
     lease = await client.get(path)
-    lease["spec"].update(holderIdentity=HEARTBEATS_STOPPED, leaseDurationSeconds=3600)
+    renewed = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    lease["spec"].update(holderIdentity=HEARTBEATS_STOPPED, leaseDurationSeconds=3600, renewTime=renewed)
     await client.replace(path, lease)
 
 

@@ -75,6 +75,8 @@ CONTROLLERS = (
 #: Node heartbeats: kwok renews each node's Lease every quarter of this; the node-lifecycle
 #: controller calls a node NotReady after as long without a renewal.
 NODE_LEASE_SECONDS = 20
+#: How often the node-lifecycle controller looks at every node (``--node-monitor-period``), in seconds.
+NODE_MONITOR_PERIOD = 1
 
 
 class ControlPlaneError(RuntimeError):
@@ -234,7 +236,7 @@ class ControlPlane:
                 "--leader-elect=false", "--use-service-account-credentials=true",
                 f"--service-account-private-key-file={pki_dir / 'sa.key'}", f"--root-ca-file={self.ca_file}",
                 f"--controllers={','.join(CONTROLLERS)}",
-                f"--node-monitor-grace-period={node_lease_seconds}s", "--node-monitor-period=1s",
+                f"--node-monitor-grace-period={node_lease_seconds}s", f"--node-monitor-period={NODE_MONITOR_PERIOD}s",
                 "--node-startup-grace-period=20s", "--concurrent-gc-syncs=5",
                 "--kube-api-qps=200", "--kube-api-burst=400", "--profiling=false",
             ], f"https://127.0.0.1:{kcm_port}/healthz"),

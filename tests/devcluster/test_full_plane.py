@@ -4,12 +4,14 @@ component (kube-controller-manager, kube-scheduler, kwok)."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from typing import Any
 
 import pytest
 
 from cozygpu.devcluster import nodes
+from cozygpu.devcluster.plane import NODE_MONITOR_PERIOD
 from cozygpu.kube import Client, errors, resource_path
 from tests.support.planes import Fleet
 from tests.support.waiting import eventually
@@ -120,6 +122,16 @@ async def test_a_node_whose_heartbeats_stop_goes_not_ready_is_tainted_unreachabl
     tag = uuid.uuid4().hex[:6]
     kept, dead = await fleet(nodes.SimNode(f"kept-{tag}"), nodes.SimNode(f"dead-{tag}"))
     path = f"{nodes.NODES}/{dead}"
+    # The case that wedged the node-lifecycle controller: it has seen kwok's last renewal when the heartbeats
+    # stop. Wait for a renewal, then for two of its passes over the nodes (it reads the Lease on each).
+    lease = f"{nodes.NODE_LEASES}/{dead}"
+    first = (await full_admin.get(lease))["spec"]["renewTime"]
+
+    async def renewed() -> bool:
+        return bool((await full_admin.get(lease))["spec"]["renewTime"] != first)
+
+    await eventually(renewed, timeout=60, what=f"kwok never renewed {dead}'s Lease")
+    await asyncio.sleep(2 * NODE_MONITOR_PERIOD)  # its passes are timed, not events: nothing to await
     await nodes.stop_heartbeats(full_admin, dead)
 
     async def unreachable() -> dict[str, Any] | None:

@@ -406,14 +406,14 @@ class Assembly:
 
     ``rebuild`` takes every view and derives everything; ``update`` takes the
     devices, VMIs (keeping which pods it holds), reports (keeping their names),
-    Nodes and pods that changed since, and the reports whose time ran out
-    (a deadline queue), and re-derives only what they touch: their indexes,
+    Nodes and pods that changed since, and the reports and launcher windows
+    whose time ran out (deadline queues), and re-derives only what they touch: their indexes,
     the units held on their nodes, the usage of their namespace's ancestry,
     the launcher pods of the VMIs they are attached to, those nodes'
     capacity and room buckets, and the availability of the classes served
     there; each touched node, device and VMI goes into the change log.
     Anything else (a class, which pods the VMIs' active pods make it hold, a budget, a namespace,
-    KubeVirt, a report's names, a launcher window closing) is a
+    KubeVirt, a report's names) is a
     ``rebuild`` — views are not converted again either way (that is the
     caller's memo). Both give what :func:`assemble` gives, except that the
     device index tuples are sorted by key (``assemble`` keeps its input's
@@ -437,17 +437,17 @@ class Assembly:
         self._log = ChangeLog()
         #: Pod UID -> when its launcher window closes (R-MOD-7): the snapshot is true until the first.
         self._window_closes: dict[str, datetime] = {}
+        #: (when a window closes, its pod's UID), a heap: a window closing re-derives its one pod. Entries of
+        #: windows closed or re-derived since stay until they come up, and are skipped then.
+        self._window_heap: list[tuple[datetime, str]] = []
 
     @property
     def current(self) -> Snapshot | None:
         return self._snapshot
 
     def needs_rebuild(self, now: datetime) -> bool:
-        """No snapshot yet, or a launcher window has closed (a report turning stale is an ``update``)."""
-        if self._snapshot is None:
-            return True
-        closes = self._snapshot.window_closes
-        return closes is not None and now >= closes
+        """No snapshot yet (a report turning stale and a launcher window closing are ``update``s)."""
+        return self._snapshot is None
 
     # -- from scratch -------------------------------------------------------------------
 
@@ -561,6 +561,7 @@ class Assembly:
         self._pod_parts: dict[str, _PodPart] = {}
         self._window_on_node: dict[str, _Tally] = {}
         self._window_closes = {}
+        self._window_heap = []
         #: VMI key -> UIDs of the pods that claim it: a change of its devices may open or close their window.
         self._claimants: defaultdict[VmiKey, set[str]] = defaultdict(set)
         self._now = now
@@ -654,6 +655,23 @@ class Assembly:
             self._inventories[name] = attrs.evolve(inventory, fresh=False)
             self._touched_nodes.add(name)
 
+    def _close_windows(self, now: datetime, generation: int) -> None:
+        """The launcher windows closed by ``now``: each pod's part derived again, its GPUs raw use now
+        (R-MOD-7); its node is touched, and the VMI it claims logged (its holds are judged on it)."""
+        heap = self._window_heap
+        while heap and heap[0][0] <= now:
+            closes, uid = heapq.heappop(heap)
+            pod = self._pods.get(uid)
+            if pod is None or self._window_closes.get(uid) != closes:
+                continue  # gone, listed, or its window re-derived since
+            self._pod(pod, -1)
+            self._pod(pod, +1)
+            if pod.claims_vmi is not None:
+                touch(self._log.vmis, (pod.namespace, pod.claims_vmi[0]), generation)
+        if len(heap) > 4 * len(self._window_closes) + 64:  # superseded entries: drop them
+            self._window_heap = [(closes, uid) for uid, closes in self._window_closes.items()]
+            heapq.heapify(self._window_heap)
+
     def _report_deadline(self, name: str, inventory: NodeInventory) -> None:
         if inventory.fresh and inventory.last_report is not None:
             heapq.heappush(self._deadlines, (inventory.last_report + self._stale_after, name))
@@ -742,6 +760,7 @@ class Assembly:
                 self._report_deadline(name, self._inventories[name])
                 self._touched_nodes.add(name)
         self._expire(now)
+        self._close_windows(now, generation)
         eligible_changed: list[str] = []
         if nodes:
             for name, node_view in nodes.items():
@@ -983,6 +1002,7 @@ class Assembly:
             self._pod_parts[pod.uid] = part
             if part.closes is not None:
                 self._window_closes[pod.uid] = part.closes
+                heapq.heappush(self._window_heap, (part.closes, pod.uid))
         if part.beyond_budget:
             if sign > 0:
                 self._local.member(part.namespace, +1)

@@ -239,10 +239,11 @@ class LiveSnapshot:
       ``Assembly.update`` re-derives what it touches (a device's indexes,
       the units it holds, its namespace's ancestry, a VMI's launchers'
       usage, the capacity and availability on their nodes) — what a bind
-      request, an answer, a VM start or a kubelet's report costs;
+      request, an answer, a VM start or a kubelet's report costs; a
+      launcher window closing re-derives its one pod;
     - anything else changed that a view reads (a class, a budget, a
       namespace, KubeVirt, a report's names, a VMI's active pods naming a
-      pod that asks for no GPU), a launcher window closed, or a kind's
+      pod that asks for no GPU), or a kind's
       store was replaced (served again): every view is taken again through
       the memo (unchanged objects are not converted) and
       ``Assembly.rebuild`` derives everything;
@@ -281,8 +282,10 @@ class LiveSnapshot:
         self._nodes: set[tuple[str, str]] = set()
         #: GPU pods and launchers that changed, came or went: each one's contribution, swapped.
         self._pods: set[tuple[str, str]] = set()
-        #: Pod UIDs a VMI started or stopped listing as active: their launcher (and so their usage) moved.
+        #: Pod UIDs a VMI started listing as active: their launcher (and so their usage) moved.
         self._launching: set[str] = set()
+        #: Pod UIDs a VMI stopped listing as active (and no VMI started listing since): likewise.
+        self._unlisted: set[str] = set()
         #: ResourceClaims whose allocation or holder changed, came or went: the DRA units of their nodes.
         self._claims: set[tuple[str, str]] = set()
         #: What DRA classes serve, kept from claim changes between rebuilds (the binder's claims work reads
@@ -354,8 +357,11 @@ class LiveSnapshot:
             return
         if before is not None and before == after:
             return  # nothing a decision reads moved
-        self._launching |= (before.active_pods if before else frozenset()) ^ (after.active_pods if after
-                                                                               else frozenset())
+        was = before.active_pods if before else frozenset()
+        listed = after.active_pods if after else frozenset()
+        self._launching |= listed - was
+        self._unlisted |= was - listed
+        self._unlisted -= self._launching
         self._vmis.add(_key_of(new or old or EMPTY_OBJECT))
 
     def handler(self, kind: str) -> Callable[[Event], None]:
@@ -370,7 +376,7 @@ class LiveSnapshot:
     def dirty(self) -> bool:
         """Whether a change was noted since the last snapshot (heartbeats are not)."""
         return self._rebuild or any((self._devices, self._vmis, self._reports, self._nodes, self._pods,
-                                     self._launching, self._claims))
+                                     self._launching, self._unlisted, self._claims))
 
     def _wanted_pod(self, pod: Obj | None) -> bool:
         if pod is None:
@@ -392,7 +398,7 @@ class LiveSnapshot:
         nodes: dict[tuple[str, str], NodeView | None] = self._views(
             "Node", self._nodes, sources.get("Node"), node_view)
         pod_source = sources.get("Pod")
-        if self._launching and not self._launchers_moved(pod_source):
+        if (self._launching or self._unlisted) and not self._launchers_moved(pod_source):
             return self._build(now, sources, "a VM's launchers moved where pods held may change")
         pods: dict[tuple[str, str], PodView | None] = self._views(
             "Pod", (k for k in self._pods if pod_source is None or self._wanted_pod(pod_source.get(*k))),
@@ -424,17 +430,21 @@ class LiveSnapshot:
         the same (each asks for extended resources, or is gone); False when it may not (a rebuild's).
 
         A VM's launcher asks for its GPUs, so a VM start or stop is an update: the launcher was noted when
-        it came (or is held already) and only its usage moves.
+        it came (or is held already) and only its usage moves. A pod a VMI stops listing that the snapshot
+        neither holds nor saw change is gone (a listed pod that exists is held): nothing moves for it —
+        a VM's stop, whose launcher goes before its VMI stops listing it.
         """
         current = self._assembly.current
         if pods is None or current is None:
             return False
         noted = {as_str(as_map(obj.get("metadata")).get("uid")): key
                  for key in self._pods if (obj := pods.get(*key)) is not None}
-        for uid in self._launching:
+        for uid in self._launching | self._unlisted:
             held = current.pods.get(uid)
             key = (held.namespace, held.name) if held is not None else noted.get(uid)
             if key is None:
+                if uid in self._unlisted:
+                    continue
                 return False  # a pod neither held nor noted: it may be one the snapshot would now hold
             obj = pods.get(*key)
             if obj is not None and not asks_extended(as_map(obj.get("spec"))):
@@ -465,6 +475,7 @@ class LiveSnapshot:
         for noted in (self._devices, self._vmis, self._reports, self._nodes, self._pods, self._claims):
             noted.clear()
         self._launching.clear()
+        self._unlisted.clear()
 
     def _views(self, kind: str, wanted: Iterable[tuple[str, str]], source: Source | None,
                convert: Callable[[Obj], ViewT]) -> dict[tuple[str, str], ViewT | None]:
@@ -529,7 +540,7 @@ class LiveSnapshot:
 
     def _rebuild_reason(self, identities: Mapping[str, object], now: datetime) -> str | None:
         """Why a rebuild is due, or None when an update will do: the stores new or one listed again (another
-        store object), a change noted that an update cannot take, a launcher window closed."""
+        store object), a change noted that an update cannot take, no model yet."""
         if not self._identities:
             return "first build"
         replaced = sorted(kind for kind in identities.keys() | self._identities.keys()
@@ -538,7 +549,7 @@ class LiveSnapshot:
             return f"{replaced[0]} listed again"
         if self._rebuild:
             return self._why
-        return "a launcher window closed" if self._assembly.needs_rebuild(now) else None
+        return "no model yet" if self._assembly.needs_rebuild(now) else None
 
     def _needs_rebuild(self, now: datetime, sources: Mapping[str, Source | None]) -> bool:
         return self._rebuild_reason(_identities(sources), now) is not None

@@ -714,7 +714,8 @@ class Assembly:
                pods: Mapping[tuple[str, str], PodView | None] | None = None,
                dra: Mapping[str, Mapping[str, int]] | None = None,
                dra_raw: Mapping[str, Mapping[str, int]] | None = None,
-               dra_groups: Mapping[str, Mapping[str, tuple[DraGroup, ...]]] | None = None) -> Snapshot:
+               dra_groups: Mapping[str, Mapping[str, tuple[DraGroup, ...]]] | None = None,
+               quotas: Mapping[str, Mapping[str, object] | None] | None = None) -> Snapshot:
         """The Snapshot after these device, VMI, report and Node changes (a view, or None when it is gone).
 
         A VMI change may change its ``active_pods`` (absent counts as none) when
@@ -732,7 +733,9 @@ class Assembly:
         the snapshot holds) takes its old contribution away and adds its new
         one; it must not change which pods are launchers (that is the VMIs'). A node's DRA units (by
         resource name; empty when it has none left) move that node's capacity, as a report does; a
-        namespace's DRA raw use (empty: none left) replaces what it counted against its budgets.
+        namespace's DRA raw use (empty: none left) replaces what it counted against its budgets. A tenant's
+        ``tenant-quota`` ``spec.hard`` (None: gone) replaces its budgets: every unsettled order is judged
+        again (the change log's usage), as a budget caps a whole subtree.
         """
         if self._snapshot is None:
             raise RuntimeError("update before the first rebuild")
@@ -810,6 +813,8 @@ class Assembly:
                     self._pod(launcher, +1)
         for namespace, amounts in (dra_raw or {}).items():
             self._claimed(namespace, amounts)
+        if quotas:
+            self._budgeted(quotas, generation)
         attached_vmis: set[VmiKey] = set()
         for key, device in devices.items():
             touch(log.devices, key, generation)
@@ -862,6 +867,21 @@ class Assembly:
         return self._emit(now)
 
     # -- the parts ----------------------------------------------------------------------
+
+    def _budgeted(self, quotas: Mapping[str, Mapping[str, object] | None], generation: int) -> None:
+        """Tenants' budgets replaced (a copy: a snapshot handed out keeps its own), and the tree with them."""
+        budgets = dict(self._budgets)
+        for namespace, hard in quotas.items():
+            if not is_tenant_namespace(namespace):
+                continue
+            if hard is None:
+                budgets.pop(namespace, None)
+            else:
+                budgets[namespace] = read_budgets(namespace, hard, self._names)
+        if budgets.keys() != self._budgets.keys():
+            self._namespaces_moved = True
+        self._budgets = budgets
+        self._log.usage = generation
 
     def _claimed(self, namespace: str, amounts: Mapping[str, int]) -> None:
         """The namespace's own claims now hold ``amounts`` of DRA-sourced names: raw use against its budgets

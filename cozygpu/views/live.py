@@ -240,8 +240,9 @@ class LiveSnapshot:
       the units it holds, its namespace's ancestry, a VMI's launchers'
       usage, the capacity and availability on their nodes) — what a bind
       request, an answer, a VM start or a kubelet's report costs; a
-      launcher window closing re-derives its one pod;
-    - anything else changed that a view reads (a class, a budget, a
+      launcher window closing re-derives its one pod; a tenant quota
+      changed replaces that tenant's budgets;
+    - anything else changed that a view reads (a class, a
       namespace, KubeVirt, a report's names, a VMI's active pods naming a
       pod that asks for no GPU), or a kind's
       store was replaced (served again): every view is taken again through
@@ -288,6 +289,8 @@ class LiveSnapshot:
         self._unlisted: set[str] = set()
         #: ResourceClaims whose allocation or holder changed, came or went: the DRA units of their nodes.
         self._claims: set[tuple[str, str]] = set()
+        #: Tenant quotas whose ``spec.hard`` changed, came or went: those tenants' budgets.
+        self._quotas: set[tuple[str, str]] = set()
         #: What DRA classes serve, kept from claim changes between rebuilds (the binder's claims work reads
         #: its offers, device attributes and claims too).
         self.dra = DraTracker((), (), {}, ())
@@ -318,6 +321,9 @@ class LiveSnapshot:
             return
         if kind == "Pod":
             self._pods.add(_key_of(new or old or EMPTY_OBJECT))
+            return
+        if kind == "ResourceQuota":
+            self._quotas.add(_key_of(new or old or EMPTY_OBJECT))
             return
         if kind == keys.GPUNODE_KIND and new is not None:
             try:
@@ -376,7 +382,7 @@ class LiveSnapshot:
     def dirty(self) -> bool:
         """Whether a change was noted since the last snapshot (heartbeats are not)."""
         return self._rebuild or any((self._devices, self._vmis, self._reports, self._nodes, self._pods,
-                                     self._launching, self._unlisted, self._claims))
+                                     self._launching, self._unlisted, self._claims, self._quotas))
 
     def _wanted_pod(self, pod: Obj | None) -> bool:
         if pod is None:
@@ -406,6 +412,7 @@ class LiveSnapshot:
         pods.update((key, None) for key in self._pods if key not in pods)  # no longer one the snapshot holds
         claims: dict[tuple[str, str], ClaimView | None] = self._views(
             "ResourceClaim", self._claims, sources.get("ResourceClaim"), resource_claim_view)
+        quotas = self._budgets(sources.get("ResourceQuota"))
         self._forget_changes()
         inventories = {key[1]: view for key, view in reports.items() if view is not None}
         if len(inventories) < len(reports):  # gone or unreadable since: not a change of one node's report
@@ -415,15 +422,25 @@ class LiveSnapshot:
                           + (f" and {len(inventories)} report(s)" if inventories else "")
                           + (f" and {len(nodes)} node(s)" if nodes else "")
                           + (f" and {len(pods)} pod(s)" if pods else "")
-                          + (f" and {len(claims)} claim(s)" if claims else ""))
+                          + (f" and {len(claims)} claim(s)" if claims else "")
+                          + (f" and {len(quotas)} quota(s)" if quotas else ""))
         dra = self.dra.claims_changed(claims) if claims else None
         try:
             return self._assembly.update(now=now, devices=changes, vmis=vmi_changes, inventories=inventories,
                                          nodes={key[1]: view for key, view in nodes.items()}, pods=pods,
                                          dra=dra.served if dra else None, dra_raw=dra.raw if dra else None,
-                                         dra_groups=dra.groups if dra else None)
+                                         dra_groups=dra.groups if dra else None, quotas=quotas)
         except ValueError:  # a report's names changed after all: its later state is what the stores hold
             return self._build(now, sources, "a GPUNode report's names changed")
+
+    def _budgets(self, quotas: Source | None) -> dict[str, Mapping[str, Any] | None]:
+        """The ``spec.hard`` of each changed tenant quota, by namespace (None when gone)."""
+        out: dict[str, Mapping[str, Any] | None] = {}
+        for namespace, name in self._quotas:
+            if name == keys.TENANT_QUOTA_NAME:
+                obj = quotas.get(namespace, name) if quotas is not None else None
+                out[namespace] = tenant_quotas((obj,)).get(namespace) if obj is not None else None
+        return out
 
     def _launchers_moved(self, pods: Source | None) -> bool:
         """Note the pods VMIs started or stopped listing as active, when which pods the snapshot holds stays
@@ -472,7 +489,8 @@ class LiveSnapshot:
         return drift
 
     def _forget_changes(self) -> None:
-        for noted in (self._devices, self._vmis, self._reports, self._nodes, self._pods, self._claims):
+        for noted in (self._devices, self._vmis, self._reports, self._nodes, self._pods, self._claims,
+                      self._quotas):
             noted.clear()
         self._launching.clear()
         self._unlisted.clear()

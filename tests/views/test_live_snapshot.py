@@ -269,6 +269,7 @@ steps = st.one_of(
               names((None, *NODES)), names(("Running", "Succeeded")), names((None, *VMIS)), st.booleans(),
               st.integers(0, 40)),
     st.tuples(st.just("quota"), names(NAMESPACES[:3]), st.integers(0, 8)),
+    st.tuples(st.just("drop quota"), names(NAMESPACES[:3])),
     st.tuples(st.just("class"), names(("a", "b")), st.booleans()),
     st.tuples(st.just("claim"), names(CLAIMS), names(DEVICE_NAMESPACES[:3]), names(NODES),
               st.sets(st.integers(0, 2), max_size=2), st.booleans()),
@@ -314,6 +315,8 @@ def apply(world: World, step: tuple[Any, ...]) -> None:
                              created=world.now - timedelta(seconds=seconds_ago)))
     elif what == "quota":
         world.put("ResourceQuota", quota(step[1], step[2]))
+    elif what == "drop quota":
+        world.put("ResourceQuota", None, (step[1], keys.TENANT_QUOTA_NAME))
     elif what == "class":
         world.put(keys.GPUCLASS_KIND, gpu_class(step[1], RESOURCES[0 if step[1] == "a" else 1], selector=step[2]))
     elif what == "claim":
@@ -600,6 +603,29 @@ async def test_reports_and_nodes_changed_by_the_many_are_taken_in_slices(monkeyp
     live, reference = normal(snapshot), normal(world.reference())
     for name in reference:
         assert live[name] == reference[name], name
+
+
+def test_a_budget_set_changed_or_dropped_is_an_update_that_judges_every_unsettled_order_again() -> None:
+    """A tenant quota replaces that tenant's budgets (it rebuilt the model); a cycle that kept orders Pending for
+    want of budget is told to judge every unsettled order again (the change log's usage)."""
+    world = World()
+    seed(world)
+    apply(world, ("device", "d0", "tenant-a", "a", 1, "Pending", None, None, False, False, False))
+    assert_same(world)
+    before = world.live.snapshot(now=world.now, sources=world.sources())
+    for step in (("quota", "tenant-a", 1), ("quota", "tenant-a-b", 3), ("drop quota", "tenant-a")):
+        apply(world, step)
+        assert_same(world)
+        assert world.live.last_step == "update of 0 device(s) and 1 quota(s)"
+    after = world.live.snapshot(now=world.now, sources=world.sources())
+    changes = after.changes_since(before)
+    assert changes is not None
+    assert changes.usage
+    assert "tenant-a" in before.budgets
+    assert "tenant-a" not in after.budgets
+    total = after.budgets["tenant-a-b"].total
+    assert total is not None
+    assert total.amount == 3
 
 
 def test_each_rebuild_says_why() -> None:

@@ -1,4 +1,4 @@
-"""Bench of issue 23: what one event costs the binder — folding it, and the placement cycle it causes.
+"""What one event costs the binder — folding it, and the placement cycle it causes.
 
     python bench/bench_events.py [--sizes 1000,5000,10000] [--quick] [--reps 9] [--profile]
 
@@ -32,7 +32,10 @@ Per event kind, ``--reps`` times each (median), after the system is quiet:
 - one bind request (``status.bindRequest`` on a Bound device, as the VMI
   webhook writes it): the answer pass;
 - one new order (a GPUDevice created): the answer pass (a placement cycle)
-  that binds it.
+  that binds it;
+- a VM stopped: its VMI deleted once its launcher pod is gone (KubeVirt's
+  order; the pod's deletion is folded and passed first, untimed);
+- a tenant quota set or changed (``tenant-quota``'s ``spec.hard``).
 
 For each it prints the time to fold the event (the reflector's whole
 handling: transform, freeze, store, indexes, every handler —
@@ -466,6 +469,35 @@ def new_order(api: FakeApi, clock: FakeClock, n: int, rep: int) -> object:
                            "spec": {"className": CLASS, "count": 1}})
 
 
+def _vm(n: int, rep: int) -> tuple[str, str, str]:
+    """A running VM of the world, different for every repetition: its namespace, VMI and launcher pod."""
+    i = rep % max(1, n // 5)
+    return f"tenant-e{i % TENANTS}", f"vm-{i}", f"virt-launcher-vm-{i}-x{i}"
+
+
+def launcher_gone(api: FakeApi, clock: FakeClock, n: int, rep: int) -> object:
+    """A VM stopping: KubeVirt deletes its launcher first, the VMI still listing it."""
+    namespace, _, pod = _vm(n, rep)
+    return api.delete_now(resource_path("", "v1", "pods", namespace=namespace, name=pod))
+
+
+def vm_stopped(api: FakeApi, clock: FakeClock, n: int, rep: int) -> object:
+    """The stop's end: the VMI goes (its devices' attachments are then the binder's to clear)."""
+    namespace, vmi, _ = _vm(n, rep)
+    return api.delete_now(resource_path("kubevirt.io", "v1", "virtualmachineinstances", namespace=namespace,
+                                        name=vmi))
+
+
+def quota_changed(api: FakeApi, clock: FakeClock, n: int, rep: int) -> object:
+    """A tenant's GPU budget set or changed (its ``tenant-quota``)."""
+    namespace = f"tenant-e{rep % TENANTS}"
+    path = resource_path("", "v1", "resourcequotas", namespace=namespace)
+    hard = {"spec": {"hard": {keys.QUOTA_TOTAL: str(100 + rep)}}}
+    if (namespace, keys.TENANT_QUOTA_NAME) in api.objects.get(QUOTAS, {}):
+        return api.patch_now(f"{path}/{keys.TENANT_QUOTA_NAME}", hard)
+    return api.create_now(path, {"metadata": {"name": keys.TENANT_QUOTA_NAME}, **hard})
+
+
 KINDS: Final = (
     Kind("nothing a decision reads (a Node heartbeat)", heartbeat),
     Kind("one Node label changed", node_label),
@@ -473,6 +505,8 @@ KINDS: Final = (
     Kind("one GPU pod bound", pod_bound, prepare=pod_created),
     Kind("answer pass, one bind request", bind_request, answer=True),
     Kind("answer pass, one new order", new_order, answer=True),
+    Kind("a VM stopped (its VMI gone after its launcher)", vm_stopped, prepare=launcher_gone),
+    Kind("a tenant quota changed", quota_changed),
 )
 
 

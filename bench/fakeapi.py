@@ -273,6 +273,10 @@ class FakeApi(Client):
 
     async def delete(self, path: str, *, resource_version: str | None = None, uid: str | None = None,
                      grace_period_seconds: int | None = None, **kw: Any) -> Obj:
+        return self.delete_now(path, resource_version=resource_version)
+
+    def delete_now(self, path: str, *, resource_version: str | None = None) -> Obj:
+        """A delete: DELETED, or MODIFIED with a deletionTimestamp while finalizers remain."""
         collection, namespace, name, _ = parse(path)
         obj = self.get_object(path)
         meta = obj["metadata"]

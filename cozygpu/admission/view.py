@@ -5,13 +5,14 @@ listing the API per request, and ask the same model functions as the binder
 and the catalog. The snapshot is kept up to date from the cache's events as
 the binder's is (``LiveSnapshot``): a device event re-derives only what that
 device touches, a Node heartbeat (the kubelet's, kwok's) changes nothing,
-and a change a view reads (a Node's labels, a class, a budget, a GPUNode
-report) takes every view again, through the memo. On a fleet of a thousand
+and the few changes an update cannot take (a class's new resource name, a
+namespace, KubeVirt; docs/read-model.md) take every view again, through
+the memo. On a fleet of a thousand
 heartbeating Nodes, rebuilding whenever an informer moved made most calls
 pay for every node. While nothing was noted, the last snapshot is reused for
 up to ``MAX_AGE`` seconds (report freshness depends on ``now``). A rebuild
-(a first list, a class change) runs in slices with the event loop let go
-between them (``LiveSnapshot.refreshed``), one at a time per replica: a
+(a first list, a class's new resource name) runs in slices with the event
+loop let go between them (``LiveSnapshot.refreshed``), one at a time per replica: a
 webhook call that comes meanwhile waits for it instead of starting another.
 
 A kind that is not synced yet is an error (``NotReady``), never an empty
@@ -77,7 +78,7 @@ class SnapshotSource:
         return Source(store, store.list, store.get)
 
     async def snapshot(self) -> Snapshot:
-        """The model of this replica's cache now; a rebuild (a first list, a class change) runs in slices
+        """The model of this replica's cache now; a rebuild (a first list, a class's new resource name) runs in slices
         with the event loop let go between them, one at a time (webhook calls meanwhile wait for it)."""
         kept = self._kept
         if kept is not None and not self._live.dirty and self._clock.now() - kept[0] < MAX_AGE:

@@ -705,6 +705,14 @@ class Assembly:
             return False
         return inventory.resource_names <= self._names and inventory.served.keys() <= self._names
 
+    def takes_class(self, gpu_class: GPUClassView) -> bool:
+        """Whether ``update`` can take this class: one it holds, that keeps its resource name and sells
+        device-plugin units before and after (its selector, tolerations and anything else may change: the
+        effective names, the units held and the DRA offers stay what they were)."""
+        before = self._classes.get(gpu_class.name)
+        return (before is not None and before.resource_name == gpu_class.resource_name
+                and before.dra is None and gpu_class.dra is None)
+
     # -- change by change ---------------------------------------------------------------
 
     def update(self, *, now: datetime, devices: Mapping[DeviceKey, DeviceView | None],
@@ -715,7 +723,8 @@ class Assembly:
                dra: Mapping[str, Mapping[str, int]] | None = None,
                dra_raw: Mapping[str, Mapping[str, int]] | None = None,
                dra_groups: Mapping[str, Mapping[str, tuple[DraGroup, ...]]] | None = None,
-               quotas: Mapping[str, Mapping[str, object] | None] | None = None) -> Snapshot:
+               quotas: Mapping[str, Mapping[str, object] | None] | None = None,
+               classes: Mapping[str, GPUClassView] | None = None) -> Snapshot:
         """The Snapshot after these device, VMI, report and Node changes (a view, or None when it is gone).
 
         A VMI change may change its ``active_pods`` (absent counts as none) when
@@ -735,7 +744,10 @@ class Assembly:
         resource name; empty when it has none left) move that node's capacity, as a report does; a
         namespace's DRA raw use (empty: none left) replaces what it counted against its budgets. A tenant's
         ``tenant-quota`` ``spec.hard`` (None: gone) replaces its budgets: every unsettled order is judged
-        again (the change log's usage), as a budget caps a whole subtree.
+        again (the change log's usage), as a budget caps a whole subtree. A class that ``takes_class``
+        replaces the one held: its availability is made again over the nodes serving its name, and those
+        nodes and the name are logged, so the sets there are judged again (one it no longer tolerates
+        loses them); any other class change is a ``ValueError`` before anything moved.
         """
         if self._snapshot is None:
             raise RuntimeError("update before the first rebuild")
@@ -746,6 +758,10 @@ class Assembly:
             for name, inventory in inventories.items():
                 if not self.takes_report(name, inventory):
                     raise ValueError(f"GPUNode {name}: its resource names changed; rebuild")
+        for gpu_class in (classes or {}).values():
+            if not self.takes_class(gpu_class):
+                raise ValueError(f"GPUClass {gpu_class.name}: new, gone, or its resource name or source changed; "
+                                 "rebuild")
         for name, served in (dra or {}).items():
             if served:
                 self._dra[name] = dict(served)
@@ -864,7 +880,22 @@ class Assembly:
                 for name, entry in sorted(self._capacity.get(node, {}).items()):
                     for gpu_class in self._classes_of.get(name, ()):
                         self._make_available(gpu_class, node, entry.served)
+        if classes:
+            self._reclassed(classes, generation)
         return self._emit(now)
+
+    def _reclassed(self, classes: Mapping[str, GPUClassView], generation: int) -> None:
+        """Classes replaced (``takes_class``; copies: a snapshot handed out keeps its own): each one's
+        availability made again over the nodes serving its name, those nodes and the name logged."""
+        self._classes = {**self._classes, **classes}
+        for gpu_class in classes.values():
+            name = gpu_class.resource_name
+            self._classes_of[name] = [gpu_class if c.name == gpu_class.name else c for c in self._classes_of[name]]
+            serving = self._serving.get(name, ())
+            self._availability[gpu_class.name] = _availability(gpu_class, serving, self._nodes, self._capacity)
+            touch(self._log.names, name, generation)
+            for node in serving:
+                touch(self._log.nodes, node, generation)
 
     # -- the parts ----------------------------------------------------------------------
 

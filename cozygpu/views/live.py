@@ -40,6 +40,7 @@ from cozygpu.model.capacity import DEFAULT_LAUNCHER_GRACE, DEFAULT_REPORT_STALE_
 from cozygpu.model.dra import ClaimView, DraTracker, dra_served, with_rule_taints
 from cozygpu.model.snapshot import (
     DeviceView,
+    GPUClassView,
     NodeInventory,
     NodeView,
     PodView,
@@ -241,8 +242,10 @@ class LiveSnapshot:
       usage, the capacity and availability on their nodes) — what a bind
       request, an answer, a VM start or a kubelet's report costs; a
       launcher window closing re-derives its one pod; a tenant quota
-      changed replaces that tenant's budgets;
-    - anything else changed that a view reads (a class, a
+      changed replaces that tenant's budgets; a class that keeps its
+      resource name (a device-plugin offer) replaces that class's
+      availability;
+    - anything else changed that a view reads (another class change, a
       namespace, KubeVirt, a report's names, a VMI's active pods naming a
       pod that asks for no GPU), or a kind's
       store was replaced (served again): every view is taken again through
@@ -291,6 +294,8 @@ class LiveSnapshot:
         self._claims: set[tuple[str, str]] = set()
         #: Tenant quotas whose ``spec.hard`` changed, came or went: those tenants' budgets.
         self._quotas: set[tuple[str, str]] = set()
+        #: GPUClasses whose view changed: an update when each keeps its resource name and source.
+        self._classes: set[tuple[str, str]] = set()
         #: What DRA classes serve, kept from claim changes between rebuilds (the binder's claims work reads
         #: its offers, device attributes and claims too).
         self.dra = DraTracker((), (), {}, ())
@@ -325,6 +330,14 @@ class LiveSnapshot:
         if kind == "ResourceQuota":
             self._quotas.add(_key_of(new or old or EMPTY_OBJECT))
             return
+        if kind == keys.GPUCLASS_KIND and old is not None and new is not None:
+            try:
+                before, after = gpu_class_view(old), gpu_class_view(new)
+                if before.resource_name == after.resource_name and before.dra is None and after.dra is None:
+                    self._classes.add(_key_of(new))  # its selector, tolerations, ...: ``Assembly.takes_class``
+                    return
+            except ValueError:
+                pass
         if kind == keys.GPUNODE_KIND and new is not None:
             try:
                 # A report that keeps its names or only adds some (a node's first real report after the
@@ -382,7 +395,7 @@ class LiveSnapshot:
     def dirty(self) -> bool:
         """Whether a change was noted since the last snapshot (heartbeats are not)."""
         return self._rebuild or any((self._devices, self._vmis, self._reports, self._nodes, self._pods,
-                                     self._launching, self._unlisted, self._claims, self._quotas))
+                                     self._launching, self._unlisted, self._claims, self._quotas, self._classes))
 
     def _wanted_pod(self, pod: Obj | None) -> bool:
         if pod is None:
@@ -413,7 +426,12 @@ class LiveSnapshot:
         claims: dict[tuple[str, str], ClaimView | None] = self._views(
             "ResourceClaim", self._claims, sources.get("ResourceClaim"), resource_claim_view)
         quotas = self._budgets(sources.get("ResourceQuota"))
+        classes: dict[tuple[str, str], GPUClassView | None] = self._views(
+            keys.GPUCLASS_KIND, self._classes, sources.get(keys.GPUCLASS_KIND), gpu_class_view)
         self._forget_changes()
+        class_views = {key[1]: view for key, view in classes.items() if view is not None}
+        if len(class_views) < len(classes):
+            return self._build(now, sources, f"{keys.GPUCLASS_KIND} changed")
         inventories = {key[1]: view for key, view in reports.items() if view is not None}
         if len(inventories) < len(reports):  # gone or unreadable since: not a change of one node's report
             return self._build(now, sources, "a GPUNode report gone or unreadable")
@@ -423,15 +441,19 @@ class LiveSnapshot:
                           + (f" and {len(nodes)} node(s)" if nodes else "")
                           + (f" and {len(pods)} pod(s)" if pods else "")
                           + (f" and {len(claims)} claim(s)" if claims else "")
-                          + (f" and {len(quotas)} quota(s)" if quotas else ""))
+                          + (f" and {len(quotas)} quota(s)" if quotas else "")
+                          + (f" and {len(class_views)} class(es)" if class_views else ""))
         dra = self.dra.claims_changed(claims) if claims else None
         try:
             return self._assembly.update(now=now, devices=changes, vmis=vmi_changes, inventories=inventories,
                                          nodes={key[1]: view for key, view in nodes.items()}, pods=pods,
                                          dra=dra.served if dra else None, dra_raw=dra.raw if dra else None,
-                                         dra_groups=dra.groups if dra else None, quotas=quotas)
-        except ValueError:  # a report's names changed after all: its later state is what the stores hold
-            return self._build(now, sources, "a GPUNode report's names changed")
+                                         dra_groups=dra.groups if dra else None, quotas=quotas,
+                                         classes=class_views)
+        except ValueError as error:  # a report's names or a class's name or source changed after all
+            why = (f"{keys.GPUCLASS_KIND} changed" if str(error).startswith(keys.GPUCLASS_KIND)
+                   else "a GPUNode report's names changed")
+            return self._build(now, sources, why)
 
     def _budgets(self, quotas: Source | None) -> dict[str, Mapping[str, Any] | None]:
         """The ``spec.hard`` of each changed tenant quota, by namespace (None when gone)."""
@@ -490,7 +512,7 @@ class LiveSnapshot:
 
     def _forget_changes(self) -> None:
         for noted in (self._devices, self._vmis, self._reports, self._nodes, self._pods, self._claims,
-                      self._quotas):
+                      self._quotas, self._classes):
             noted.clear()
         self._launching.clear()
         self._unlisted.clear()
@@ -517,7 +539,7 @@ class LiveSnapshot:
     async def refreshed(self, *, now: datetime, sources: Mapping[str, Source | None],
                         budget: float = DEFAULT_SLICE) -> Snapshot:
         """:meth:`snapshot`, with a rebuild done in slices of about ``budget`` seconds, the event loop let go
-        between them (a first list, a class change: a few hundred ms at 10,000 nodes, which would stall
+        between them (a first list, a class's new resource name: a few hundred ms at 10,000 nodes, which would stall
         every watch and webhook of the replica).
 
         The rebuild converts the stores' objects of the instant it starts; what the stores are told after

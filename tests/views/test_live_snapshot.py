@@ -540,7 +540,7 @@ async def test_a_rebuild_runs_in_slices_and_takes_what_changed_during_them() -> 
         apply(world, ("device", f"bulk-{i}", "tenant-a", "a", 1, "Bound", NODES[i % len(NODES)], None, False,
                       False, False))
     assert_same(world)
-    world.put(keys.GPUCLASS_KIND, gpu_class("a", RESOURCES[0], selector=True))  # a class change: a rebuild
+    world.put(keys.GPUCLASS_KIND, gpu_class("a", RESOURCES[1]))  # another resource name: a rebuild
     ticks = 0
     changed = False
 
@@ -628,6 +628,32 @@ def test_a_budget_set_changed_or_dropped_is_an_update_that_judges_every_unsettle
     assert total.amount == 3
 
 
+def test_a_class_that_keeps_its_resource_name_is_an_update_that_judges_the_sets_on_its_nodes_again() -> None:
+    """A class's selector changed (it rebuilt the model): its availability is made again, and every node serving
+    its name is in the change log, so a set held on a node it no longer selects is judged again."""
+    world = World()
+    seed(world)
+    world.put("Node", node("n2", labelled=False))
+    apply(world, ("device", "d0", "tenant-a", "a", 1, "Bound", "n2", None, False, False, False))
+    assert_same(world)
+    before = world.live.snapshot(now=world.now, sources=world.sources())
+    assert "n2" in before.availability["a"].node_free
+    world.put(keys.GPUCLASS_KIND, gpu_class("a", RESOURCES[0], selector=True))
+    assert_same(world)
+    assert world.live.last_step == "update of 0 device(s) and 1 class(es)"
+    after = world.live.snapshot(now=world.now, sources=world.sources())
+    assert "n2" not in after.availability["a"].node_free
+    assert before.availability["a"].node_free.keys() >= {"n2"}, "the snapshot handed out kept its own"
+    changes = after.changes_since(before)
+    assert changes is not None
+    assert {"n1", "n2", "n3"} <= changes.nodes
+    assert RESOURCES[0] in changes.names
+    # Another resource name moves the units its holds count under: a rebuild.
+    world.put(keys.GPUCLASS_KIND, gpu_class("a", RESOURCES[1], selector=True))
+    assert_same(world)
+    assert world.live.last_step == "rebuild"
+
+
 def test_each_rebuild_says_why() -> None:
     """The reasons a live model gives for building again (the rebuilds metric's label): a first build, a
     change a view reads that takes a rebuild, a store listed again, a report's names changed."""
@@ -638,7 +664,9 @@ def test_each_rebuild_says_why() -> None:
     assert_same(world)
     apply(world, ("device", "d0", "tenant-a", "a", 1, "Bound", "n1", None, False, False, False))
     assert_same(world)  # an update: no reason given
-    world.put(keys.GPUCLASS_KIND, gpu_class("a", RESOURCES[0], selector=True))
+    world.put(keys.GPUCLASS_KIND, gpu_class("a", RESOURCES[0], selector=True))  # an update: no reason
+    assert_same(world)
+    world.put(keys.GPUCLASS_KIND, gpu_class("a", RESOURCES[1]))  # another resource name
     assert_same(world)
     world.replace_store("Node")
     assert_same(world)
@@ -673,7 +701,7 @@ async def test_a_rebuild_left_half_way_is_done_again() -> None:
     for i in range(2 * STEP):
         apply(world, ("device", f"bulk-{i}", "tenant-a", "a", 1, "Bound", "n1", None, False, False, False))
     assert_same(world)
-    world.put(keys.GPUCLASS_KIND, gpu_class("a", RESOURCES[0], selector=True))
+    world.put(keys.GPUCLASS_KIND, gpu_class("a", RESOURCES[1]))  # another resource name: a rebuild
     task = asyncio.create_task(world.live.refreshed(now=world.now, sources=world.sources(), budget=0))
     for _ in range(3):
         await asyncio.sleep(0)

@@ -42,6 +42,7 @@ from tests.runtime.processes import (
     ControllerProcess,
     ControllerProcesses,
     controllers_fixture,  # noqa: F401 - the ``controllers`` fixture
+    interleaved_decisions,
 )
 from tests.support.crds import install_fixture_crd
 from tests.support.tenants import Tenants, make_tenants
@@ -316,7 +317,11 @@ async def test_two_replicas_with_the_leader_killed_twenty_times_keep_every_promi
         print(f"{KILLS - stalled} SIGKILLs, {stalled} leaders frozen and thawed after a successor; "
               f"orders {churn.orders}, starts {churn.starts} ({churn.refused} refused), running {len(churn.running)}, "
               f"devices Bound at the end {held}, at {datetime.now(UTC):%H:%M:%S}")
-        assert not checks, "\n".join(checks)
+        checks.extend(f"leaders: {b}" for b in interleaved_decisions(controllers.started))
+        if checks:
+            logs = tmp_path / "replicas.log"
+            logs.write_text("".join(f"{r.identity}: {line}\n" for r in controllers.started for line in r.raw))
+            raise AssertionError("\n".join([*checks, f"every replica's log: {logs}"]))
         # The run did what it claims: VMs ran through kills, and orders were placed by successive leaders.
         assert churn.running, "no VM start succeeded: nothing was at stake"
         assert held > 0

@@ -18,7 +18,7 @@ import sys
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import pytest
 
@@ -112,6 +112,38 @@ class ControllerProcess:
         self._reader.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self._reader
+
+
+class Logged(Protocol):
+    """What ``interleaved_decisions`` reads of a process: its identity and its parsed log lines."""
+
+    identity: str
+    lines: list[Line]
+
+
+def interleaved_decisions(processes: Sequence[Logged]) -> list[str]:
+    """Where two replicas' decision writes interleave in the API server's order (empty when they never do).
+
+    Every device write the binder saw accepted is logged (``device written``) with the resourceVersion the
+    server gave it, which orders all writes. A process leads one term at most (it ends with it), so in that
+    order each process's writes must form one run (a restarted replica is another process): a write of one
+    after another's began means two leaders' decisions were taken in one term (leader election does not
+    fence; the fence must).
+    """
+    writes = sorted((int(line["resource_version"]), f"{process.identity} (process {index})")
+                    for index, process in enumerate(processes) for line in process.lines
+                    if line.get("msg") == "device written" and str(line.get("resource_version", "")).isdigit())
+    ended: dict[str, int] = {}
+    breaches: list[str] = []
+    previous: tuple[int, str] | None = None
+    for version, identity in writes:
+        if previous is not None and previous[1] != identity:
+            ended[previous[1]] = previous[0]
+            if identity in ended:
+                breaches.append(f"{identity} wrote a decision at resourceVersion {version}, after "
+                                f"{previous[1]}'s at {previous[0]} (its own run had ended at {ended[identity]})")
+        previous = (version, identity)
+    return breaches
 
 
 #: How a replica is started: ``python -m cozygpu controller``, or a test's own entry module.

@@ -35,9 +35,9 @@ import attrs
 from cozygpu import keys
 from cozygpu.cache.collector import collector_paused
 from cozygpu.cache.store import Event
-from cozygpu.model.assemble import STEP, Assembly, assemble, drain
+from cozygpu.model.assemble import STEP, Assembly, drain
 from cozygpu.model.capacity import DEFAULT_LAUNCHER_GRACE, DEFAULT_REPORT_STALE_AFTER
-from cozygpu.model.dra import ClaimView, DraTracker, dra_served, with_rule_taints
+from cozygpu.model.dra import ClaimView, DraTracker, with_rule_taints
 from cozygpu.model.snapshot import (
     DeviceView,
     GPUClassView,
@@ -169,41 +169,19 @@ def build_snapshot(
     """The model's Snapshot from the cache's objects, as of ``now``.
 
     Pass the same ``memo`` to every build of one caller to reuse the views
-    of objects whose resourceVersion did not change.
+    of objects whose resourceVersion did not change. The very build a live
+    snapshot rebuilds with (``_derived``: each view's contribution applied to
+    an empty ``Assembly``, the DRA inputs from a ``DraTracker``).
     """
-    with collector_paused():  # tens of thousands of acyclic, long-lived views
-        vmi_views: list[VMIView] = _convert("VirtualMachineInstance", vmis, vmi_view, on_invalid, memo)
-        wanted = _pods_wanted(vmi_views)
-        class_views = _convert(keys.GPUCLASS_KIND, classes, gpu_class_view, on_invalid, memo)
-        device_views = _convert(keys.GPUDEVICE_KIND, devices, device_view, on_invalid, memo)
-        node_views = _convert("Node", nodes, node_view, on_invalid, memo)
-        inventory_views = _convert(keys.GPUNODE_KIND, gpunodes, node_inventory, on_invalid, memo)
-        pod_views = _convert("Pod", (p for p in pods if wanted(p)), pod_view, on_invalid, memo)
-        namespace_views = _convert("Namespace", namespaces, namespace_view, on_invalid, memo)
-        rules = _convert("DeviceTaintRule", taint_rules, device_taint_rule_view, on_invalid, memo)
-        slice_views = with_rule_taints(_convert("ResourceSlice", slices, resource_slice_view, on_invalid, memo),
-                                       (rule for rule in rules if rule is not None))
-        selectors = _convert("DeviceClass", device_classes, _device_class, on_invalid, memo)
-        claim_views = _convert("ResourceClaim", claims, resource_claim_view, on_invalid, memo)
-        if memo is not None:
-            memo.forget_unseen()
-        served = dra_served(class_views, slice_views, dict(selectors), claim_views)
-        return assemble(
-            now=now,
-            classes=class_views,
-            devices=device_views,
-            nodes=node_views,
-            inventories=inventory_views,
-            pods=pod_views,
-            vmis=vmi_views,
-            namespaces=namespace_views,
-            quotas=tenant_quotas(quotas),
-            hoster_names=hoster_names,
-            permitted=permitted_host_devices(kubevirts),
-            report_stale_after=report_stale_after,
-            launcher_grace=launcher_grace,
-            dra=served.by_node, dra_raw=served.raw_by_namespace, dra_problems=served.problems,
-        )
+    objects: dict[str, list[Obj]] = {
+        "VirtualMachineInstance": list(vmis), keys.GPUCLASS_KIND: list(classes), keys.GPUDEVICE_KIND: list(devices),
+        "Node": list(nodes), keys.GPUNODE_KIND: list(gpunodes), "Pod": list(pods), "Namespace": list(namespaces),
+        "ResourceSlice": list(slices), "DeviceClass": list(device_classes), "ResourceClaim": list(claims),
+        "DeviceTaintRule": list(taint_rules), "ResourceQuota": list(quotas), "KubeVirt": list(kubevirts)}
+    assembly = Assembly(hoster_names=tuple(hoster_names), report_stale_after=report_stale_after,
+                        launcher_grace=launcher_grace)
+    snapshot, _ = drain(_derived(assembly, now, objects, on_invalid, memo))
+    return snapshot
 
 
 #: The kinds a snapshot is built from, by the names ``LiveSnapshot`` takes them under.

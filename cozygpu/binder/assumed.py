@@ -64,7 +64,7 @@ class Assumed:
         return [found for obj in listed if (found := self.get(*object_key(obj))) is not None]
 
 
-class Objects(Mapping[DeviceKey, Obj]):
+class DevicesAsWritten(Mapping[DeviceKey, Obj]):
     """The GPUDevice store as a mapping by key, the binder's own writes assumed: what a pass reads of the
     raw devices (and the resourceVersions its writes are preconditioned on), without copying them."""
 

@@ -11,7 +11,7 @@ import attrs
 from cozygpu import keys
 from cozygpu.api import meta
 from cozygpu.base.clock import Clock
-from cozygpu.binder.assumed import Assumed, Objects
+from cozygpu.binder.assumed import Assumed, DevicesAsWritten
 from cozygpu.binder.metrics import BinderMetrics
 from cozygpu.binder.patcher import Sent, Write, send
 from cozygpu.binder.recorder import DEFAULT_CAPACITY, EventRecorder
@@ -121,4 +121,4 @@ class Context:
         sources = self.sources()
         snapshot = self.live.snapshot(now=self.clock.wall(), sources=sources)
         devices = self.cache.store(specs.GPU_DEVICES)
-        return snapshot, Objects(devices, self.assumed), sources[specs.VMIS.kind] is not None
+        return snapshot, DevicesAsWritten(devices, self.assumed), sources[specs.VMIS.kind] is not None

@@ -70,7 +70,7 @@ def _settle(sent: Sent) -> Progress:
     return Progress.MORE if sent.left else Progress.DONE
 
 
-class _Inputs:
+class _StoreVersions:
     """The stores a work reads, by identity and resourceVersion: unchanged since a clean run, nothing to do."""
 
     def __init__(self, context: Context, kinds: Sequence[KindSpec]) -> None:
@@ -250,7 +250,7 @@ class FinalizersWork:
     def __init__(self, context: Context) -> None:
         self._context = context
         self._work = finalizers.FinalizerWork()
-        self._inputs = _Inputs(context, self.KINDS)
+        self._inputs = _StoreVersions(context, self.KINDS)
 
     def stopped(self) -> None:
         self._work, self._inputs.clean = finalizers.FinalizerWork(), None
@@ -298,7 +298,7 @@ class UsageWork:
 
     def __init__(self, context: Context) -> None:
         self._context = context
-        self._inputs = _Inputs(context, self.KINDS)
+        self._inputs = _StoreVersions(context, self.KINDS)
 
     def stopped(self) -> None:
         self._inputs.clean = None
@@ -401,7 +401,7 @@ class ClaimsWork:
 
     def __init__(self, context: Context) -> None:
         self._context = context
-        self._inputs = _Inputs(context, self.KINDS)
+        self._inputs = _StoreVersions(context, self.KINDS)
 
     def stopped(self) -> None:
         self._inputs.clean = None

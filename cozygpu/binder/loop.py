@@ -42,7 +42,7 @@ from cozygpu.passes.writes import Writes
 NAME = "binder"
 
 
-def _bound(run: Callable[[Writes, Stop], Awaitable[Progress | None]], stop: Stop,
+def _prepared(run: Callable[[Writes, Stop], Awaitable[Progress | None]], stop: Stop,
            prepare: Callable[[], Awaitable[None]]) -> LanePass:
     async def lane_pass(writes: Writes) -> Progress | None:
         await prepare()  # a rebuild of the read model in slices, before the pass's snapshot
@@ -55,16 +55,16 @@ def binder_driver(binder: Binder, cache: Cache, *, registry: CollectorRegistry, 
                   config: DriverConfig | None = None) -> PassDriver[Lane, Lane]:
     """The driver that runs ``binder``'s works; ``run()`` it in the leader term."""
     needs = [spec.key for spec in binder.kinds]
-    world = cache.trigger(*binder.kinds, name=NAME, when=binder.worth_a_pass())
+    every_kind = cache.trigger(*binder.kinds, name=NAME, when=binder.worth_a_pass())
     driver: PassDriver[Lane, Lane]
 
     def stop(lane: Lane) -> Stop:
         return lambda: driver.preempted(lane)
 
-    passes = {lane: _bound(run, stop(lane), binder.prepare) for lane, run in binder.lanes().items()}
+    passes = {lane: _prepared(run, stop(lane), binder.prepare) for lane, run in binder.lanes().items()}
     driver = PassDriver(
         NAME, LaneWork(passes), cache=cache, lanes=LANES,
-        triggers={lane: [world] for lane in LANES if lane is not VERIFY},
+        triggers={lane: [every_kind] for lane in LANES if lane is not VERIFY},
         clock=clock or LoopClock(), metrics=PassMetrics.on(registry), config=config,
         needs={lane: needs for lane in LANES}, companions=[("events", binder.events.run)], scope=binder.term,
     )

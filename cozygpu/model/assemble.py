@@ -843,7 +843,7 @@ class Assembly:
             if old is not None and device is not None and _alike(old, device):
                 # A request, an answer, an attachment's details: the same units, usage and index buckets.
                 self._devices[key] = device
-                self._wait(key, device)
+                self._track_waiting(key, device)
                 if device.attachment is not None:
                     attached_vmis.add((device.namespace, device.attachment.vmi))
                 continue
@@ -946,7 +946,7 @@ class Assembly:
                 self._unsettled.add(key)
                 self._unsettled_by_name.setdefault(resource or "", set()).add(key)
                 self._unsettled_frozen.pop(resource or "", None)
-            self._wait(key, device)
+            self._track_waiting(key, device)
         else:
             self._devices.pop(key, None)
             if key in self._unsettled:
@@ -1014,7 +1014,7 @@ class Assembly:
         else:
             self._stopped_sizes.pop(class_name, None)
 
-    def _wait(self, key: DeviceKey, device: DeviceView) -> None:
+    def _track_waiting(self, key: DeviceKey, device: DeviceView) -> None:
         """The device is one an answer pass acts on (Pending, or asking) or not."""
         if device.phase is Phase.PENDING or device.unanswered_request:
             self._waiting.add(key)

@@ -5,7 +5,7 @@
                                                         is the refusal's (``metric_reason``), "" when allowed
     cozygpu_admission_duration_seconds{webhook}         request read → answer written
     cozygpu_admission_bind_wait_seconds{result}         bind request written → the binder's answer seen
-    cozygpu_webhook_read_model_rebuilds_total{reason}   the webhooks' model built again from the stores, by why
+    cozygpu_webhook_read_model_rebuilds_total{reason}   the process's read model (the webhooks') built again, by why
 """
 
 from __future__ import annotations

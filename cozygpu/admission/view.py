@@ -2,8 +2,8 @@
 
 Why: the webhooks answer on every replica from their own cache, never by
 listing the API per request, and ask the same model functions as the binder
-and the catalog. The snapshot is kept up to date from the cache's events as
-the binder's is (``LiveSnapshot``): a device event re-derives only what that
+and the catalog. The snapshot is the process's one read model, the binder's too
+(``ReadModel``), kept up to date from the cache's events: a device event re-derives only what that
 device touches, a Node heartbeat (the kubelet's, kwok's) changes nothing,
 and the few changes an update cannot take (a class's new resource name, a
 namespace, KubeVirt; docs/read-model.md) take every view again, through
@@ -23,19 +23,17 @@ anyway), served but not synced is ``NotReady``.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Final
 
-from cozygpu.base.clock import Clock, LoopClock
+from cozygpu.base.clock import Clock
 from cozygpu.cache.cache import Cache
 from cozygpu.cache.errors import KindNotServed, NotSynced
-from cozygpu.cache.kinds import KindSpec
 from cozygpu.model.capacity import DEFAULT_LAUNCHER_GRACE
 from cozygpu.model.snapshot import Snapshot
 from cozygpu.views import specs
-from cozygpu.views.live import LiveSnapshot, Source
+from cozygpu.views.readmodel import ReadModel
 
 #: Seconds a snapshot is reused while nothing changed.
 MAX_AGE: Final = 1.0
@@ -49,42 +47,24 @@ class NotReady(Exception):
 
 
 class SnapshotSource:
-    """The snapshot of one cache, kept up to date from its events."""
+    """What the webhooks read of the process's read model (``ReadModel``; one of their own when none is given)."""
 
     def __init__(self, cache: Cache, *, hoster_names: Sequence[str] = (),
                  launcher_grace: timedelta = DEFAULT_LAUNCHER_GRACE, clock: Clock | None = None,
-                 on_rebuild: Callable[[str], None] | None = None) -> None:
-        self._cache = cache
-        #: Report freshness and the kept snapshot's age are read on it (injected: a test moves time).
-        self._clock: Clock = clock if clock is not None else LoopClock()
+                 on_rebuild: Callable[[str], None] | None = None, model: ReadModel | None = None) -> None:
         # The binder's grace: a launcher window keeps units off orders here exactly as long as there (R-MOD-7).
-        self._live = LiveSnapshot(hoster_names=hoster_names, launcher_grace=launcher_grace, on_rebuild=on_rebuild)
-        #: The kept snapshot and when it was taken.
-        self._kept: tuple[float, Snapshot] | None = None
-        #: One refresh at a time: a rebuild in slices must not be entered again from another webhook call.
-        self._refreshing = asyncio.Lock()
-        for kind, spec in specs.SNAPSHOT_SPECS.items():  # for the cache's life, as the webhooks are
-            cache.add(spec).subscribe(self._live.handler(kind))
-
-    def _source(self, spec: KindSpec) -> Source | None:
-        try:
-            store = self._cache.store(spec)
-        except KindNotServed:
-            if spec in OPTIONAL:
-                return None
-            raise NotReady(f"{spec.key} is not served") from None
-        except NotSynced:
-            raise NotReady(f"this replica's cache of {spec.key} has not synced yet; try again shortly") from None
-        return Source(store, store.list, store.get)
+        self.model = model if model is not None else ReadModel(cache, hoster_names=hoster_names,
+                                                               launcher_grace=launcher_grace, clock=clock)
+        if on_rebuild is not None:
+            self.model.on_rebuild(on_rebuild)
 
     async def snapshot(self) -> Snapshot:
-        """The model of this replica's cache now; a rebuild (a first list, a class's new resource name) runs in slices
-        with the event loop let go between them, one at a time (webhook calls meanwhile wait for it)."""
-        kept = self._kept
-        if kept is not None and not self._live.dirty and self._clock.now() - kept[0] < MAX_AGE:
-            return kept[1]
-        async with self._refreshing:
-            sources = {kind: self._source(spec) for kind, spec in specs.SNAPSHOT_SPECS.items()}
-            snapshot = await self._live.refreshed(now=self._clock.wall(), sources=sources)
-            self._kept = (self._clock.now(), snapshot)
-            return snapshot
+        """The model of this replica's cache now (kept up to ``MAX_AGE`` while nothing changed); a rebuild (a
+        first list, a class's new resource name) runs in slices, one at a time (webhook calls meanwhile wait
+        for it). ``NotReady`` while a kind it needs is not synced, or a required one not served."""
+        try:
+            return await self.model.snapshot(max_age=MAX_AGE)
+        except KindNotServed as error:
+            raise NotReady(f"{error.kind} is not served") from None
+        except NotSynced as error:
+            raise NotReady(f"this replica's cache of {error.kind} has not synced yet; try again shortly") from None

@@ -38,6 +38,7 @@ from cozygpu.base.clock import Clock
 from cozygpu.cache.cache import Cache
 from cozygpu.kube import Client
 from cozygpu.model.capacity import DEFAULT_LAUNCHER_GRACE
+from cozygpu.views.readmodel import ReadModel
 
 DEVICE_PATH: Final = "/validate-gpudevice"
 DEVICE_MUTATE_PATH: Final = "/mutate-gpudevice"
@@ -73,12 +74,14 @@ class AdmissionConfig:
 
 class AdmissionWebhooks:
     def __init__(self, cache: Cache, client: Client, config: AdmissionConfig, *,
-                 registry: CollectorRegistry | None = None, clock: Clock | None = None) -> None:
+                 registry: CollectorRegistry | None = None, clock: Clock | None = None,
+                 model: ReadModel | None = None) -> None:
+        """``model``: the process's read model, the binder's too (one of their own when None)."""
         self.config = config
         self.metrics = metrics = AdmissionMetrics.on(registry) if registry is not None else None
         self.source = SnapshotSource(cache, hoster_names=config.hoster_names, launcher_grace=config.launcher_grace,
                                      clock=clock, on_rebuild=(lambda why: metrics.rebuilds.labels(why).inc())
-                                     if metrics is not None else None)
+                                     if metrics is not None else None, model=model)
         self.devices = DeviceWebhook(self.source)
         self.finalizers = DeviceFinalizerWebhook()
         self.vmis = VMIWebhook(cache, client, self.source, VMIConfig(

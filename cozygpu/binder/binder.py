@@ -34,7 +34,7 @@ from cozygpu.api import meta
 from cozygpu.base.clock import Clock
 from cozygpu.base.logging import get_logger
 from cozygpu.binder import usage
-from cozygpu.binder.assumed import Assumed, StaleWrites
+from cozygpu.binder.assumed import StaleWrites
 from cozygpu.binder.context import BinderConfig, Context
 from cozygpu.binder.housekeeping import (
     AttachmentsWork,
@@ -60,7 +60,7 @@ from cozygpu.passes.driver import Lane, Progress
 from cozygpu.passes.writes import Writes
 from cozygpu.views import specs
 from cozygpu.views.decode import resource_claim_view
-from cozygpu.views.live import LiveSnapshot
+from cozygpu.views.readmodel import ReadModel
 
 __all__ = ["LANES", "Binder", "BinderConfig"]
 
@@ -106,15 +106,21 @@ class Binder:
     """The binder's works over the shared cache (see the module docstring)."""
 
     def __init__(self, cache: Cache, client: Client, config: BinderConfig, *, clock: Clock,
-                 metrics: BinderMetrics | None = None) -> None:
+                 metrics: BinderMetrics | None = None, model: ReadModel | None = None) -> None:
+        """``model``: the process's read model, the webhooks' too (one of its own when None)."""
         self._cache = cache
         self._config = config
         #: The Events of its writes, sent off the placement path (``run`` it beside the passes).
         self.events = EventRecorder(client, instance=config.identity, capacity=config.event_queue,
                                     on_dropped=self._events_dropped)
         self._metrics = metrics
-        self._context = Context(cache, client, config, clock, metrics, self.events,
-                                Assumed(lambda: cache.store(specs.GPU_DEVICES)), self._new_live())
+        if model is None:
+            model = ReadModel(cache, hoster_names=config.hoster_names, report_stale_after=config.report_stale_after,
+                              launcher_grace=config.launcher_grace, clock=clock, follow=config.gpu_enabled)
+        if metrics is not None:
+            model.on_rebuild(lambda why: metrics.rebuilds.labels(why).inc())
+        model.on_invalid(self._invalid)
+        self._context = Context(cache, client, config, clock, metrics, self.events, model)
         for spec in self.kinds:
             cache.add(spec)
         self.placement = PlacementWork(self._context)
@@ -127,27 +133,18 @@ class Binder:
         self.verifier = VerifyWork(self._context)
         self._unsubscribe: list[Callable[[], None]] = []
 
-    def _new_live(self) -> LiveSnapshot:
-        config = self._config
-        metrics = self._metrics
-        counted = (lambda why: metrics.rebuilds.labels(why).inc()) if metrics is not None else None
-        return LiveSnapshot(hoster_names=config.hoster_names, report_stale_after=config.report_stale_after,
-                            launcher_grace=config.launcher_grace, on_invalid=self._invalid, on_rebuild=counted)
-
     # -- the term -------------------------------------------------------------------------
 
     def start(self) -> None:
-        """A term starts: the works follow the cache's events from now on, from a model built afresh."""
+        """A term starts: the works follow the cache's events from now on (the read model follows them for
+        the cache's life), with no write of an earlier term assumed."""
         if self._unsubscribe:
             return
         context, cache = self._context, self._cache
-        context.live = self._new_live()
-        context.assumed.clear()
+        context.model.forget_assumed()
         unsubscribe = [cache.informer(specs.GPU_DEVICES).subscribe(self._device_changed),
                        cache.informer(specs.VMIS).subscribe(self.finalizers.vmi_changed)]
         if self._config.gpu_enabled:
-            for kind, spec in specs.SNAPSHOT_SPECS.items():
-                unsubscribe.append(cache.informer(spec).subscribe(context.live.handler(kind)))
             unsubscribe.append(cache.informer(specs.GPU_NODES).subscribe(self.reports.gpunode_changed))
         self._unsubscribe = unsubscribe
         devices = self._devices_or_empty()
@@ -162,7 +159,7 @@ class Binder:
         for work in (self.placement, self.claims, self.attachments, self.ledger, self.finalizers, self.usage,
                      self.reports, self.verifier):
             work.stopped()
-        self._context.assumed.clear()
+        self._context.model.forget_assumed()
 
     @contextlib.contextmanager
     def term(self) -> Iterator[None]:
@@ -238,9 +235,14 @@ class Binder:
         each pass."""
         await self._context.prepare()
 
-    def snapshot(self) -> tuple[Snapshot, Mapping[DeviceKey, Obj], bool]:
-        """The snapshot of this instant, the raw devices it was built from, and whether VMIs are served."""
-        return self._context.snapshot()
+    @property
+    def model(self) -> ReadModel:
+        """The read model it decides on (the process's, when the controller shares one with the webhooks)."""
+        return self._context.model
+
+    async def snapshot(self) -> tuple[Snapshot, Mapping[DeviceKey, Obj], bool]:
+        """The snapshot of now, the raw devices it was built from, and whether VMIs are served."""
+        return await self._context.snapshot()
 
     async def answer_pass(self, writes: Writes) -> None:
         """A placement pass."""

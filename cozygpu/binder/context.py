@@ -8,10 +8,7 @@ from datetime import timedelta
 
 import attrs
 
-from cozygpu import keys
-from cozygpu.api import meta
 from cozygpu.base.clock import Clock
-from cozygpu.binder.assumed import Assumed, DevicesAsWritten
 from cozygpu.binder.metrics import BinderMetrics
 from cozygpu.binder.patcher import Sent, Write, send
 from cozygpu.binder.recorder import DEFAULT_CAPACITY, EventRecorder
@@ -25,6 +22,7 @@ from cozygpu.model.snapshot import DeviceKey, Snapshot
 from cozygpu.passes.writes import Writes
 from cozygpu.views import specs
 from cozygpu.views.live import LiveSnapshot, Source
+from cozygpu.views.readmodel import Assumed, ReadModel
 
 
 @attrs.frozen(kw_only=True)
@@ -64,8 +62,8 @@ def optional(cache: Cache, spec: KindSpec) -> Sequence[Obj] | None:
 
 @attrs.define
 class Context:
-    """Shared by the works of one binder (see the module docstring). ``live`` is replaced at each term's
-    start: the model follows the cache's events only while the binder leads."""
+    """Shared by the works of one binder (see the module docstring). ``model`` is the process's read model
+    (the webhooks' too), its device writes assumed over the cache while a term lasts."""
 
     cache: Cache
     client: Client
@@ -73,16 +71,22 @@ class Context:
     clock: Clock
     metrics: BinderMetrics | None
     events: EventRecorder
-    assumed: Assumed
-    live: LiveSnapshot
+    model: ReadModel
+
+    @property
+    def live(self) -> LiveSnapshot:
+        return self.model.live
+
+    @property
+    def assumed(self) -> Assumed:
+        return self.model.assumed
 
     def assume(self, write: Write, answer: Obj) -> bool:
         """A device the binder wrote, read back by every work until the cache shows it (``Assumed``): a
         work after the writer decides on it without waiting for the watch; other kinds are not assumed."""
         if write.kind != specs.GPU_DEVICES:
             return False
-        self.assumed.add(meta.key(answer), answer)
-        self.live.changed(keys.GPUDEVICE_KIND, None, answer)
+        self.model.assume(answer)
         return True
 
     async def send(self, writes: Iterable[Write], record: Writes, *, stop: Callable[[], bool] | None = None) -> Sent:
@@ -90,35 +94,20 @@ class Context:
         return await send(self.client, writes, record, stop=stop or (lambda: False), assume=self.assume)
 
     def sources(self) -> dict[str, Source | None]:
-        """Each snapshot kind's store (None while the VMI or KubeVirt kind is not served)."""
-        sources: dict[str, Source | None] = {}
-        for kind, spec in specs.SNAPSHOT_SPECS.items():
-            try:
-                store = self.cache.store(spec)
-            except KindNotServed:
-                if spec not in specs.OPTIONAL_SNAPSHOT_SPECS:
-                    raise
-                sources[kind] = None
-                continue
-            if spec == specs.GPU_DEVICES:  # the binder's own writes assumed
-                sources[kind] = Source(store, self.assumed.objects, self.assumed.get)
-            else:
-                sources[kind] = Source(store, store.list, store.get)
-        return sources
+        """Each snapshot kind's store (None while the VMI or KubeVirt kind is not served), the binder's own
+        device writes over the device store."""
+        return self.model.sources()
 
     async def prepare(self) -> None:
-        """Bring the live model up to date before a pass takes its snapshot: a rebuild (a first list, a
-        class change) runs in slices with the event loop let go between them (``LiveSnapshot.refreshed``),
-        so the replica's watches and webhooks are not stalled behind it; ``snapshot`` right after (no
-        await between) takes what is left as an update."""
+        """Bring the model up to date before a pass takes its snapshot: a rebuild (a first list, a class's
+        new resource name) runs in slices with the event loop let go between them, so the replica's
+        watches and webhooks are not stalled behind it."""
         if self.config.gpu_enabled:
-            await self.live.refreshed(now=self.clock.wall(), sources=self.sources())
+            await self.model.snapshot()
 
-    def snapshot(self) -> tuple[Snapshot, Mapping[DeviceKey, Obj], bool]:
-        """The snapshot of this instant, the raw devices it was built from (the store read by key, the
-        binder's own writes assumed), and whether VMIs are served. Kept up to date from the cache's
-        events (``LiveSnapshot``): a pass converts and re-derives only what changed."""
-        sources = self.sources()
-        snapshot = self.live.snapshot(now=self.clock.wall(), sources=sources)
-        devices = self.cache.store(specs.GPU_DEVICES)
-        return snapshot, DevicesAsWritten(devices, self.assumed), sources[specs.VMIS.kind] is not None
+    async def snapshot(self) -> tuple[Snapshot, Mapping[DeviceKey, Obj], bool]:
+        """The snapshot of now, the raw devices it was built from (the store read by key, the binder's own
+        writes assumed), and whether VMIs are served. Kept up to date from the cache's events: a pass
+        converts and re-derives only what changed."""
+        snapshot = await self.model.snapshot()
+        return snapshot, self.model.devices(), self.cache.is_served(specs.VMIS)

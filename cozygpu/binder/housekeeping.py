@@ -119,7 +119,7 @@ class AttachmentsWork:
         context = self._context
         if not context.config.gpu_enabled:
             return Progress.DONE
-        snapshot, objects, served = context.snapshot()
+        snapshot, objects, served = await context.snapshot()
         if not served:
             return Progress.DONE  # nothing can be judged: the placement work says so on the devices (R-BIND-7)
         # Only the attached devices whose verdict may have moved (the rest are settled: see attachments).
@@ -204,7 +204,7 @@ class LedgerWork:
         context = self._context
         if not context.config.gpu_enabled:
             return Progress.DONE
-        snapshot, objects, _served = context.snapshot()
+        snapshot, objects, _served = await context.snapshot()
         judged = self._judged(snapshot)
         planned = ledger.ledger_writes(snapshot, objects, judged, now=snapshot.now)
         sends = [Write(kind=specs.GPU_DEVICES, path=device_status_path(w.key), body={"status": w.status},
@@ -347,7 +347,7 @@ class ReportsWork:
         context = self._context
         if not context.config.gpu_enabled:
             return Progress.DONE
-        snapshot, _objects, _served = context.snapshot()
+        snapshot, _objects, _served = await context.snapshot()
         if self._whole_at is None or snapshot.now - self._whole_at >= context.config.whole_plan_every:
             self._whole_at = snapshot.now
             self._memo.forget()  # now and then every GPUNode judged again, whatever the change log says
@@ -417,7 +417,7 @@ class ClaimsWork:
         inputs = self._inputs.now()
         if inputs == self._inputs.clean:
             return Progress.DONE
-        snapshot, _objects, _served = context.snapshot()
+        snapshot, _objects, _served = await context.snapshot()
         plan = claims.claims_plan(snapshot, context.live.dra)
         seen = {key: obj for key in {step.device for step in plan.steps} | set(plan.release)
                 if (obj := store.get(*key)) is not None}
@@ -481,7 +481,7 @@ class VerifyWork:
 
     async def verify(self) -> str | None:
         context = self._context
-        drift = await context.live.verify(now=context.clock.wall(), sources=context.sources())
+        drift = await context.model.verify()
         if drift is not None:
             log.warning("the live read model drifted from the stores; rebuilt", first_difference=drift)
             if context.metrics is not None:

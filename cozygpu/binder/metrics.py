@@ -12,8 +12,8 @@
                                                      server refused one, or the term ended first
     cozygpu_read_model_drift_total                   checks that found the live read model off a build from the
                                                      stores (each repaired by a rebuild; expected to stay 0)
-    cozygpu_binder_read_model_rebuilds_total{reason} the binder's model built again from the stores, by why (a
-                                                     store listed again, a class or namespace changed, ...)
+    cozygpu_binder_read_model_rebuilds_total{reason} the process's read model (the webhooks' too) built again from
+                                                     the stores, by why (a store listed again, a namespace, ...)
 
 The gauges follow each reports pass's snapshot (the view the pass decided on,
 so they trail its own writes by one pass) and only the leader's; a replica

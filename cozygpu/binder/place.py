@@ -126,7 +126,7 @@ class PlacementWork:
         """One placement cycle: R-BIND-5 in order over the sets whose inputs changed since the last."""
         if not self._context.config.gpu_enabled:
             return
-        snapshot, objects, served = self._context.snapshot()
+        snapshot, objects, served = await self._context.snapshot()
         self._remind_window(snapshot.window_closes, snapshot.now)
         await self.verify_attachments(snapshot, objects, served, writes)
         # Now and then a plan over everything, whatever the view would keep.

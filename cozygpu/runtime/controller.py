@@ -64,6 +64,7 @@ from cozygpu.runtime.selfsigned import self_signed_context
 from cozygpu.runtime.servers import SCRAPE_LIMITS, Endpoint, Readiness, metrics_app, probe_app, serve
 from cozygpu.runtime.settings import SettingsPublisher
 from cozygpu.runtime.webhook import ServingCertificate, webhook_app
+from cozygpu.views.readmodel import ReadModel
 
 _log = get_logger("cozygpu.controller")
 
@@ -130,6 +131,10 @@ class Controller:
         #: Who may read /metrics: the API server reviews each caller's token (R-LEDGER-3).
         self.scrape_auth = ScrapeAuth(ApiReviewer(client), registry=self.registry)
         self.webhook_app = webhook_app() if options.enable_gpu else None
+        #: The one read model of the process, the webhooks' and the binder's (with GPU; none is read without).
+        self.model = ReadModel(self.cache, hoster_names=options.gpu_resource_names,
+                               launcher_grace=dt.timedelta(seconds=options.launcher_grace)) \
+            if options.enable_gpu else None
         #: The GPUDevice, VMI and launcher-pod webhooks, on every replica, over the shared cache (R-ADM).
         self.admission: AdmissionWebhooks | None = None
         if self.webhook_app is not None:
@@ -137,7 +142,7 @@ class Controller:
                 namespace=options.namespace, bind_wait=options.bind_wait, timeout=options.webhook_timeout,
                 raw_names=options.raw_gpu_names, attachment_grace=dt.timedelta(seconds=options.attachment_grace),
                 launcher_grace=dt.timedelta(seconds=options.launcher_grace),
-                hoster_names=options.gpu_resource_names), registry=self.registry)
+                hoster_names=options.gpu_resource_names), registry=self.registry, model=self.model)
             self.admission.install(self.webhook_app)
         #: The hold ledger's figures, on every replica from its webhook model (R-LEDGER-1).
         self.ledger_metrics = LedgerMetrics.on(self.registry, self.admission.source) \
@@ -169,7 +174,8 @@ class Controller:
             identity=options.identity, gpu_enabled=options.enable_gpu,
             attachment_grace=dt.timedelta(seconds=options.attachment_grace),
             launcher_grace=dt.timedelta(seconds=options.launcher_grace),
-            hoster_names=options.gpu_resource_names), clock=LoopClock(), metrics=BinderMetrics.on(self.registry))
+            hoster_names=options.gpu_resource_names), clock=LoopClock(), metrics=BinderMetrics.on(self.registry),
+            model=self.model)
         self.binder_driver = binder_driver(self.binder, self.cache, registry=self.registry)
         self.leader_runnables: list[LeaderRunnable] = [LeaderRunnable(publisher.name, publisher.run),
                                                        LeaderRunnable(BINDER, self.binder_driver.run)]

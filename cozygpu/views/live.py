@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Generator, Iterable, Mapping
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
@@ -469,18 +469,16 @@ class LiveSnapshot:
             self._pods.add(key)
         return True
 
-    async def verify(self, *, now: datetime, sources: Mapping[str, Source | None],
+    async def verify(self, *, now: datetime, live: Snapshot, objects: Mapping[str, Sequence[Obj]],
                      budget: float = DEFAULT_SLICE) -> str | None:
-        """Build the model again from the stores and compare it with the live one (R-BIND-1's safety net).
+        """Build the model again from ``objects`` and compare it with ``live`` (R-BIND-1's safety net).
 
-        The live snapshot and the stores' objects are taken in one step of the event loop, so both are
-        of the same instant; the views are then converted afresh (no memo: a memo fault must not hide)
+        ``live`` and the stores' ``objects`` must be of one instant (taken in one step of the event loop,
+        ``ReadModel.verify``); the views are then converted afresh (no memo: a memo fault must not hide)
         and derived by a new assembly, in slices of about ``budget`` seconds with the loop let go
         between. On a difference the next snapshot is rebuilt from the stores; the first differing
         field and key are returned.
         """
-        live = await self.refreshed(now=now, sources=sources, budget=budget)
-        objects = {kind: list(source.objects()) if source is not None else [] for kind, source in sources.items()}
         fresh = Assembly(hoster_names=self._hoster, report_stale_after=self._stale_after, launcher_grace=self._grace)
         built, _ = await in_slices(_derived(fresh, now, objects, None, None), budget)
         drift = await in_slices(_differences(live, built), budget)
@@ -593,7 +591,7 @@ class LiveSnapshot:
         return snapshot
 
 
-def _derived(assembly: Assembly, now: datetime, objects: Mapping[str, list[Obj]], on_invalid: InvalidHandler | None,
+def _derived(assembly: Assembly, now: datetime, objects: Mapping[str, Sequence[Obj]], on_invalid: InvalidHandler | None,
              memo: ViewMemo | None) -> Generator[None, None, tuple[Snapshot, DraTracker]]:
     """Every object converted (through ``memo`` when given) and derived by ``assembly``, in steps; and the DRA
     tracker of those objects."""

@@ -23,19 +23,19 @@ async def test_a_broken_delta_is_counted_and_repaired_by_the_check_against_the_s
     node = await world.node("n1", 4)
     try:
         async with running_binder(admin) as running:
-            running.binder.snapshot()  # the live model, built from the stores
+            await running.binder.snapshot()  # the live model, built from the stores
             assert await running.binder.verify_model() is None
             monkeypatch.setattr(Assembly, "_refresh_node", lambda self, node: None)
             held = await world.order("held", 3, status=world.held("n1"))
             await seen_by(running, specs.GPU_DEVICES.key, held)
-            snapshot, _, _ = running.binder.snapshot()
+            snapshot, _, _ = await running.binder.snapshot()
             assert snapshot.capacity[node][world.resource].held == 0, "the broken delta missed the hold"
 
             assert await running.binder.verify_model() == f"capacity[{node!r}]"
             [family] = running.metrics.drift.collect()
             assert [s.value for s in family.samples if s.name == "cozygpu_read_model_drift_total"] == [1.0]
             monkeypatch.undo()
-            repaired, _, _ = running.binder.snapshot()
+            repaired, _, _ = await running.binder.snapshot()
             assert repaired.capacity[node][world.resource].held == 3
     finally:
         await world.cleanup()

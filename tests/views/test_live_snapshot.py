@@ -516,16 +516,24 @@ def test_a_new_nodes_first_report_of_known_names_is_an_update_and_of_a_new_name_
     assert world.live.last_step == "rebuild", "a name no one had: the effective GPU names grow"
 
 
+async def verify(world: World) -> str | None:
+    """The safety net over the world's stores, as ``ReadModel.verify`` takes it: the live snapshot and the
+    objects of one instant."""
+    live = world.live.snapshot(now=world.now, sources=world.sources())
+    objects = {kind: list(store.values()) for kind, store in world.stores.items()}
+    return await world.live.verify(now=world.now, live=live, objects=objects, budget=0)
+
+
 async def test_the_safety_net_finds_a_broken_delta_names_where_and_the_next_snapshot_is_repaired(
         monkeypatch: pytest.MonkeyPatch) -> None:
     world = World()
     seed(world)
     assert_same(world)
-    assert await world.live.verify(now=world.now, sources=world.sources(), budget=0) is None
+    assert await verify(world) is None
     # A delta broken on purpose: a node's capacity is no longer refreshed when a device changes it.
     monkeypatch.setattr(Assembly, "_refresh_node", lambda self, node: None)
     apply(world, ("device", "d0", "tenant-a", "a", 2, "Bound", "n1", None, False, False, False))
-    drift = await world.live.verify(now=world.now, sources=world.sources(), budget=0)
+    drift = await verify(world)
     assert drift == "capacity['n1']"
     monkeypatch.undo()
     assert_same(world)

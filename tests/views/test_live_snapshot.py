@@ -387,13 +387,19 @@ def test_a_device_attached_to_a_running_vmi_takes_its_launchers_units_off_raw_us
         assert world.live.last_step == "update of 1 device(s)"
 
 
-def test_a_vmi_change_is_an_update_and_a_launcher_asking_for_no_gpu_coming_or_going_is_a_rebuild() -> None:
+def running_vm() -> World:
+    """The seeded world with VM vm1 running on n1: its launcher p1 asking for its two units, d0 attached."""
     world = World()
     seed(world)
     world.put("VirtualMachineInstance", vmi("vm1", "tenant-a", uid="vmi-uid-vm1", active=("p1",), node_name="n1"))
     world.put("Pod", pod("p1", "tenant-a", resource=RESOURCES[0], units=2, node_name="n1", phase="Running"))
     apply(world, ("device", "d0", "tenant-a", "a", 2, "Bound", "n1", "vm1", True, False, False))
     assert_same(world)
+    return world
+
+
+def test_a_vmi_change_is_an_update_and_a_launcher_asking_for_no_gpu_coming_or_going_is_a_rebuild() -> None:
+    world = running_vm()
     # A VMI starting (no launcher yet), one moving node with the same pod, and one going: updates, never a rebuild.
     steps: tuple[Callable[[], None], ...] = (
                  lambda: world.put("VirtualMachineInstance", vmi("vm2", "tenant-a", uid="u2", active=(),
@@ -430,12 +436,7 @@ def test_a_vmi_change_is_an_update_and_a_launcher_asking_for_no_gpu_coming_or_go
 def test_a_vm_stop_whose_launcher_goes_before_its_vmi_stops_listing_it_is_an_update() -> None:
     """KubeVirt's order of a stop: the launcher pod is deleted while the VMI still lists it, then the VMI goes.
     Neither step changes which pods the snapshot holds, so neither rebuilds (each did, on every VM stop)."""
-    world = World()
-    seed(world)
-    world.put("VirtualMachineInstance", vmi("vm1", "tenant-a", uid="vmi-uid-vm1", active=("p1",), node_name="n1"))
-    world.put("Pod", pod("p1", "tenant-a", resource=RESOURCES[0], units=2, node_name="n1", phase="Running"))
-    apply(world, ("device", "d0", "tenant-a", "a", 2, "Bound", "n1", "vm1", True, False, False))
-    assert_same(world)
+    world = running_vm()
     world.put("Pod", None, ("tenant-a", "p1"))
     assert_same(world)
     assert world.live.last_step == "update of 0 device(s) and 1 pod(s)"

@@ -42,7 +42,7 @@ from cozygpu.model.placement import (
     Stay,
     device_sets,
 )
-from cozygpu.model.refusals import Refusal
+from cozygpu.model.refusals import Reason, Refusal
 from cozygpu.model.snapshot import DeviceKey, Ledger, Phase, Snapshot
 
 Obj = Mapping[str, Any]
@@ -102,6 +102,11 @@ class _Decided:
     answer: Answer | None = None
 
 
+def _gather_refused(cause: Refusal | None) -> bool:
+    """A loss's cause that is only a set's want of room on one node (R-BIND-4's gather), no reason to leave."""
+    return cause is not None and cause.reason is Reason.NO_NODE_WITH_ROOM
+
+
 def _fold(actions: Iterable[Action]) -> dict[DeviceKey, _Decided]:
     decided: dict[DeviceKey, _Decided] = {}
     for action in actions:
@@ -111,8 +116,13 @@ def _fold(actions: Iterable[Action]) -> dict[DeviceKey, _Decided]:
             continue
         entry = decided.setdefault(action.device, _Decided())
         if isinstance(action, Bind | MarkLost):
+            if isinstance(action, Bind) and action.cause is None and _gather_refused(entry.cause):
+                # Sent Lost earlier in this plan only because its split set found no room to gather, then
+                # placed with its set: a gather, whose condition says so (not the room it lacked a moment ago).
+                entry.cause = None
+            else:
+                entry.cause = action.cause or entry.cause
             entry.place = action
-            entry.cause = action.cause or entry.cause
         elif isinstance(action, KeepPending):
             entry.pending = action
         else:

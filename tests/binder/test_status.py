@@ -6,7 +6,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from cozygpu.binder.status import BOUND_CONDITION, NORMAL, WARNING, plan_writes
-from cozygpu.model.placement import plan_pass
+from cozygpu.model import refusals
+from cozygpu.model.placement import Bind, MarkLost, PassPlan, plan_pass
 from cozygpu.model.snapshot import DeviceView, Phase, Snapshot
 from tests.model.factories import NOW, device, gpu_nodes, node, snapshot
 
@@ -112,3 +113,25 @@ def test_a_condition_keeps_its_transition_time_while_its_status_holds() -> None:
     conditions = group.devices[0].status["conditions"]
     assert bound(group.devices[0].status)["lastTransitionTime"] == "2026-01-01T00:00:00Z"
     assert {"type": "Other", "status": "True"} in conditions
+
+
+def test_a_set_sent_lost_for_want_of_room_to_gather_then_placed_in_the_same_plan_says_it_gathered() -> None:
+    """Restore finds no node for a split set and sends it Lost; the answer to its start then finds one (the
+    members' own units freed): the API server sees a move that gathers the set, and the condition says so —
+    not 'Moved' with the room it lacked a moment before (the chaos audit counted that as a move without a
+    reason of its own). A loss for a reason of its own (capacity lost) stays the move's cause."""
+    snap = snapshot(devices=[device("d1", phase=Phase.BOUND, node="n2", vmi="vm"),
+                             device("d2", phase=Phase.BOUND, node="n3", vmi="vm")],
+                    nodes=[node("n1"), node("n2"), node("n3")])
+    key = ("tenant-a", "d1")
+    no_room = refusals.no_node_for_set("VMI tenant-a/vm", needs="2 of nvidia.com/X", candidates=3)
+    plan = PassPlan(actions=(MarkLost(device=key, previous="n2", cause=no_room), Bind(device=key, node="n1")))
+    (group,) = plan_writes(plan, snap, objects(snap), now=NOW)
+    condition = bound(group.devices[0].status)
+    assert condition["reason"] == "Gathered"
+    assert condition["message"] == "moved from node n2 to node n1 to join the rest of VMI tenant-a/vm"
+    lost = refusals.capacity_lost("n2", resource_name="nvidia.com/X", served=1, in_use=2)
+    plan = PassPlan(actions=(MarkLost(device=key, previous="n2", cause=lost), Bind(device=key, node="n1")))
+    (group,) = plan_writes(plan, snap, objects(snap), now=NOW)
+    condition = bound(group.devices[0].status)
+    assert (condition["reason"], condition["message"]) == ("Moved", f"moved from node n2 to node n1: {lost.message}")

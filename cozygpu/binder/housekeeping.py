@@ -154,10 +154,10 @@ class LedgerWork:
     """Keeps each hold's ledger and applies its class's idle-hold rule (``binder.ledger``).
 
     A pass judges the holds the model's change log says moved since the last clean pass (a device, or its
-    VMI or launcher), and those whose warning or release fell due (a heap of deadlines, with a reminder for
-    the soonest); every hold after a rebuild, a new term, and every ``whole_plan_every``, ``WHOLE_SLICE`` of
-    them a pass (``Progress.MORE`` until done: 10,000 holds judged at once held the event loop ~80 ms,
-    ``bench/bench_ledger.py``).
+    VMI or launcher), those whose warning or release fell due (a heap of deadlines, with a reminder for
+    the soonest), and those whose write the last pass did not get taken; every hold after a rebuild, a new
+    term, and every ``whole_plan_every``, ``WHOLE_SLICE`` of them a pass (``Progress.MORE`` until done:
+    10,000 holds judged at once held the event loop ~80 ms, ``bench/bench_ledger.py``).
     """
 
     #: Holds of a whole judgement judged per pass.
@@ -170,6 +170,9 @@ class LedgerWork:
         #: The holds of a whole judgement not judged yet.
         self._backlog: list[DeviceKey] = []
         self._deadlines: list[tuple[datetime, DeviceKey]] = []
+        #: Holds whose write the last pass did not get taken (refused, left when a placement pass was due, or
+        #: dropped): judged again next pass, whatever the change log says — their due deadline was spent.
+        self._again: set[DeviceKey] = set()
         self._reminder: Cancellable | None = None
         self._on_due: Callable[[], None] | None = None
 
@@ -179,6 +182,7 @@ class LedgerWork:
 
     def stopped(self) -> None:
         self._last, self._whole_at, self._deadlines, self._backlog = None, None, [], []
+        self._again = set()
         if self._reminder is not None:
             self._reminder.cancel()
             self._reminder = None
@@ -196,6 +200,8 @@ class LedgerWork:
                 judged.update(snapshot.devices_by_vmi.get(vmi, ()))
         while self._deadlines and self._deadlines[0][0] <= now:
             judged.add(heapq.heappop(self._deadlines)[1])
+        judged |= self._again
+        self._again = set()
         judged.update(self._backlog[-self.WHOLE_SLICE:])
         del self._backlog[-self.WHOLE_SLICE:]
         return judged
@@ -210,6 +216,9 @@ class LedgerWork:
         sends = [Write(kind=specs.GPU_DEVICES, path=device_status_path(w.key), body={"status": w.status},
                        resource_version=w.resource_version, what="/".join(w.key), tag=w) for w in planned]
         sent = await context.send(sends, writes, stop=stop)
+        for write in (*sent.refused, *sent.left, *sent.dropped):
+            assert isinstance(write.tag, DeviceWrite)
+            self._again.add(write.tag.key)
         for write, answer in sent.written:
             device_write = write.tag
             assert isinstance(device_write, DeviceWrite)

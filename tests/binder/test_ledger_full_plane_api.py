@@ -133,7 +133,11 @@ async def test_an_idle_hold_is_warned_then_released_freeing_its_budget_and_a_vm_
         async def warned(name: str) -> dict[str, Any] | None:
             return condition(await world.device(name), EXPIRING_CONDITION)
 
-        kept_warning = await eventually(lambda: warned("kept"), timeout=40, what="kept warned")
+        try:
+            kept_warning = await eventually(lambda: warned("kept"), timeout=40, what="kept warned")
+        except AssertionError:
+            held = {name: status(await world.device(name)) for name in ("running", "kept", "idle", "late")}
+            raise AssertionError(f"kept never warned; the holds: {held}") from None
         assert "will be released at" in kept_warning["message"]
         await start_vm(admin, world, "kept", "vm-kept")
         idle_warning = await eventually(lambda: warned("idle"), timeout=40, what="idle warned")

@@ -507,26 +507,6 @@ def test_a_report_that_keeps_its_names_is_an_update_of_that_node_and_new_names_a
     assert world.live.last_step == "rebuild"
 
 
-def test_reports_taken_together_that_drop_every_copy_of_a_name_are_a_rebuild() -> None:
-    """Two nodes report a name nobody else has; each report alone may drop it (the other still has it), but
-    both dropping it before one snapshot would shrink the effective names: judged together, a rebuild."""
-    world = World()
-    seed(world)
-    extra = "example.com/TWO_NODES"
-    for name in ("n1", "n2"):
-        world.put(keys.GPUNODE_KIND, report(name, {RESOURCES[0]: 4, extra: 1}, reported=world.now))
-    assert_same(world)
-    world.put(keys.GPUNODE_KIND, report("n1", {RESOURCES[0]: 4}, reported=world.now))
-    assert_same(world)
-    assert world.live.last_step == "update of 0 device(s) and 1 report(s)", "n2 still has it"
-    world.put(keys.GPUNODE_KIND, report("n1", {RESOURCES[0]: 4, extra: 1}, reported=world.now))
-    assert_same(world)
-    for name in ("n1", "n2"):
-        world.put(keys.GPUNODE_KIND, report(name, {RESOURCES[0]: 4}, reported=world.now))
-    assert_same(world)
-    assert world.live.last_step == "rebuild"
-
-
 def test_a_new_nodes_first_report_of_known_names_is_an_update_and_of_a_new_name_a_rebuild() -> None:
     """A fleet growing by thousands of nodes of one GPU kind must not rebuild the model per node."""
     world = World()

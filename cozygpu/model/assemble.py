@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import bisect
 import heapq
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import Generator, Iterable, Mapping, MutableMapping
 from datetime import datetime, timedelta
 from typing import Any, Final, TypeVar
@@ -520,11 +520,6 @@ class Assembly:
         self._namespaces = {n.name: n for n in namespaces}
         self._names = derive_effective_names(hoster=self._hoster, classes=self._classes.values(),
                                              inventories=self._inventories.values(), permitted=permitted)
-        #: The effective names that are so whatever the reports say (hoster, classes, KubeVirt), and how many
-        #: reports name each name: a report may drop a name while some other source still has it.
-        self._names_not_reported = derive_effective_names(hoster=self._hoster, classes=self._classes.values(),
-                                                          permitted=permitted)
-        self._reported = Counter(n for i in self._inventories.values() for n in i.resource_names)
         self._permitted = permitted
         self._budgets: dict[str, TenantBudgets] = {}
         for namespace, hard in (quotas or {}).items():
@@ -692,23 +687,23 @@ class Assembly:
         return (before is not None and after is not None and before.resource_names == after.resource_names
                 and before.served.keys() == after.served.keys())
 
-    def takes_reports(self, inventories: Mapping[str, NodeInventory]) -> bool:
-        """Whether ``update`` can take these reports (node -> its report) together: the effective GPU names
-        (R-MOD-9, a union over the hoster's, the classes', KubeVirt's and every report's) stay what they
-        are. So each report names only effective names (a new node of a known kind, or a node's first real
-        report after an empty one), and a name the reports drop is still had by another report or source."""
-        dropped: Counter[str] = Counter()
-        for name, inventory in inventories.items():
-            before = self._inventories.get(name)
-            if before is not None and self.same_names(before, inventory):
-                continue
-            if not (inventory.resource_names <= self._names and inventory.served.keys() <= self._names):
-                return False
-            if before is not None:
-                dropped.update(before.resource_names - inventory.resource_names)
-                dropped.subtract(inventory.resource_names - before.resource_names)
-        return not any(n in self._names and n not in self._names_not_reported and self._reported[n] - k <= 0
-                       for n, k in dropped.items() if k > 0)
+    @staticmethod
+    def adds_names_only(before: NodeInventory | None, after: NodeInventory | None) -> bool:
+        """A report change that drops none of the node's names (it may add some, or keep them all)."""
+        return (before is not None and after is not None and before.resource_names <= after.resource_names
+                and before.served.keys() <= after.served.keys())
+
+    def takes_report(self, name: str, inventory: NodeInventory) -> bool:
+        """Whether ``update`` can take this report of node ``name``: one that keeps its names, or a first
+        report, or one that only adds names, whose names are all effective GPU names already (a new node
+        of a known kind, or a node's first real report after an empty one: the effective names are a
+        union over reports, so they stay what they were)."""
+        before = self._inventories.get(name)
+        if before is not None and self.same_names(before, inventory):
+            return True
+        if before is not None and not self.adds_names_only(before, inventory):
+            return False
+        return inventory.resource_names <= self._names and inventory.served.keys() <= self._names
 
     def takes_class(self, gpu_class: GPUClassView) -> bool:
         """Whether ``update`` can take this class: one it holds, that keeps its resource name and sells
@@ -737,11 +732,10 @@ class Assembly:
         pods that start or stop being its launchers ask for extended resources,
         or are gone): their usage is judged again with the launcher index
         patched; a pod that two VMIs list takes a rebuild (``ValueError``). A
-        report change must leave the effective names as they are (``takes_reports``:
-        names already known, and a name dropped still had by another report or
-        source; a first report too): its units, names, time and freshness move
-        that one node's capacity and the availability there (otherwise
-        ``ValueError``). A Node's
+        report change must keep the node's names, or only add names already
+        known (``takes_report``; a first report too): its units, its time and
+        its freshness move that one node's capacity and the availability there
+        (otherwise ``ValueError``). A Node's
         view (labels, taints, Ready, cordon) moves only which classes may use
         it: the availability of the classes of the names it serves. A pod
         change (by namespace and name; None when it is gone or no longer one
@@ -760,9 +754,10 @@ class Assembly:
         self._now = now
         self._generation += 1
         generation, log = self._generation, self._log
-        if inventories and not self.takes_reports(inventories):
-            raise ValueError(f"GPUNode {', '.join(sorted(inventories))}: the effective resource names would change; "
-                             "rebuild")
+        if inventories:
+            for name, inventory in inventories.items():
+                if not self.takes_report(name, inventory):
+                    raise ValueError(f"GPUNode {name}: its resource names changed; rebuild")
         for gpu_class in (classes or {}).values():
             if not self.takes_class(gpu_class):
                 raise ValueError(f"GPUClass {gpu_class.name}: new, gone, or its resource name or source changed; "
@@ -780,10 +775,6 @@ class Assembly:
                 del self._dra_groups[name]
         if inventories:
             for name, inventory in inventories.items():
-                previous = self._inventories.get(name)
-                if previous is not None:
-                    self._reported.subtract(previous.resource_names)
-                self._reported.update(inventory.resource_names)
                 self._inventories[name] = self._freshened(inventory, now)
                 self._report_deadline(name, self._inventories[name])
                 self._touched_nodes.add(name)

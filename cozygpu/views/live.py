@@ -318,10 +318,10 @@ class LiveSnapshot:
                 pass
         if kind == keys.GPUNODE_KIND and new is not None:
             try:
-                # A report that leaves the effective names as they are (keeps its names, adds known ones, as a
-                # node's first real report after the empty one its GPUNode was made with, or drops one another
-                # report still has), or a new node's first one: the update tells for sure (it rebuilds if not).
-                if old is None or self._assembly.takes_reports({_key_of(new)[1]: node_inventory(new)}):
+                # A report that keeps its names or only adds some (a node's first real report after the
+                # empty one its GPUNode was made with), or a new node's first one: the update tells whether
+                # the names are known; it rebuilds when they are not.
+                if old is None or Assembly.adds_names_only(node_inventory(old), node_inventory(new)):
                     self._reports.add(_key_of(new))
                     return
             except ValueError:

@@ -707,6 +707,11 @@ async def test_faults_one_after_another_under_a_stream_of_orders_starts_and_stop
     breaches = [b for phase in phases for b in phase.breaches()]
     # Never two leaders' decisions in one term, across every fault (the fence, not leader election).
     breaches += [f"leaders: {b}" for b in interleaved_decisions(replicas.processes.started)]
+    if breaches:  # what each replica decided and why, for the next reader of a failure
+        logs = tmp_path / "replicas.log"
+        logs.write_text("".join(f"{process.identity} (process {index}): {line}\n"
+                                for index, process in enumerate(replicas.processes.started) for line in process.raw))
+        breaches.append(f"every replica's log: {logs}")
     assert not breaches, "\n".join(breaches)
     # The run did what it claims: VMs ran through the faults, nodes filled up and orders were refused for it.
     assert any(p.audit is not None and p.audit.running for p in phases), "no VM ran: nothing was at stake"

@@ -21,7 +21,7 @@ from cozygpu.model.capacity import DEFAULT_LAUNCHER_GRACE, DEFAULT_REPORT_STALE_
 from cozygpu.model.snapshot import DeviceKey, Snapshot
 from cozygpu.passes.writes import Writes
 from cozygpu.views import specs
-from cozygpu.views.live import LiveSnapshot, Source
+from cozygpu.views.live import LiveSnapshot
 from cozygpu.views.readmodel import Assumed, ReadModel
 
 
@@ -92,11 +92,6 @@ class Context:
     async def send(self, writes: Iterable[Write], record: Writes, *, stop: Callable[[], bool] | None = None) -> Sent:
         """``patcher.send`` through this binder's client, its device writes assumed."""
         return await send(self.client, writes, record, stop=stop or (lambda: False), assume=self.assume)
-
-    def sources(self) -> dict[str, Source | None]:
-        """Each snapshot kind's store (None while the VMI or KubeVirt kind is not served), the binder's own
-        device writes over the device store."""
-        return self.model.sources()
 
     async def prepare(self) -> None:
         """Bring the model up to date before a pass takes its snapshot: a rebuild (a first list, a class's

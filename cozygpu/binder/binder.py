@@ -230,11 +230,6 @@ class Binder:
 
     # -- the passes, for a caller without a driver (tests, benchmarks) -------------------------
 
-    async def prepare(self) -> None:
-        """The read model brought up to date, a rebuild in slices (``Context.prepare``): the driver's, before
-        each pass."""
-        await self._context.prepare()
-
     @property
     def model(self) -> ReadModel:
         """The read model it decides on (the process's, when the controller shares one with the webhooks)."""

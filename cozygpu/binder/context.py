@@ -93,16 +93,9 @@ class Context:
         """``patcher.send`` through this binder's client, its device writes assumed."""
         return await send(self.client, writes, record, stop=stop or (lambda: False), assume=self.assume)
 
-    async def prepare(self) -> None:
-        """Bring the model up to date before a pass takes its snapshot: a rebuild (a first list, a class's
-        new resource name) runs in slices with the event loop let go between them, so the replica's
-        watches and webhooks are not stalled behind it."""
-        if self.config.gpu_enabled:
-            await self.model.snapshot()
-
     async def snapshot(self) -> tuple[Snapshot, Mapping[DeviceKey, Obj], bool]:
         """The snapshot of now, the raw devices it was built from (the store read by key, the binder's own
         writes assumed), and whether VMIs are served. Kept up to date from the cache's events: a pass
-        converts and re-derives only what changed."""
+        converts and re-derives only what changed; a rebuild runs in slices, the event loop let go between."""
         snapshot = await self.model.snapshot()
         return snapshot, self.model.devices(), self.cache.is_served(specs.VMIS)

@@ -19,10 +19,10 @@
   passes (``EventRecorder``): a placement cycle never waits for them.
 - Read-your-writes (R-BIND-2) is the driver's; no pass starts before the
   cache knows every kind the binder reads.
-- Before each pass the read model is brought up to date (``Binder.prepare``):
-  a rebuild (a first list, a class change) runs in slices with the event
-  loop let go between them, so the replica's watches and webhooks never
-  wait behind a whole derivation.
+- Each pass's snapshot brings the read model up to date (``ReadModel.snapshot``):
+  a rebuild (a first list, a class's new resource name) runs in slices with
+  the event loop let go between them, so the replica's watches and webhooks
+  never wait behind a whole derivation.
 """
 
 from __future__ import annotations
@@ -42,10 +42,8 @@ from cozygpu.passes.writes import Writes
 NAME = "binder"
 
 
-def _prepared(run: Callable[[Writes, Stop], Awaitable[Progress | None]], stop: Stop,
-           prepare: Callable[[], Awaitable[None]]) -> LanePass:
+def _pass(run: Callable[[Writes, Stop], Awaitable[Progress | None]], stop: Stop) -> LanePass:
     async def lane_pass(writes: Writes) -> Progress | None:
-        await prepare()  # a rebuild of the read model in slices, before the pass's snapshot
         return await run(writes, stop)
 
     return lane_pass
@@ -61,7 +59,7 @@ def binder_driver(binder: Binder, cache: Cache, *, registry: CollectorRegistry, 
     def stop(lane: Lane) -> Stop:
         return lambda: driver.preempted(lane)
 
-    passes = {lane: _prepared(run, stop(lane), binder.prepare) for lane, run in binder.lanes().items()}
+    passes = {lane: _pass(run, stop(lane)) for lane, run in binder.lanes().items()}
     driver = PassDriver(
         NAME, LaneWork(passes), cache=cache, lanes=LANES,
         triggers={lane: [every_kind] for lane in LANES if lane is not VERIFY},

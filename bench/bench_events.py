@@ -5,13 +5,15 @@
 In-process, on the code as it stands: the real ``Binder`` over a real
 ``Cache``, faked at the client boundary only (``bench/fakeapi.py``: LIST and
 WATCH from memory, the binder's own patches, creates and deletes echoed back
-as watch events with new resourceVersions). The full lane's trigger is the
-one ``binder_driver`` builds (``cache.trigger(*binder.kinds, name=NAME,
-when=binder.worth_a_pass())``), the answer lane is what ``on_request`` asks
-for, and a held-back report's reminder asks for the full lane, as on the
-driver; the bench runs the passes those lanes ask for itself, answer lane
-first, and waits before each pass until the cache has seen the last pass's
-writes, as the driver does (R-BIND-2). Time is a ``FakeClock`` moved by hand
+as watch events with new resourceVersions). The binder's own lanes
+(``binder.LANES``) are asked for as ``binder_driver`` asks for them: the
+trigger it builds (``cache.trigger(*binder.kinds, name=NAME,
+when=binder.worth_a_pass())``) asks for every lane but the check, a bind
+request or new order for placement, a key's time coming (a held-back report,
+an idle-hold deadline) for its work's lane; the bench runs the lanes asked
+for itself, in the driver's order, each until it says it is done, and waits
+before each pass until the cache has seen the last pass's writes, as the
+driver does (R-BIND-2). Time is a ``FakeClock`` moved by hand
 (1.01 s before each event, so a report held back by ``report_every`` is due
 again and nothing goes stale).
 
@@ -40,10 +42,11 @@ Per event kind, ``--reps`` times each (median), after the system is quiet:
 For each it prints the time to fold the event (the reflector's whole
 handling: transform, freeze, store, indexes, every handler —
 ``LiveSnapshot.changed``, the binder's — and the triggers'
-predicates), whether it fired the full lane and the answer lane, the pass it
-causes (the first pass run after it: the answer pass for a request or a new
-order, else the full pass) and what followed until nothing was asked for
-(passes caused by the echoes of its writes: a class report, a finalizer).
+predicates), whether it fired the trigger and asked for placement, the
+placement pass it caused (for a request or a new order: the answer), and
+every pass until nothing was asked for (each lane's, and those the echoes of
+its writes caused: a class report, a finalizer), summed: what the event
+costs the binder.
 Then the from-scratch snapshot build (a fresh ``LiveSnapshot``: nothing
 memoised) and a rebuild with a warm memo (what a pass pays when the live
 snapshot must be derived again). Last, the issue's table per size with the
@@ -92,7 +95,8 @@ from bench.fakeapi import FakeApi, Obj, merge  # noqa: E402
 from cozygpu import keys  # noqa: E402
 from cozygpu.base.clock import FakeClock  # noqa: E402
 from cozygpu.binder import reports  # noqa: E402
-from cozygpu.binder.binder import Binder, BinderConfig  # noqa: E402
+from cozygpu.binder.assumed import StaleWrites  # noqa: E402
+from cozygpu.binder.binder import LANES, LEDGER, PLACEMENT, REPORTS, VERIFY, Binder, BinderConfig  # noqa: E402
 from cozygpu.binder.loop import NAME  # noqa: E402
 from cozygpu.binder.metrics import BinderMetrics  # noqa: E402
 from cozygpu.cache.cache import Cache  # noqa: E402
@@ -100,7 +104,7 @@ from cozygpu.cache.errors import KindNotServed  # noqa: E402
 from cozygpu.cache.reflector import ReflectorSettings  # noqa: E402
 from cozygpu.cache.triggers import Trigger  # noqa: E402
 from cozygpu.kube import errors, resource_path  # noqa: E402
-from cozygpu.passes.driver import Lane  # noqa: E402
+from cozygpu.passes.driver import Lane, Progress  # noqa: E402
 from cozygpu.passes.writes import Writes  # noqa: E402
 from cozygpu.views import specs  # noqa: E402
 from cozygpu.views.live import LiveSnapshot, Source, build_snapshot  # noqa: E402
@@ -271,13 +275,20 @@ class PassRecord:
 class Sample:
     kind: str
     fold: float
-    full: bool
-    answer: bool
+    #: The trigger fired (every lane but the check asked for), and placement was asked for.
+    triggered: bool
+    placement_asked: bool
     passes: tuple[PassRecord, ...]
 
     @property
-    def first(self) -> PassRecord | None:
-        return self.passes[0] if self.passes else None
+    def placement(self) -> PassRecord | None:
+        """The first placement pass it caused."""
+        return next((p for p in self.passes if p.lane is PLACEMENT), None)
+
+    @property
+    def seconds(self) -> float:
+        """Every pass it caused, summed."""
+        return sum(p.seconds for p in self.passes)
 
 
 class Rig:
@@ -291,16 +302,24 @@ class Rig:
         self.cache = Cache(api, registry=registry, clock=clock,
                            settings=ReflectorSettings(inactivity_timeout=1e9))  # the fake clock is moved by hand
         self.binder = Binder(self.cache, api, self.config, clock=clock, metrics=BinderMetrics.on(registry))
-        # The full lane's trigger, as ``binder_driver`` builds it.
+        # The trigger and the requests, as ``binder_driver`` builds them.
         self.trigger: Trigger = self.cache.trigger(*self.binder.kinds, name=NAME, when=self.binder.worth_a_pass())
-        self.asked: dict[Lane, set[str]] = {Lane.ANSWER: set(), Lane.FULL: set()}
-        self.binder.on_request(lambda: self.ask(Lane.ANSWER, "bind request"))
-        self.binder.reports.on_due(lambda: self.ask(Lane.FULL, "reports due"))
+        self.asked: dict[Lane, set[str]] = {lane: set() for lane in LANES}
+        self.passes = self.binder.lanes()
+        self.binder.on_request(lambda: self.ask(PLACEMENT, "bind request"))
+        self.binder.reports.on_due(lambda: self.ask(REPORTS, "reports due"))
+        self.binder.ledger.on_due(lambda: self.ask(LEDGER, "idle-hold deadline"))
         #: While an event is profiled: one profile per lane of the passes it causes (the fold is not in them).
         self.profiles: dict[Lane, cProfile.Profile] | None = None
 
     def ask(self, lane: Lane, why: str) -> None:
         self.asked[lane].add(why)
+
+    def ask_all(self, why: str) -> None:
+        """Every lane but the check, as the driver's trigger asks for them."""
+        for lane in LANES:
+            if lane is not VERIFY:
+                self.ask(lane, why)
 
     async def synced(self) -> None:
         served = [s for s in self.binder.kinds if s.group in ("", keys.GROUP, "kubevirt.io")]
@@ -327,11 +346,9 @@ class Rig:
         try:
             if profiler is not None:
                 profiler.enable()
-            if lane is Lane.ANSWER:
-                await self.binder.answer_pass(writes)
-            else:
-                await self.binder.full_pass(writes)
-        except errors.Conflict as err:
+            if await self.passes[lane](writes, lambda: False) is Progress.MORE:
+                self.ask(lane, "more")
+        except (errors.Conflict, StaleWrites) as err:
             outcome = "requeued"
             self.ask(lane, f"requeued: {err}")
         except Exception as err:  # the driver logs and backs off; the bench shows it
@@ -347,13 +364,13 @@ class Rig:
         return PassRecord(lane, seconds, wrote, outcome)
 
     async def settle(self) -> list[PassRecord]:
-        """Run the passes asked for, answer lane first, until nothing is asked (bounded)."""
+        """Run the lanes asked for, in the driver's order, until nothing is asked (bounded)."""
         passes: list[PassRecord] = []
         for _ in range(MAX_PASSES):
             await self.drain()
             if self.trigger.poll() is not None:
-                self.ask(Lane.FULL, "trigger")
-            lane = next((lane for lane in (Lane.ANSWER, Lane.FULL) if self.asked[lane]), None)
+                self.ask_all("trigger")
+            lane = next((lane for lane in LANES if self.asked[lane]), None)
             if lane is None:
                 return passes
             self.asked[lane].clear()
@@ -372,10 +389,10 @@ class Rig:
         folded = len(self.api.folds)
         happen()
         await self.drain()
-        full = self.trigger.poll() is not None
-        if full:
-            self.ask(Lane.FULL, "trigger")
-        answer = bool(self.asked[Lane.ANSWER])
+        triggered = self.trigger.poll() is not None
+        if triggered:
+            self.ask_all("trigger")
+        placement = bool(self.asked[PLACEMENT])
         fold = sum(seconds for _, seconds in self.api.folds[folded:])
         self.profiles = {} if profile else None
         try:
@@ -384,7 +401,7 @@ class Rig:
             profiles, self.profiles = self.profiles, None
         if profiles:
             print_profile(kind, len(self.api.objects.get(NODES, {})), profiles)
-        return Sample(kind, fold, full, answer, tuple(passes))
+        return Sample(kind, fold, triggered, placement, tuple(passes))
 
     def sources(self, identity: Callable[[object], object]) -> dict[str, Source | None]:
         """What ``Binder.snapshot`` hands its live snapshot, each store under ``identity(store)``."""
@@ -526,36 +543,42 @@ class Row:
 
     @property
     def fired(self) -> int:
-        return sum(s.full for s in self.samples)
+        return sum(s.triggered for s in self.samples)
 
     @property
     def answered(self) -> int:
-        return sum(s.answer for s in self.samples)
+        return sum(s.placement_asked for s in self.samples)
 
     @property
-    def caused(self) -> list[PassRecord]:
-        return [first for s in self.samples if (first := s.first) is not None]
+    def placement_ms(self) -> float | None:
+        """The placement pass it caused (for a request or an order: the answer), median."""
+        found = [p.seconds for s in self.samples if (p := s.placement) is not None]
+        return statistics.median(found) * 1000 if found else None
 
     @property
     def pass_ms(self) -> float | None:
-        caused = self.caused
-        return statistics.median(p.seconds for p in caused) * 1000 if caused else None
+        """Every pass it caused, summed, median (None: it caused none)."""
+        caused = [s.seconds for s in self.samples if s.passes]
+        return statistics.median(caused) * 1000 if caused else None
 
     @property
     def lane(self) -> str:
-        lanes = sorted({p.lane.value for p in self.caused})
-        return "/".join(lanes) or "—"
+        seen = {p.lane for s in self.samples for p in s.passes}
+        return "/".join(lane.value for lane in LANES if lane in seen) or "—"
 
     @property
     def cost_ms(self) -> float:
-        """Folding plus the pass it causes (what a decision costs), median over samples."""
-        return statistics.median(s.fold + (s.first.seconds if s.first else 0.0) for s in self.samples) * 1000
+        """Folding plus every pass it causes (what the event costs the binder), median over samples."""
+        return statistics.median(s.fold + s.seconds for s in self.samples) * 1000
 
     @property
-    def then(self) -> tuple[float, float]:
-        """Median passes after the first, and their median total ms."""
-        return (statistics.median(max(0, len(s.passes) - 1) for s in self.samples),
-                statistics.median(sum(p.seconds for p in s.passes[1:]) for s in self.samples) * 1000)
+    def answer_ms(self) -> float:
+        """Folding plus the placement pass it causes (what an answer waits for), median over samples."""
+        return statistics.median(s.fold + (p.seconds if (p := s.placement) else 0.0) for s in self.samples) * 1000
+
+    @property
+    def count(self) -> float:
+        return statistics.median(len(s.passes) for s in self.samples)
 
     @property
     def writes(self) -> float:
@@ -599,18 +622,18 @@ def print_size(result: SizeResult, reps: int) -> None:
     warm = result.warmup
     print(f"\n## N={result.n}: world loaded in {result.setup_s:.1f} s, cache synced in {result.sync_s:.1f} s; "
           f"warm-up: {len(warm)} pass(es), {sum(p.writes for p in warm)} write(s), "
-          f"first full pass {fmt(warm[0].seconds * 1000 if warm else None)} ms; median of {reps}")
-    print("| what happened | fold ms | full lane | answer lane | pass ms | its lane | then: passes, ms | writes |")
-    print("|---|---:|---:|---:|---:|---|---:|---:|")
+          f"its passes {fmt(sum(p.seconds for p in warm) * 1000)} ms; median of {reps}")
+    print("| what happened | fold ms | trigger | placement asked | placement pass ms | every pass ms | passes, lanes "
+          "| writes |")
+    print("|---|---:|---:|---:|---:|---:|---|---:|")
     for row in result.rows:
-        n_then, then_ms = row.then
         what = f" ({row.what})" if row.what else ""
         note = f"; not ok: {', '.join(sorted(row.outcomes))}" if row.outcomes else ""
         print(f"| {row.kind.label} | {fmt(row.fold_ms)} | {row.fired}/{len(row.samples)} | "
-              f"{row.answered}/{len(row.samples)} | {fmt(row.pass_ms)} | {row.lane} | "
-              f"{n_then:g}, {fmt(then_ms)} | {row.writes:g}{what}{note} |")
-    print(f"| from-scratch snapshot build (a fresh LiveSnapshot) | | | | {fmt(result.build_ms)} | | | |")
-    print(f"| snapshot rebuild, warm memo (a view changed) | | | | {fmt(result.rebuild_ms)} | | | |")
+              f"{row.answered}/{len(row.samples)} | {fmt(row.placement_ms)} | {fmt(row.pass_ms)} | "
+              f"{row.count:g}: {row.lane} | {row.writes:g}{what}{note} |")
+    print(f"| from-scratch snapshot build (a fresh LiveSnapshot) | | | | | {fmt(result.build_ms)} | | |")
+    print(f"| snapshot rebuild, warm memo (a view changed) | | | | | {fmt(result.rebuild_ms)} | | |")
 
 
 async def measure(n: int, *, reps: int, profile: bool = False) -> SizeResult:
@@ -627,7 +650,7 @@ async def measure(n: int, *, reps: int, profile: bool = False) -> SizeResult:
         await rig.synced()
         rig.binder.start()  # the works follow events in the term, as on the driver
         synced = time.perf_counter() - started
-        rig.ask(Lane.FULL, "start")  # the driver's first pass
+        rig.ask_all("start")  # the driver's first passes
         warmup = tuple(await rig.settle())
         rows = []
         for offset, kind in enumerate(KINDS):
@@ -694,7 +717,7 @@ def print_tables(results: Sequence[SizeResult]) -> None:
     sizes = [r.n for r in results]
     head = " | ".join(f"{n:,}" for n in sizes)
     span = f"{sizes[0]:,} → {sizes[-1]:,}"
-    print("\n## the pass each event causes, ms (median; the issue's table)")
+    print("\n## every pass each event causes, summed, ms (median; the issue's table)")
     print(f"| what happened | {head} | growth {span} |")
     print("|---|" + "---:|" * (len(sizes) + 1))
     for kind in KINDS:
@@ -725,7 +748,7 @@ def print_targets(results: Sequence[SizeResult]) -> None:
     print("\n## targets (ratio = figure / target; at most 1.00 is met)")
     fired = sum(r.row(KINDS[0].label).fired for r in results)
     total = sum(len(r.row(KINDS[0].label).samples) for r in results)
-    print(f"- a heartbeat starts no cycle: {fired} of {total} heartbeats fired the full lane "
+    print(f"- a heartbeat starts no cycle: {fired} of {total} heartbeats fired the trigger "
           f"({'met' if fired == 0 else 'missed'})")
     result, note = _at(results, 5000)
     row = result.row(KINDS[1].label)
@@ -735,7 +758,7 @@ def print_targets(results: Sequence[SizeResult]) -> None:
     small = next((r for r in results if r.n == 1000 and r.n < large.n), results[0])
     compared = note + (f" (compared with {small.n:,}, not 1,000)" if small.n != 1000 else "")
     for kind in (k for k in KINDS if k.answer):
-        a, b = small.row(kind.label).cost_ms, large.row(kind.label).cost_ms
+        a, b = small.row(kind.label).answer_ms, large.row(kind.label).answer_ms
         grown = b / a if a > 0 else math.inf
         print(f"- {kind.label.removeprefix('answer pass, ')} at {large.n:,} ≤ {GROWTH_TARGET:g}× its cost at "
               f"{small.n:,}{compared}: {fmt(b)} / {fmt(a)} ms = {grown:.2f}×; ratio {grown / GROWTH_TARGET:.2f}")

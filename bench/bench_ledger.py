@@ -10,9 +10,9 @@ idle, each with its ledger timestamps.
   the write back as a device whose units, usage and buckets did not move (``Assembly.update`` of one device
   whose ledger changed). Both should be flat in the fleet's size: the per-event target of the read-model
   issue (no full pass).
-- **the whole judgement** (every ``whole_plan_every``, 5 minutes, and at a term's start): every hold judged,
-  ``LedgerWork.WHOLE_SLICE`` of them a pass (the event loop is let go between slices): a slice's time is what
-  the loop waits, the whole for scale.
+- **every hold judged** (a term's first pass, and after a rebuild of the read model): the ledger work judges
+  its keys for ``reconciler.SLICE`` (5 ms) a pass and leaves the rest for the next (the event loop is let go
+  between them): how many holds one slice judges, and the whole for scale.
 - **a scrape (off the event loop)**: ``LedgerMetrics.collect`` of the fleet (figures, per-tenant sums, the
   two families) and its exposition by ``generate_latest``, which the metrics endpoint runs in a thread; the
   loop only brings the webhook model up to date first, as any webhook call does.
@@ -31,8 +31,8 @@ import attrs
 from prometheus_client import CollectorRegistry, generate_latest
 
 from cozygpu.base.clock import FakeClock
-from cozygpu.binder.housekeeping import LedgerWork
 from cozygpu.binder.ledger import ledger_writes
+from cozygpu.binder.reconciler import SLICE
 from cozygpu.model.assemble import Assembly
 from cozygpu.model.snapshot import (
     Attachment,
@@ -115,8 +115,7 @@ def measure(nodes: int, holds_per_node: int, runs: int) -> str:
 
     back = timed(read_back, runs * 20)
     every = timed(lambda: ledger_writes(snapshot, objects, snapshot.devices.keys(), now=NOW), max(3, runs // 3))
-    part = sorted(snapshot.devices)[:LedgerWork.WHOLE_SLICE]
-    slice_ = timed(lambda: ledger_writes(snapshot, objects, part, now=NOW), runs)
+    per_slice = SLICE * 1000 / (every / len(snapshot.devices))
 
     async def source() -> Snapshot:
         return snapshot
@@ -130,7 +129,7 @@ def measure(nodes: int, holds_per_node: int, runs: int) -> str:
     expose = timed(lambda: generate_latest(registry), max(3, runs // 3))
     series = text.count(b"\n") - text.count(b"\n#")
     return (f"{nodes:>6} {len(snapshot.devices):>6} | {one * 1000:>12.1f} µs {back * 1000:>16.1f} µs | "
-            f"{slice_:>8.1f} ms {every:>8.1f} ms | {collect:>12.1f} ms {expose:>9.1f} ms {series:>7}")
+            f"{per_slice:>11,.0f} {every:>8.1f} ms | {collect:>12.1f} ms {expose:>9.1f} ms {series:>7}")
 
 
 def main() -> None:
@@ -139,9 +138,9 @@ def main() -> None:
     parser.add_argument("--holds-per-node", type=int, default=2)
     parser.add_argument("--runs", type=int, default=9)
     args = parser.parse_args()
-    print(f"{'':>13} | {'per event (on the loop)':^35} | {'whole judgement':^20} | {'a scrape (off the loop)':^36}")
+    print(f"{'':>13} | {'per event (on the loop)':^35} | {'every hold judged':^20} | {'a scrape (off the loop)':^36}")
     print(f"{'nodes':>6} {'holds':>6} | {'one hold judged':>15} {'its write read back':>19} | "
-          f"{'a slice':>11} {'all':>8} | {'collect':>15} {'+ exposition':>12} {'series':>7}")
+          f"{'in a slice':>11} {'all':>11} | {'collect':>15} {'+ exposition':>12} {'series':>7}")
     for nodes in (int(n) for n in args.sizes.split(",")):
         print(measure(nodes, args.holds_per_node, args.runs), flush=True)
 

@@ -18,7 +18,7 @@ import attrs
 
 from cozygpu.api.conditions import find, of
 from cozygpu.api.meta import Obj, section, spec, status, text
-from cozygpu.api.times import rfc3339
+from cozygpu.api.times import parse_time, rfc3339
 from cozygpu.model.snapshot import Ledger, Phase
 
 # The phases' strings, read once (an enum member read through its class is slow on a hot path).
@@ -113,6 +113,11 @@ def attachment_vmi(obj: Obj | None) -> str:
 def attachment_uid(obj: Obj | None) -> str:
     """The VMI UID the attachment recorded ("" when none was)."""
     return text(section(status(obj), "attachment"), "uid")
+
+
+def attached_at(obj: Obj | None) -> datetime | None:
+    """When the attachment was made (``attachedAt``; None when not attached, or not said)."""
+    return parse_time(section(status(obj), "attachment").get("attachedAt"))
 
 
 # -- the status patches of placement ---------------------------------------------------------------

@@ -27,11 +27,10 @@ Contract (decided on the model's Snapshot, pure; ``attachment_writes`` are its w
   **unverified**, nothing is cleared or deleted, and the binder fails its
   pass (``AttachmentsUnverified``) rather than detach — a gap in discovery,
   not an absent VMI.
-- A pass judges only the attached devices whose verdict may have moved
-  (``AttachmentWatch``): those not *settled* when last judged, and those
-  whose device, VMI or launcher pods changed since (the model's change log).
-  A settled attachment has its VMI, with its UID recorded and the same: it
-  is kept whatever the time, until one of those changes.
+- Each device is judged on its own (``judge``): its writes, and when to
+  judge it again if nothing changes (an attachment waiting for its VMI, when
+  its grace ends). The binder's attachments work judges the devices whose
+  device, VMI or launcher pods changed (the model's change log), keyed.
 - Every write carries the resourceVersion of the object it was decided on:
   the clear is a merge patch of the status subresource, the deletion has a
   resourceVersion precondition. A Conflict or a vanished object is left to
@@ -156,77 +155,61 @@ def attached_devices(snapshot: Snapshot, among: Iterable[DeviceKey] | None = Non
     return [found for k in among if (found := snapshot.devices.get(k)) is not None and found.attachment is not None]
 
 
-def settled(snapshot: Snapshot, device: DeviceView) -> bool:
-    """Kept whatever the time, and nothing to record, until the device, its VMI or the VMI's pods change:
-    its VMI exists and the attachment knows that VMI's UID."""
+@attrs.frozen(kw_only=True)
+class Judged:
+    """One attached device's verdict: what to write (at most one detach or adopt), and in how many seconds
+    to judge it again when nothing else happens (None: when its device, VMI or launcher changes)."""
+
+    plan: AttachmentPlan = AttachmentPlan()
+    again_in: float | None = None
+
+
+def judge(snapshot: Snapshot, device: DeviceView, *, grace: timedelta, first_seen: datetime | None = None,
+          claimed: Callable[[], frozenset[tuple[str, str, str]]] | None = None) -> Judged:
+    """One device's attachment (see the module contract). ``first_seen``: for an attachment without
+    ``attachedAt``, when the binder first saw it (default: now, so it waits a whole grace); ``claimed``:
+    ``claimed_vmis`` of the snapshot, memoised by the caller across devices."""
     attachment = device.attachment
     if attachment is None or device.deleting:
-        return True
+        return Judged()  # a deleting device is the finalizer's to judge (R-BIND-9)
+    if claimed is None:
+        claimed = functools.cache(functools.partial(claimed_vmis, snapshot))
+    seen = first_seen or snapshot.now
+    why = _why_detach(snapshot, device, grace=grace, first_seen=seen, claimed=claimed)
+    if why is not None:
+        return Judged(plan=AttachmentPlan(detaches=(
+            Detach(device=device.key, vmi=attachment.vmi, reason=why, delete=device.template),)))
     vmi = snapshot.vmis.get((device.namespace, attachment.vmi))
-    return vmi is not None and bool(attachment.uid) and (not vmi.uid or vmi.uid == attachment.uid)
-
-
-class AttachmentWatch:
-    """Which attached devices a pass judges (see the module contract): the unsettled ones of the last
-    judgment, and the ones whose device, VMI or launcher pods the model's change log names since."""
-
-    def __init__(self) -> None:
-        self._seen: Snapshot | None = None
-        self._watch: set[DeviceKey] = set()
-
-    def candidates(self, snapshot: Snapshot) -> set[DeviceKey] | None:
-        """The keys to judge in ``snapshot``; None: every attached device (a first pass, or after a rebuild
-        or a refused write)."""
-        changes = snapshot.changes_since(self._seen) if self._seen is not None else None
-        if changes is None:
-            return None
-        by_vmi = snapshot.devices_by_vmi
-        return self._watch | changes.devices | {k for vmi in changes.vmis for k in by_vmi.get(vmi, ())}
-
-    def judged(self, snapshot: Snapshot, devices: Iterable[DeviceView], plan: AttachmentPlan,
-               skip: Iterable[DeviceKey], *, clean: bool) -> None:
-        """``devices`` were judged into ``plan`` on ``snapshot``; ``clean``: all its writes went through."""
-        if not clean:
-            self._seen, self._watch = None, set()
-            return
-        acted = {d.device for d in plan.detaches} | {a.device for a in plan.adopts}
-        self._watch = {d.key for d in devices if not settled(snapshot, d)} | acted | set(skip)
-        self._seen = snapshot
+    if not attachment.uid and vmi is not None and vmi.uid:
+        return Judged(plan=AttachmentPlan(adopts=(Adopt(device=device.key, vmi=attachment.vmi, uid=vmi.uid),)))
+    if vmi is None and not attachment.uid:  # waiting for its VMI: cleared when the grace ends, if it never came
+        since = attachment.attached_at or seen
+        return Judged(again_in=max((since + grace - snapshot.now).total_seconds(), 0.0))
+    return Judged()
 
 
 def plan_attachments(snapshot: Snapshot, *, vmis_served: bool, grace: timedelta,
                      first_seen: Mapping[DeviceKey, datetime] | None = None,
                      skip: Iterable[DeviceKey] = (), attached: Sequence[DeviceView] | None = None) -> AttachmentPlan:
-    """What to detach in ``snapshot`` (see the module contract).
-
-    ``first_seen`` gives, for attachments without ``attachedAt``, when the
-    binder first saw them (default: now, so they wait a whole grace).
-    ``skip`` are devices this pass already wrote: their view is stale, the
-    next pass judges them. ``attached``: the attached devices to judge
-    (default: every one).
-    """
+    """What to detach in ``snapshot``: ``judge`` of each attached device (every one, or ``attached``),
+    but those in ``skip`` (written by this pass already: their view is stale). While VMIs are not served,
+    every one is unverified."""
     if attached is None:
         attached = attached_devices(snapshot)
     if not vmis_served:
         return AttachmentPlan(unverified=tuple(sorted(d.key for d in attached)))
     skipped = set(skip)
     seen = first_seen or {}
-    detaches, adopts = [], []
+    detaches: list[Detach] = []
+    adopts: list[Adopt] = []
     # One walk of the pods a pass, and only when an attachment's VMI is gone.
     claimed = functools.cache(functools.partial(claimed_vmis, snapshot))
     for device in sorted(attached, key=lambda d: d.key):
-        if device.key in skipped or device.deleting:
-            continue  # a deleting device is the finalizer's to judge (R-BIND-9)
-        attachment = device.attachment
-        assert attachment is not None
-        why = _why_detach(snapshot, device, grace=grace, first_seen=seen.get(device.key, snapshot.now),
-                          claimed=claimed)
-        if why is not None:
-            detaches.append(Detach(device=device.key, vmi=attachment.vmi, reason=why, delete=device.template))
+        if device.key in skipped:
             continue
-        vmi = snapshot.vmis.get((device.namespace, attachment.vmi))
-        if not attachment.uid and vmi is not None and vmi.uid:
-            adopts.append(Adopt(device=device.key, vmi=attachment.vmi, uid=vmi.uid))
+        plan = judge(snapshot, device, grace=grace, first_seen=seen.get(device.key), claimed=claimed).plan
+        detaches += plan.detaches
+        adopts += plan.adopts
     return AttachmentPlan(detaches=tuple(detaches), adopts=tuple(adopts))
 
 

@@ -34,7 +34,6 @@ from cozygpu.api import meta
 from cozygpu.base.clock import Clock
 from cozygpu.base.logging import get_logger
 from cozygpu.binder import usage
-from cozygpu.binder.assumed import StaleWrites
 from cozygpu.binder.context import BinderConfig, Context
 from cozygpu.binder.housekeeping import (
     AttachmentsWork,
@@ -143,13 +142,18 @@ class Binder:
         context, cache = self._context, self._cache
         context.model.forget_assumed()
         unsubscribe = [cache.informer(specs.GPU_DEVICES).subscribe(self._device_changed),
-                       cache.informer(specs.VMIS).subscribe(self.finalizers.vmi_changed)]
+                       cache.informer(specs.VMIS).subscribe(self.finalizers.vmi_changed),
+                       cache.informer(specs.GPU_CLASSES).subscribe(self._class_changed),
+                       *(cache.informer(spec).subscribe(self.usage.changed)
+                         for spec in (usage.WORKLOADS, usage.WORKLOAD_MONITORS))]
         if self._config.gpu_enabled:
-            unsubscribe.append(cache.informer(specs.GPU_NODES).subscribe(self.reports.gpunode_changed))
+            unsubscribe.append(cache.informer(specs.GPU_NODES).subscribe(self.reports.changed))
         self._unsubscribe = unsubscribe
-        devices = self._devices_or_empty()
+        devices = self._listed(specs.GPU_DEVICES)
         self.attachments.started(devices)
         self.placement.started(devices)
+        self.finalizers.started(devices, self._listed(specs.GPU_CLASSES))
+        self.usage.started(devices, [*self._listed(usage.WORKLOADS), *self._listed(usage.WORKLOAD_MONITORS)])
 
     def close(self) -> None:
         """The term ends: no event is followed and nothing of the term is kept."""
@@ -171,12 +175,20 @@ class Binder:
 
     def _device_changed(self, event: Event) -> None:
         self.finalizers.device_changed(event)
+        self.usage.changed(event)
         self.attachments.device_changed(event)
         self.placement.device_changed(event)
 
-    def _devices_or_empty(self) -> list[Obj]:
+    def _class_changed(self, event: Event) -> None:
+        self.finalizers.class_changed(event)
+        self.usage.class_changed(event)
+        if self._config.gpu_enabled:
+            self.reports.changed(event)
+
+    def _listed(self, spec: KindSpec) -> list[Obj]:
+        """The kind's objects now (none while it is not listed yet: its first list's events come then)."""
         try:
-            return list(self._cache.store(specs.GPU_DEVICES).list())
+            return list(self._cache.store(spec).list())
         except (KindNotServed, NotSynced):
             return []
 
@@ -228,7 +240,7 @@ class Binder:
                 FINALIZERS: self.finalizers.run, USAGE: self.usage.run, REPORTS: self.reports.run,
                 VERIFY: self.verifier.run}
 
-    # -- the passes, for a caller without a driver (tests, benchmarks) -------------------------
+    # -- for a caller without a driver (tests, benchmarks) ---------------------------------------
 
     @property
     def model(self) -> ReadModel:
@@ -238,30 +250,6 @@ class Binder:
     async def snapshot(self) -> tuple[Snapshot, Mapping[DeviceKey, Obj], bool]:
         """The snapshot of now, the raw devices it was built from, and whether VMIs are served."""
         return await self._context.snapshot()
-
-    async def answer_pass(self, writes: Writes) -> None:
-        """A placement pass."""
-        await self.placement.run(writes, lane="answer")
-
-    async def full_pass(self, writes: Writes, *, sync_timeout: float = 30.0) -> None:
-        """Every work's pass in the driver's order, each to its end and each once the cache has seen the
-        writes before it but the assumed ones (every work reads those back itself; on the driver a
-        housekeeping work waits for them too); a write refused on its resourceVersion by any of them
-        requeues the whole (``StaleWrites`` once all have run)."""
-        stale = 0
-        try:
-            await self.placement.run(writes, lane="full")
-        except StaleWrites as error:
-            stale += error.count
-        for work in (self.claims, self.attachments, self.ledger, self.finalizers, self.usage, self.reports):
-            for key, version in writes.items(assumed=False):
-                await self._cache.wait_for_resource_version(key, version, timeout=sync_timeout)
-            try:
-                await work.run(writes)
-            except StaleWrites as error:
-                stale += error.count
-        if stale:
-            raise StaleWrites(stale)
 
     async def verify_model(self) -> str | None:
         """The safety net now (``VerifyWork.verify``): the first difference, or None."""

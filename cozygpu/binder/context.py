@@ -42,12 +42,6 @@ class BinderConfig:
     #: it is over, by a report pass asked for then. Reports are for people: under a stream of orders, a
     #: report per order doubled the binder's writes.
     report_every: timedelta = timedelta(seconds=1)
-    #: At most this many reports are judged due by one report pass; the rest by the next, which a reminder
-    #: asks for at once (a fleet's first reports are thousands of GPUNodes).
-    reports_per_pass: int = 32
-    #: At most this many GPUNodes are judged by one report pass, writes or not (about 5 ms of judging);
-    #: the rest by the next, asked for at once.
-    reports_judged_per_pass: int = 100
     #: Events queued at most for sending off the placement path; more are dropped and counted.
     event_queue: int = DEFAULT_CAPACITY
 

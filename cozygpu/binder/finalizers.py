@@ -19,19 +19,24 @@ Contract:
   ``metadata.finalizers`` preconditioned on the resourceVersion it was
   decided on, so a change never drops a finalizer someone added since. A
   Conflict or a vanished object is counted and left to the next pass.
-- ``FinalizerWork`` decides from what changed, not from the fleet: the
-  devices whose events came in since its last run, every device being
-  deleted when a VMI moved (only those can be kept by a VMI), and the classes
-  held, counted as device events come in. It gives what the ``*_changes``
-  functions give over everything (a property test holds it to them), and
-  looks at everything again after a start, a store replaced or a refused
-  write.
+- The binder's finalizers work decides object by object (``judge_device``,
+  ``judge_class``), keyed (``Key``): a device when its event comes, and the
+  classes it started or stopped holding (``keys_of_device_event``); the
+  deleting devices attached to a VMI when that VMI's event comes (only those
+  can be kept by a VMI); a class when its event comes; everything at a
+  term's start. Judged one by one, they give what the ``*_changes``
+  functions give over everything (a property test holds them to it).
+- A deleting device attached by the VMI webhook before its VMI existed (no
+  VMI UID recorded) keeps its finalizer until the attachment grace after
+  ``attachedAt``, VMI seen or not: the replica's VMI watch may not show the
+  VMI yet, and releasing the finalizer then deletes a device a VM is
+  starting with.
 """
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from datetime import datetime, timedelta
 from typing import Any
 
 import attrs
@@ -87,8 +92,14 @@ def vmi_uids(vmis: Iterable[Obj]) -> dict[tuple[str, str], str]:
     return {meta.key(v): meta.uid(v) for v in vmis}
 
 
-def in_use(device: Obj, vmis: Mapping[tuple[str, str], str] | None) -> bool:
-    """A VMI uses the device; with ``vmis`` None (kind not served) every attachment counts as in use."""
+def in_use(device: Obj, vmis: Mapping[tuple[str, str], str] | None, *, now: datetime | None = None,
+           grace: timedelta | None = None) -> bool:
+    """A VMI uses the device; with ``vmis`` None (kind not served) every attachment counts as in use.
+
+    An attachment with no VMI UID recorded was made by the VMI webhook before its VMI existed: with ``now``
+    and ``grace`` it counts as in use until the attachment grace after ``attachedAt`` is over, VMI seen or
+    not (this replica's VMI watch may not show the VMI yet; the attachments work clears an attachment whose
+    VMI never came)."""
     vmi = devices.attachment_vmi(device)
     if not vmi:
         return False
@@ -96,15 +107,28 @@ def in_use(device: Obj, vmis: Mapping[tuple[str, str], str] | None) -> bool:
         return True
     uid = vmis.get((meta.namespace(device), vmi))
     recorded = devices.attachment_uid(device)
-    return uid is not None and (not recorded or recorded == uid)
+    if uid is not None and (not recorded or recorded == uid):
+        return True
+    return not recorded and (until := unproven_until(device, grace)) is not None and now is not None and now < until
 
 
-def device_finalizer_changes(devices: Iterable[Obj], vmis: Mapping[tuple[str, str], str] | None
+def unproven_until(device: Obj, grace: timedelta | None) -> datetime | None:
+    """When an attachment with no VMI UID recorded stops counting as in use for want of its VMI (None: it
+    has a UID, or no time, or no grace is given)."""
+    at = devices.attached_at(device)
+    if grace is None or at is None or devices.attachment_uid(device):
+        return None
+    return at + grace
+
+
+def device_finalizer_changes(devices: Iterable[Obj], vmis: Mapping[tuple[str, str], str] | None, *,
+                             now: datetime | None = None, grace: timedelta | None = None
                              ) -> tuple[FinalizerChange, ...]:
-    """``vmis`` from :func:`vmi_uids`, or None while the VMI kind is not served."""
+    """``vmis`` from :func:`vmi_uids`, or None while the VMI kind is not served; ``now`` and ``grace`` as
+    :func:`in_use` takes them."""
     changes = []
     for device in devices:
-        keep = not meta.deleting(device) or in_use(device, vmis)
+        keep = not meta.deleting(device) or in_use(device, vmis, now=now, grace=grace)
         change = _change(device, keys.GPUDEVICE_PLURAL, keys.DEVICE_FINALIZER, keep=keep)
         if change is not None:
             changes.append(change)
@@ -150,80 +174,61 @@ def _held_class(obj: Obj | None) -> str | None:
     return _class_name(obj)
 
 
-class FinalizerWork:
-    """What the finalizers must look at again, kept from the cache's events (see the module docstring).
+#: What the finalizers work looks at: ``(plural, namespace, name)`` of a GPUDevice, or of a GPUClass (namespace
+#: "").
+Key = tuple[str, str, str]
 
-    Feed it every GPUDevice event (``device``) and every VMI event (``vmi``);
-    ``changes`` then decides over what moved, and ``done`` says whether its
-    writes all went through (if not, the next run looks at everything).
-    """
 
-    def __init__(self) -> None:
-        self._everything = True
-        self._devices: set[DeviceKey] = set()
-        #: Devices being deleted: a VMI's change may keep or release their finalizer.
-        self._deleting: set[DeviceKey] = set()
-        self._vmis_moved = False
-        #: Class name -> devices that hold it (Bound or Lost), as the events have them.
-        self._held: Counter[str] = Counter()
-        #: The last ``changes`` were not all written (or not yet): the next run looks at everything.
-        self._unfinished = False
+def device_key(namespace: str, name: str) -> Key:
+    return (keys.GPUDEVICE_PLURAL, namespace, name)
 
-    def everything(self) -> None:
-        """Look at every device and class next time (a start, a store replaced, a refused write)."""
-        self._everything = True
 
-    def device(self, old: Obj | None, new: Obj | None) -> None:
-        """A GPUDevice event: ``old`` and ``new`` states (None: absent)."""
-        either = new if new is not None else old
-        if either is None:
-            return
-        key = _device_key(either)
-        self._devices.add(key)
-        if new is not None and meta.deleting(new):
-            self._deleting.add(key)
-        else:
-            self._deleting.discard(key)
-        before, after = _held_class(old), _held_class(new)
-        if before != after:
-            if before is not None:
-                self._held[before] -= 1
-                if self._held[before] <= 0:
-                    del self._held[before]
-            if after is not None:
-                self._held[after] += 1
+def class_key(name: str) -> Key:
+    return (keys.GPUCLASS_PLURAL, "", name)
 
-    def vmi(self) -> None:
-        """A VMI event: the devices being deleted are looked at again."""
-        self._vmis_moved = True
 
-    def changes(self, classes: Iterable[Obj], devices: Callable[[], Iterable[Obj]],
-                device: Callable[[str, str], Obj | None], vmis: Mapping[tuple[str, str], str] | None,
-                assumed: Iterable[Obj] = ()) -> tuple[FinalizerChange, ...]:
-        """The finalizer changes due now: ``devices()`` lists every device as the cache has it (the events
-        that follow are relative to it; read only when everything is looked at), ``device(namespace, name)``
-        reads one as the binder last knows it (its own writes assumed: the version a change is made on),
-        ``vmis`` as :func:`device_finalizer_changes` takes it, and ``assumed`` the binder's own writes the
-        cache has not shown yet (their classes held too)."""
-        everything, self._everything, self._unfinished = self._everything or self._unfinished, False, True
-        changed, self._devices = self._devices, set()
-        moved, self._vmis_moved = self._vmis_moved, False
-        if everything:
-            listed = list(devices())
-            self._held = Counter(c for d in listed if (c := _held_class(d)) is not None)
-            self._deleting = {_device_key(d) for d in listed if meta.deleting(d)}
-            looked: Iterable[Obj] = [found for d in listed if (found := device(*_device_key(d))) is not None]
-        else:
-            looked = [found for key in sorted(changed | (self._deleting if moved else set()))
-                      if (found := device(*key)) is not None]
-        also = {c for d in assumed if (c := _held_class(d)) is not None}
-        return (*class_changes_held(classes, lambda name: name in self._held or name in also),
-                *device_finalizer_changes(looked, vmis))
+def keys_of_device_event(old: Obj | None, new: Obj | None) -> list[Key]:
+    """What a GPUDevice event (``old`` and ``new`` states, None: absent) asks to look at again: the device,
+    and each class it started or stopped holding (a class's finalizer is released only once none holds it)."""
+    either = new if new is not None else old
+    if either is None:
+        return []
+    found = [device_key(*_device_key(either))]
+    before, after = _held_class(old), _held_class(new)
+    if before != after:
+        found += [class_key(name) for name in (before, after) if name is not None]
+    return found
 
-    def done(self, *, stale: bool) -> None:
-        """The last ``changes`` were written (``stale``: some were refused, so look at everything next).
-        Events that came in meanwhile are kept for the next run."""
-        self._unfinished = stale
+
+@attrs.frozen
+class Judged:
+    """One object's finalizer change (None: none due), and in how many seconds to look at it again when
+    nothing else happens (None: when an event says so)."""
+
+    change: FinalizerChange | None
+    again_in: float | None = None
+
+
+def judge_device(device: Obj, vmis: Mapping[tuple[str, str], str] | None, *, now: datetime,
+                 grace: timedelta) -> Judged:
+    """The device finalizer's change on ``device`` (see the module contract); a deleting device kept only for
+    an attachment whose VMI is not proven yet is looked at again when that ends."""
+    deleting = meta.deleting(device)
+    keep = not deleting or in_use(device, vmis, now=now, grace=grace)
+    change = _change(device, keys.GPUDEVICE_PLURAL, keys.DEVICE_FINALIZER, keep=keep)
+    until = unproven_until(device, grace) if deleting and keep else None
+    return Judged(change, (until - now).total_seconds() if until is not None and until > now else None)
+
+
+def judge_class(gpu_class: Obj, held: bool) -> Judged:
+    """The class finalizer's change on ``gpu_class``; ``held``: some device holds it (Bound or Lost)."""
+    keep = not meta.deleting(gpu_class) or held
+    return Judged(_change(gpu_class, keys.GPUCLASS_PLURAL, keys.CLASS_FINALIZER, keep=keep))
+
+
+def holding(devices: Iterable[Obj], class_name: str) -> bool:
+    """Some of ``devices`` holds class ``class_name``."""
+    return any(_held_class(device) == class_name for device in devices)
 
 
 def finalizer_writes(changes: Sequence[FinalizerChange]) -> list[Write]:

@@ -6,49 +6,51 @@
   adopt (R-BIND-8), and ``AttachmentVerified`` back to True once VMIs are
   served (R-BIND-7);
 - ``LedgerWork``: each hold's ledger and its class's idle-hold rule
-  (R-LEDGER-1, R-LEDGER-2), judged for the holds whose device or VMI moved
-  and at each hold's next deadline;
+  (R-LEDGER-1, R-LEDGER-2);
 - ``FinalizersWork``: device and class finalizers (R-BIND-9);
 - ``UsageWork``: Cozystack usage records (R-BIND-9);
-- ``ReportsWork``: GPUClass status and GPUNode conditions (R-BIND-10), paced
-  by ``report_every`` and ``reports_per_pass``;
+- ``ReportsWork``: GPUClass status and GPUNode conditions (R-BIND-10), one
+  report at most every ``report_every``;
 - ``VerifyWork``: the safety net, the read model checked against a build
   from the stores every ``verify_every``.
 
-Each writes through the patcher (``patcher.send``) and stops between writes
-when the driver says a lane before it is due (``stop``): it then answers
-``Progress.MORE`` and its next pass plans again from a fresh view, so a bind
-request waits behind one write of housekeeping, never behind all of it. A
-write refused on its resourceVersion requeues the work (``StaleWrites``),
-except a report's, which the next report pass makes again if still due.
-Each decides on what moved only (the incremental watches of its module), so
-a pass asked for by an unrelated event costs next to nothing.
+All but the claims and the check are keyed reconcilers (``reconciler``):
+their events queue keys, a pass judges the keys ready one by one and settles
+each by what the API server did with its own writes (a refused one is
+retried after its own backoff). Each writes through the patcher and stops
+between writes when the driver says a lane before it is due (``stop``): it
+then answers ``Progress.MORE``, so a bind request waits behind one write of
+housekeeping, never behind all of it. The claims work plans over every hold
+when a store it reads moved; a write of it refused on its resourceVersion
+requeues it (``StaleWrites``).
 """
 
 from __future__ import annotations
 
-import heapq
-import math
+import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 
+from cozygpu import keys
 from cozygpu.api import meta
 from cozygpu.base.clock import Cancellable
 from cozygpu.base.logging import get_logger
 from cozygpu.binder import attachments, claims, finalizers, ledger, reports, usage
 from cozygpu.binder.assumed import StaleWrites, object_key
-from cozygpu.binder.context import Context, optional
+from cozygpu.binder.context import Context
 from cozygpu.binder.patcher import Sent, Write
 from cozygpu.binder.place import unverified, verified_write
+from cozygpu.binder.reconciler import NOTHING, ChangeFeed, Verdict, devices_touched, reconcile
 from cozygpu.binder.status import DeviceWrite
 from cozygpu.binder.writes import device_status_path
-from cozygpu.cache.errors import KindNotServed
+from cozygpu.cache.errors import KindNotServed, NotSynced
 from cozygpu.cache.kinds import KindSpec
 from cozygpu.cache.store import Event
 from cozygpu.kube.client import Obj
 from cozygpu.model import ledger as ledger_model
-from cozygpu.model.snapshot import DeviceKey, Snapshot
+from cozygpu.model.snapshot import Changes, DeviceKey, GPUClassView, Snapshot
 from cozygpu.passes.driver import Progress
+from cozygpu.passes.keyed import KeyQueue
 from cozygpu.passes.writes import Writes
 from cozygpu.views import specs
 
@@ -95,9 +97,18 @@ class _StoreVersions:
 
 
 class AttachmentsWork:
+    """Attachments whose VMI is gone or never came, UIDs to record, and ``AttachmentVerified`` back to True
+    once VMIs are served (``binder.attachments``), device by device.
+
+    Its keys are devices: those the model's change log names (a device, or its VMI or launcher), the devices
+    whose ``AttachmentVerified`` is False (from the device events), every attached device after a rebuild and
+    at a term's start. An attachment waiting for its VMI is looked at again when its grace ends.
+    """
+
     def __init__(self, context: Context) -> None:
         self._context = context
-        self._watch = attachments.AttachmentWatch()
+        self.queue: KeyQueue[DeviceKey] = KeyQueue(context.clock)
+        self._feed = ChangeFeed()
         #: When the binder first saw an attachment that carries no time (R-BIND-8's grace starts then).
         self._first_seen: dict[DeviceKey, datetime] = {}
         #: Devices whose ``AttachmentVerified`` is False, kept from the device events (no scan of every device).
@@ -105,15 +116,28 @@ class AttachmentsWork:
 
     def started(self, devices: Iterable[Obj]) -> None:
         self._unverified = {object_key(obj) for obj in devices if unverified(obj)}
+        self.queue.add_all(sorted(self._unverified))
 
     def stopped(self) -> None:
-        self._watch, self._first_seen, self._unverified = attachments.AttachmentWatch(), {}, set()
+        self.queue.clear()
+        self._feed.forget()
+        self._first_seen, self._unverified = {}, set()
+
+    @staticmethod
+    def to_judge(snapshot: Snapshot, changes: Changes | None) -> list[DeviceKey]:
+        """The devices whose verdict may have moved since the change log's ``changes`` (None: every attached
+        device)."""
+        if changes is None:
+            return sorted(d.key for d in attachments.attached_devices(snapshot))
+        return sorted(devices_touched(snapshot, changes))
 
     def device_changed(self, event: Event) -> None:
+        key = object_key(event.obj)
         if event.type != "DELETED" and unverified(event.obj):
-            self._unverified.add(object_key(event.obj))
+            self._unverified.add(key)
+            self.queue.add(key)
         else:
-            self._unverified.discard(object_key(event.obj))
+            self._unverified.discard(key)
 
     async def run(self, writes: Writes, stop: Stop = _never) -> Progress:
         context = self._context
@@ -122,23 +146,28 @@ class AttachmentsWork:
         snapshot, objects, served = await context.snapshot()
         if not served:
             return Progress.DONE  # nothing can be judged: the placement work says so on the devices (R-BIND-7)
-        # Only the attached devices whose verdict may have moved (the rest are settled: see attachments).
-        judged = attachments.attached_devices(snapshot, self._watch.candidates(snapshot))
-        for device in judged:
-            if device.attachment is not None and device.attachment.attached_at is None:
-                self._first_seen.setdefault(device.key, snapshot.now)
-        for key in [k for k in self._first_seen if (d := snapshot.devices.get(k)) is None or d.attachment is None]:
-            del self._first_seen[key]
-        plan = attachments.plan_attachments(snapshot, vmis_served=True, grace=context.config.attachment_grace,
-                                            first_seen=self._first_seen, attached=judged)
-        self._watch.judged(snapshot, judged, plan, (), clean=False)  # until its writes are done
-        done = {*(d.device for d in plan.detaches), *(a.device for a in plan.adopts)}
-        verified = [verified_write(k, objects[k], verified=True, now=snapshot.now)
-                    for k in sorted(self._unverified) if k not in done and k in objects]
-        sent = await context.send([*attachments.attachment_writes(plan, objects), *verified], writes,
-                          stop=stop)
-        self._watch.judged(snapshot, judged, plan, (), clean=sent.clean)
-        for write, _answer in sent.written:
+        self.queue.add_all(self.to_judge(snapshot, self._feed.since(snapshot)))
+        grace = context.config.attachment_grace
+        claimed = functools.cache(functools.partial(attachments.claimed_vmis, snapshot))
+
+        def judge(key: DeviceKey) -> Verdict:
+            device, obj = snapshot.devices.get(key), objects.get(key)
+            if device is None or obj is None:
+                self._first_seen.pop(key, None)
+                return NOTHING
+            if device.attachment is None:
+                self._first_seen.pop(key, None)
+            elif device.attachment.attached_at is None:
+                self._first_seen.setdefault(key, snapshot.now)
+            action = attachments.judge(snapshot, device, grace=grace, first_seen=self._first_seen.get(key),
+                                       claimed=claimed)
+            found = attachments.attachment_writes(action.plan, objects)
+            if not found and key in self._unverified:
+                found = [verified_write(key, obj, verified=True, now=snapshot.now)]
+            return Verdict(writes=tuple(found), again_in=action.again_in)
+
+        done = await reconcile(context.send, self.queue, judge, writes, stop)
+        for write, _answer in done.sent.written:
             if isinstance(write.tag, attachments.Detach):
                 detach = write.tag
                 log.info("detached", device=write.what, vmi=detach.vmi, reason=detach.reason, deleted=detach.delete,
@@ -147,138 +176,117 @@ class AttachmentsWork:
                     context.metrics.detaches.labels(reason=detach.reason, deleted=str(detach.delete).lower()).inc()
             elif isinstance(write.tag, attachments.Adopt):
                 log.info("VMI UID recorded on the attachment", device=write.what, vmi=write.tag.vmi, uid=write.tag.uid)
-        return _settle(sent)
+        return done.progress
 
 
 class LedgerWork:
-    """Keeps each hold's ledger and applies its class's idle-hold rule (``binder.ledger``).
+    """Keeps each hold's ledger and applies its class's idle-hold rule (``binder.ledger``), hold by hold.
 
-    A pass judges the holds the model's change log says moved since the last clean pass (a device, or its
-    VMI or launcher), those whose warning or release fell due (a heap of deadlines, with a reminder for
-    the soonest), and those whose write the last pass did not get taken; every hold after a rebuild, a new
-    term, and every ``whole_plan_every``, ``WHOLE_SLICE`` of them a pass (``Progress.MORE`` until done:
-    10,000 holds judged at once held the event loop ~80 ms, ``bench/bench_ledger.py``).
+    Its keys are holds: those the model's change log names (a device, or its VMI or launcher), every hold of
+    a class whose view changed, every hold after a rebuild and at a term's start; each judged hold is looked
+    at again at its next deadline (its warning, then its release).
     """
-
-    #: Holds of a whole judgement judged per pass.
-    WHOLE_SLICE = 1000
 
     def __init__(self, context: Context) -> None:
         self._context = context
-        self._last: Snapshot | None = None
-        self._whole_at: datetime | None = None
-        #: The holds of a whole judgement not judged yet.
-        self._backlog: list[DeviceKey] = []
-        self._deadlines: list[tuple[datetime, DeviceKey]] = []
-        #: Holds whose write the last pass did not get taken (refused, left when a placement pass was due, or
-        #: dropped): judged again next pass, whatever the change log says — their due deadline was spent.
-        self._again: set[DeviceKey] = set()
-        self._reminder: Cancellable | None = None
-        self._on_due: Callable[[], None] | None = None
+        self.queue: KeyQueue[DeviceKey] = KeyQueue(context.clock)
+        self._feed = ChangeFeed()
+        self._classes: Mapping[str, GPUClassView] | None = None
 
     def on_due(self, callback: Callable[[], None]) -> None:
         """Call ``callback`` (the driver's ledger lane) when a hold's warning or release falls due."""
-        self._on_due = callback
+        self.queue.on_ready(callback)
 
     def stopped(self) -> None:
-        self._last, self._whole_at, self._deadlines, self._backlog = None, None, [], []
-        self._again = set()
-        if self._reminder is not None:
-            self._reminder.cancel()
-            self._reminder = None
+        self.queue.clear()
+        self._feed.forget()
+        self._classes = None
 
-    def _judged(self, snapshot: Snapshot) -> set[DeviceKey]:
-        now = snapshot.now
-        changes = snapshot.changes_since(self._last) if self._last is not None else None
-        judged: set[DeviceKey] = set()
-        if changes is None or self._whole_at is None or now - self._whole_at >= self._context.config.whole_plan_every:
-            self._whole_at, self._deadlines = now, []
-            self._backlog = sorted(key for key, device in snapshot.devices.items() if device.holds_units)
-        else:
-            judged.update(changes.devices)
-            for vmi in changes.vmis:
-                judged.update(snapshot.devices_by_vmi.get(vmi, ()))
-        while self._deadlines and self._deadlines[0][0] <= now:
-            judged.add(heapq.heappop(self._deadlines)[1])
-        judged |= self._again
-        self._again = set()
-        judged.update(self._backlog[-self.WHOLE_SLICE:])
-        del self._backlog[-self.WHOLE_SLICE:]
-        return judged
+    def _follow(self, snapshot: Snapshot) -> None:
+        changes = self._feed.since(snapshot)
+        classes, self._classes = self._classes, snapshot.classes
+        if changes is None:
+            self.queue.add_all(sorted(key for key, device in snapshot.devices.items() if device.holds_units))
+            return
+        self.queue.add_all(sorted(devices_touched(snapshot, changes)))
+        if classes is not None and classes is not snapshot.classes:
+            moved = {name for name, view in snapshot.classes.items() if classes.get(name) != view}
+            if moved:  # an idle-hold rule may have changed: its holds are judged again (a class changes rarely)
+                self.queue.add_all(sorted(key for key, device in snapshot.devices.items()
+                                          if device.class_name in moved and device.holds_units))
 
     async def run(self, writes: Writes, stop: Stop = _never) -> Progress:
         context = self._context
         if not context.config.gpu_enabled:
             return Progress.DONE
         snapshot, objects, _served = await context.snapshot()
-        judged = self._judged(snapshot)
-        planned = ledger.ledger_writes(snapshot, objects, judged, now=snapshot.now)
-        sends = [Write(kind=specs.GPU_DEVICES, path=device_status_path(w.key), body={"status": w.status},
-                       resource_version=w.resource_version, what="/".join(w.key), tag=w) for w in planned]
-        sent = await context.send(sends, writes, stop=stop)
-        for write in (*sent.refused, *sent.left, *sent.dropped):
-            assert isinstance(write.tag, DeviceWrite)
-            self._again.add(write.tag.key)
-        for write, answer in sent.written:
+        self._follow(snapshot)
+        now = snapshot.now
+
+        def judge(key: DeviceKey) -> Verdict:
+            device, obj = snapshot.devices.get(key), objects.get(key)
+            if device is None or obj is None or not device.holds_units:
+                return NOTHING
+            write = ledger.hold_write(device, obj, running=ledger_model.runs(snapshot, device), snapshot=snapshot,
+                                      now=now)
+            at = ledger_model.next_deadline(device, snapshot.classes.get(device.class_name), now)
+            again = (at - now).total_seconds() if at is not None else None
+            if write is None:
+                return Verdict(again_in=again)
+            send = Write(kind=specs.GPU_DEVICES, path=device_status_path(key), body={"status": write.status},
+                         resource_version=write.resource_version, what="/".join(key), tag=write)
+            return Verdict(writes=(send,), again_in=again)
+
+        done = await reconcile(context.send, self.queue, judge, writes, stop)
+        for write, answer in done.sent.written:
             device_write = write.tag
             assert isinstance(device_write, DeviceWrite)
-            context.events.record(device_write, meta.resource_version(answer), now=snapshot.now)
+            context.events.record(device_write, meta.resource_version(answer), now=now)
             released = any(note.reason == ledger.REASON_EXPIRED for note in device_write.events)
             log.info("hold released: idle past its class's limit" if released else "hold ledger written",
                      device=write.what, **{k: v for k, v in device_write.status.items() if k != "conditions"})
-        for key in judged:
-            device = snapshot.devices.get(key)
-            at = ledger_model.next_deadline(device, snapshot.classes.get(device.class_name), snapshot.now) \
-                if device is not None and device.holds_units else None
-            if at is not None:
-                heapq.heappush(self._deadlines, (at, key))
-        self._remind(snapshot.now)
-        if sent.clean and not sent.left:
-            self._last = snapshot
-        progress = _settle(sent)
-        return Progress.MORE if self._backlog else progress
-
-    def _remind(self, now: datetime) -> None:
-        if self._reminder is not None:
-            self._reminder.cancel()
-            self._reminder = None
-        if self._deadlines and self._on_due is not None:
-            wait = (self._deadlines[0][0] - now).total_seconds()
-            self._reminder = self._context.clock.call_later(max(wait, 0.0), self._due_now)
-
-    def _due_now(self) -> None:
-        self._reminder = None
-        if self._on_due is not None:
-            self._on_due()
+        return done.progress
 
 
 class FinalizersWork:
-    #: What the finalizers read: unchanged since a clean run, there is nothing to do.
-    KINDS = (specs.GPU_CLASSES, specs.GPU_DEVICES, specs.VMIS)
+    """Class and device finalizers (``binder.finalizers``), object by object; with GPU enabled or not.
+
+    Its keys come from the GPUDevice, GPUClass and VMI events (``finalizers.keys_of_device_event``; a VMI's
+    deleting devices), and every device and class at a term's start.
+    """
 
     def __init__(self, context: Context) -> None:
         self._context = context
-        self._work = finalizers.FinalizerWork()
-        self._inputs = _StoreVersions(context, self.KINDS)
+        self.queue: KeyQueue[finalizers.Key] = KeyQueue(context.clock)
+
+    def started(self, devices: Iterable[Obj], classes: Iterable[Obj]) -> None:
+        self.queue.add_all(sorted(finalizers.device_key(*object_key(obj)) for obj in devices))
+        self.queue.add_all(sorted(finalizers.class_key(meta.name(obj)) for obj in classes))
 
     def stopped(self) -> None:
-        self._work, self._inputs.clean = finalizers.FinalizerWork(), None
+        self.queue.clear()
 
     def device_changed(self, event: Event) -> None:
-        self._work.device(event.old, None if event.type == "DELETED" else event.obj)
+        self.queue.add_all(finalizers.keys_of_device_event(event.old, None if event.type == "DELETED" else event.obj))
 
-    def vmi_changed(self, _event: Event) -> None:
-        self._work.vmi()
+    def class_changed(self, event: Event) -> None:
+        self.queue.add(finalizers.class_key(meta.name(event.obj)))
+
+    def vmi_changed(self, event: Event) -> None:
+        """The deleting devices attached to the VMI: only those can a VMI keep."""
+        namespace, name = object_key(event.obj)
+        try:
+            store = self._context.cache.store(specs.GPU_DEVICES)
+        except (KindNotServed, NotSynced):
+            return  # the term's first pass looks at every device
+        attached = store.by_index(specs.DEVICES_BY_VMI, f"{namespace}/{name}")
+        self.queue.add_all(finalizers.device_key(*object_key(d)) for d in attached if meta.deleting(d))
 
     async def run(self, writes: Writes, stop: Stop = _never) -> Progress:
         context = self._context
-        inputs = self._inputs.now()
-        if inputs == self._inputs.clean:
+        if not self.queue.ready():
             return Progress.DONE
-        if self._inputs.replaced(inputs):
-            self._work.everything()
-        self._inputs.clean = None
-        classes = context.cache.store(specs.GPU_CLASSES).list()
+        classes, devices = context.cache.store(specs.GPU_CLASSES), context.cache.store(specs.GPU_DEVICES)
         vmis: Mapping[tuple[str, str], str] | None = None
         try:
             store = context.cache.store(specs.VMIS)
@@ -286,119 +294,149 @@ class FinalizersWork:
             pass  # every attachment counts as in use while the kind is not served (R-BIND-7)
         else:
             vmis = finalizers.VmiUids(store.get, store.list)
-        # The binder's own placement writes read back (assumed): a finalizer patched on the version the
-        # cache still shows would be refused by the status placement just wrote.
-        changes = self._work.changes(classes, context.cache.store(specs.GPU_DEVICES).list, context.assumed.get,
-                                     vmis, assumed=context.assumed.pending())
-        sent = await context.send(finalizers.finalizer_writes(changes), writes, stop=stop)
-        self._work.done(stale=not sent.clean)
-        for write, _answer in sent.written:
+        now, grace, assumed = context.clock.wall(), context.config.attachment_grace, context.assumed
+
+        def judge(key: finalizers.Key) -> Verdict:
+            plural, namespace, name = key
+            if plural == keys.GPUDEVICE_PLURAL:
+                # The binder's own placement writes read back (assumed): a finalizer patched on the version the
+                # cache still shows would be refused by the status placement just wrote.
+                device = assumed.get(namespace, name)
+                judged = finalizers.judge_device(device, vmis, now=now, grace=grace) if device is not None else None
+            else:
+                gpu_class = classes.get(None, name)
+                held = gpu_class is not None and meta.deleting(gpu_class) and (
+                    finalizers.holding(devices.by_index(specs.DEVICES_BY_CLASS, name), name)
+                    or finalizers.holding(assumed.pending(), name))
+                judged = finalizers.judge_class(gpu_class, held) if gpu_class is not None else None
+            if judged is None:
+                return NOTHING
+            found = finalizers.finalizer_writes([judged.change] if judged.change is not None else [])
+            return Verdict(writes=tuple(found), again_in=judged.again_in)
+
+        done = await reconcile(context.send, self.queue, judge, writes, stop)
+        for write, _answer in done.sent.written:
             change = write.tag
             assert isinstance(change, finalizers.FinalizerChange)
             log.info("finalizer added" if change.add else "finalizer released", object=write.what,
                      finalizer=change.finalizer)
-        if sent.clean:
-            self._inputs.clean = inputs
-        return _settle(sent)
+        return done.progress
 
 
 class UsageWork:
-    KINDS = (specs.GPU_CLASSES, specs.GPU_DEVICES, usage.WORKLOAD_MONITORS, usage.WORKLOADS)
+    """Cozystack usage records (``binder.usage``), namespace by namespace; with GPU enabled or not.
+
+    Its keys are namespaces: a device's, the namespaces of a class's devices when the class changes (its
+    resource name is in their records), a Workload's or WorkloadMonitor's, and at a term's start every
+    namespace with a device or a record of ours.
+    """
 
     def __init__(self, context: Context) -> None:
         self._context = context
-        self._inputs = _StoreVersions(context, self.KINDS)
+        self.queue: KeyQueue[str] = KeyQueue(context.clock)
+
+    def started(self, devices: Iterable[Obj], records: Iterable[Obj]) -> None:
+        self.queue.add_all(sorted({meta.namespace(obj) for obj in (*devices, *records)}))
 
     def stopped(self) -> None:
-        self._inputs.clean = None
+        self.queue.clear()
+
+    def changed(self, event: Event) -> None:
+        """A GPUDevice, Workload or WorkloadMonitor event: its namespace."""
+        self.queue.add(meta.namespace(event.obj))
+
+    def class_changed(self, event: Event) -> None:
+        try:
+            store = self._context.cache.store(specs.GPU_DEVICES)
+        except (KindNotServed, NotSynced):
+            return  # the term's first pass looks at every namespace
+        held = store.by_index(specs.DEVICES_BY_CLASS, meta.name(event.obj))
+        self.queue.add_all(sorted({meta.namespace(device) for device in held}))
 
     async def run(self, writes: Writes, stop: Stop = _never) -> Progress:
         context = self._context
-        inputs = self._inputs.now()
-        if inputs == self._inputs.clean:
+        try:
+            monitors, workloads = context.cache.store(usage.WORKLOAD_MONITORS), context.cache.store(usage.WORKLOADS)
+        except KindNotServed:
+            return Progress.DONE  # Cozystack's usage kinds are not served here: the keys wait for them
+        if not self.queue.ready():
             return Progress.DONE
-        monitors, workloads = optional(context.cache, usage.WORKLOAD_MONITORS), optional(context.cache, usage.WORKLOADS)
-        if monitors is None or workloads is None:
-            return Progress.DONE  # Cozystack's usage kinds are not served here: nothing to record into
-        plan = usage.usage_plan(context.assumed.objects(), context.cache.store(specs.GPU_CLASSES).list(), monitors,
-                                workloads)
-        sent = await context.send(usage.usage_writes(plan), writes, stop=stop)
-        for write, _answer in sent.written:
+        devices, classes, assumed = context.cache.store(specs.GPU_DEVICES), context.cache.store(specs.GPU_CLASSES), \
+            context.assumed
+        listed = classes.list()
+
+        def judge(namespace: str) -> Verdict:
+            held = [found for obj in devices.list(namespace) if (found := assumed.get(*meta.key(obj))) is not None]
+            plan = usage.usage_plan(held, listed, monitors.list(namespace), workloads.list(namespace))
+            return Verdict(writes=tuple(usage.usage_writes(plan)))
+
+        done = await reconcile(context.send, self.queue, judge, writes, stop)
+        for write, _answer in done.sent.written:
             log.info("usage record removed" if write.body is None else "usage record written", object=write.what)
-        self._inputs.clean = inputs if sent.clean else None
-        return _settle(sent)
+        return done.progress
 
 
 class ReportsWork:
+    """GPUClass status and GPUNode conditions (``binder.reports``), report by report.
+
+    Its keys are reports: those the model's change log may have moved (``reports.keys_changed``), a GPUNode
+    or GPUClass whose object changed, every one after a rebuild and at a term's start. One report is written
+    at most every ``report_every``: a change within it is judged again when it is over.
+    """
+
     def __init__(self, context: Context) -> None:
         self._context = context
-        #: When each object's report was last sent (its status path -> clock).
-        self._reported: dict[str, float] = {}
-        self._memo = reports.ReportMemo()
-        self._reminder: Cancellable | None = None
-        self._on_due: Callable[[], None] | None = None
-        self._whole_at: datetime | None = None
+        self.queue: KeyQueue[reports.Key] = KeyQueue(context.clock)
+        self._feed = ChangeFeed()
+        #: When each report was last written (the clock's), while that is under ``report_every`` ago.
+        self._written: dict[reports.Key, float] = {}
 
     def on_due(self, callback: Callable[[], None]) -> None:
         """Call ``callback`` (the driver's report lane) when reports held back by ``report_every`` are due."""
-        self._on_due = callback
+        self.queue.on_ready(callback)
 
     def stopped(self) -> None:
-        self._reported, self._memo, self._whole_at = {}, reports.ReportMemo(), None
-        if self._reminder is not None:
-            self._reminder.cancel()
-            self._reminder = None
+        self.queue.clear()
+        self._feed.forget()
+        self._written = {}
 
-    def gpunode_changed(self, event: Event) -> None:
-        self._memo.changed(object_key(event.obj)[1])
+    def changed(self, event: Event) -> None:
+        """A GPUNode or GPUClass event: its report."""
+        self.queue.add((meta.kind(event.obj), meta.name(event.obj)))
 
     async def run(self, writes: Writes, stop: Stop = _never) -> Progress:
         context = self._context
         if not context.config.gpu_enabled:
             return Progress.DONE
         snapshot, _objects, _served = await context.snapshot()
-        if self._whole_at is None or snapshot.now - self._whole_at >= context.config.whole_plan_every:
-            self._whole_at = snapshot.now
-            self._memo.forget()  # now and then every GPUNode judged again, whatever the change log says
-        gpunodes = context.cache.store(specs.GPU_NODES)
-        due = self._due(reports.report_writes(
-            snapshot, context.cache.store(specs.GPU_CLASSES).list(), gpunodes.list(), now=snapshot.now,
-            memo=self._memo, lookup=lambda name: gpunodes.get(None, name), limit=context.config.reports_per_pass,
-            judge_limit=context.config.reports_judged_per_pass))
-        # A report refused on its resourceVersion is not a reason to requeue: the agent reports often, and
-        # the change that beat it is itself an event of a watched kind, which asks for a pass.
-        sent = await context.send(reports.report_sends(due), writes, stop=stop)
-        for write in sent.left:  # not sent: due again at once
-            self._reported.pop(write.path, None)
+        self.queue.add_all(reports.keys_changed(snapshot, self._feed.since(snapshot)))
+        stores = {keys.GPUCLASS_KIND: context.cache.store(specs.GPU_CLASSES),
+                  keys.GPUNODE_KIND: context.cache.store(specs.GPU_NODES)}
+        every, clock_now = context.config.report_every.total_seconds(), context.clock.now()
+        self._written = {key: at for key, at in self._written.items() if clock_now - at < every}
+
+        def judge(key: reports.Key) -> Verdict:
+            kind, name = key
+            obj = stores[kind].get(None, name)
+            if obj is None:
+                return NOTHING
+            report = (reports.class_write if kind == keys.GPUCLASS_KIND else reports.node_write)(snapshot, obj,
+                                                                                                 snapshot.now)
+            if report is None:
+                return NOTHING
+            last = self._written.get(key)
+            if last is not None:
+                return Verdict(again_in=last + every - clock_now)  # written a moment ago: this waits its turn
+            return Verdict(writes=tuple(reports.report_sends([report])))
+
+        done = await reconcile(context.send, self.queue, judge, writes, stop)
+        for write, _answer in done.sent.written:
+            report = write.tag
+            assert isinstance(report, reports.StatusWrite)
+            self._written[(report.kind, report.name)] = clock_now
         if context.metrics is not None:
             context.metrics.observe_units(snapshot)
-        return Progress.MORE if sent.left else Progress.DONE
-
-    def _due(self, candidates: Sequence[reports.StatusWrite]) -> list[reports.StatusWrite]:
-        """The report writes due now (at most ``reports_per_pass``); the others wait for the reminder."""
-        config = self._context.config
-        every, now = config.report_every.total_seconds(), self._context.clock.now()
-        self._reported = {path: at for path, at in self._reported.items() if now - at < every}
-        due: list[reports.StatusWrite] = []
-        # GPUNodes the judgement left for later (its limit reached): the next pass judges more of them.
-        wait = 0.0 if self._memo.left else math.inf
-        for write in candidates:
-            last = self._reported.get(write.path)
-            if last is not None:
-                wait = min(wait, last + every - now)
-            elif len(due) < config.reports_per_pass:
-                due.append(write)
-                self._reported[write.path] = now
-            else:
-                wait = 0.0  # the next pass writes more, after the placement passes waiting
-        if wait < math.inf and self._reminder is None:
-            self._reminder = self._context.clock.call_later(max(wait, 0.0), self._due_now)
-        return due
-
-    def _due_now(self) -> None:
-        self._reminder = None
-        if self._on_due is not None:
-            self._on_due()
+        return done.progress
 
 
 class ClaimsWork:

@@ -122,7 +122,7 @@ class PlacementWork:
 
     # -- a pass -------------------------------------------------------------------------------
 
-    async def run(self, writes: Writes, *, lane: str = "placement") -> None:
+    async def run(self, writes: Writes) -> None:
         """One placement cycle: R-BIND-5 in order over the sets whose inputs changed since the last."""
         if not self._context.config.gpu_enabled:
             return
@@ -136,13 +136,13 @@ class PlacementWork:
         last = None if whole else self._planned
         view, plan = plan_cycle(snapshot, last)
         self._planned = None  # until this cycle's writes are all done
-        sent = await self._write_plan(plan, view, objects, writes, lane=lane)
+        sent = await self._write_plan(plan, view, objects, writes)
         if sent.requeue:
             raise StaleWrites(len(sent.refused))
         self._planned = Planned.of(snapshot, view, plan, last)
 
     async def _write_plan(self, plan: PassPlan, snapshot: Snapshot, objects: Mapping[DeviceKey, Obj],
-                          writes: Writes, *, lane: str) -> Sent:
+                          writes: Writes) -> Sent:
         """Write the plan through the patcher: each device the server took is assumed (read back by the
         next cycle, which need not wait for the watch to show it) and its Events queued at once; a refusal
         drops the rest of the plan. The pass is counted even when an API error stops the writes."""
@@ -157,14 +157,14 @@ class PlacementWork:
         try:
             sent = await write_sets(context.client, sets, writes, assume=context.assume, on_written=written)
         except errors.KubeError:
-            self._count(plan, answered, lane)  # the server is unwell: what it took still counts
+            self._count(plan, answered)  # the server is unwell: what it took still counts
             raise
-        self._count(plan, answered, lane)
+        self._count(plan, answered)
         if sent.refused and context.metrics is not None:
             context.metrics.conflicts.inc(len(sent.refused))
         return sent
 
-    def _count(self, plan: PassPlan, answered: set[DeviceKey], lane: str) -> None:
+    def _count(self, plan: PassPlan, answered: set[DeviceKey]) -> None:
         now = self._context.clock.now()
         metrics = self._context.metrics
         store = self._context.cache.store(specs.GPU_DEVICES)
@@ -176,7 +176,7 @@ class PlacementWork:
                     metrics.answer_latency.observe(now - seen)
         if metrics is not None:
             for action in plan.actions:
-                metrics.decisions.labels(lane=lane, action=type(action).__name__).inc()
+                metrics.decisions.labels(lane="placement", action=type(action).__name__).inc()
                 if isinstance(action, Bind) and action.cause is not None and action.cause.reason is Reason.COMPACTION:
                     metrics.compaction_moves.inc()
 

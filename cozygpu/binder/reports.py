@@ -26,7 +26,7 @@ Contract:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Final
 
@@ -38,7 +38,7 @@ from cozygpu.api.conditions import Condition, comparable, merge
 from cozygpu.binder.patcher import OnRefusal, Write
 from cozygpu.kube import resource_path
 from cozygpu.model import capacity as cap
-from cozygpu.model.snapshot import GPUClassView, NodeCapacity, Snapshot
+from cozygpu.model.snapshot import Changes, GPUClassView, NodeCapacity, Snapshot
 from cozygpu.views import specs
 
 Obj = Mapping[str, Any]
@@ -137,6 +137,7 @@ def node_report(snapshot: Snapshot, name: str) -> list[Condition]:
 @attrs.frozen(kw_only=True)
 class StatusWrite:
     kind: str
+    name: str
     path: str
     resource_version: str
     status: Mapping[str, Any]
@@ -152,94 +153,51 @@ def _write_if_changed(obj: Obj, kind: str, path: str, fields: Mapping[str, Any],
     merged = merge(have, wanted, now)
     if all(current.get(k) == v for k, v in fields.items()) and comparable(merged) == comparable(have):
         return None
-    return StatusWrite(kind=kind, path=path, resource_version=meta.resource_version(obj),
+    return StatusWrite(kind=kind, name=meta.name(obj), path=path, resource_version=meta.resource_version(obj),
                        status={**fields, "conditions": merged}, what=what)
 
 
-class ReportMemo:
-    """What the GPUNode reports were last judged on, so a pass judges only the nodes something happened to.
+#: What the reports work looks at: ``(kind, name)`` of a GPUClass or a GPUNode.
+Key = tuple[str, str]
 
-    ``snapshot`` is the model the last judgement read; the model's change log
-    names the nodes whose views changed since. ``dirty`` holds the GPUNodes
-    whose object changed since (fed by their events, ``changed``) and those
-    whose write was due but not found done. No snapshot, or a model rebuilt
-    since, judges every GPUNode.
-    """
 
-    def __init__(self) -> None:
-        self.snapshot: Snapshot | None = None
-        self.dirty: set[str] = set()
-        #: GPUNodes the last judgement left for a later pass (its ``limit`` was reached).
-        self.left = 0
+def keys_changed(snapshot: Snapshot, changes: Changes | None) -> list[Key]:
+    """The reports the model's change log ``changes`` may have moved (None: every one): each GPUNode it
+    names, and each class of a resource name whose availability or room it names."""
+    if changes is None:
+        return [*((keys.GPUCLASS_KIND, name) for name in sorted(snapshot.classes)),
+                *((keys.GPUNODE_KIND, name) for name in sorted(set(snapshot.inventories) | set(snapshot.nodes)))]
+    names = changes.names
+    return [*((keys.GPUCLASS_KIND, c.name) for c in sorted(snapshot.classes.values(), key=lambda c: c.name)
+              if c.resource_name in names),
+            *((keys.GPUNODE_KIND, name) for name in sorted(changes.nodes))]
 
-    def changed(self, name: str) -> None:
-        self.dirty.add(name)
 
-    def forget(self) -> None:
-        """Judge every GPUNode next time (a backstop, now and then)."""
-        self.snapshot = None
+def class_write(snapshot: Snapshot, obj: Obj, now: datetime) -> StatusWrite | None:
+    """The status write that brings GPUClass ``obj``'s report up to date (None: it is, or unreadable)."""
+    name = meta.name(obj)
+    view = snapshot.classes.get(name)
+    if view is None:
+        return None  # unreadable: the snapshot left it out and logged why
+    path = resource_path(keys.GROUP, keys.VERSION, keys.GPUCLASS_PLURAL, name=name, subresource="status")
+    fields, available = class_report(snapshot, view)
+    return _write_if_changed(obj, keys.GPUCLASS_KIND, path, fields, [available, *offer_report(snapshot, view)], now,
+                             f"GPUClass {name}")
+
+
+def node_write(snapshot: Snapshot, obj: Obj, now: datetime) -> StatusWrite | None:
+    """The status write that brings GPUNode ``obj``'s conditions up to date (None: they are)."""
+    name = meta.name(obj)
+    path = resource_path(keys.GROUP, keys.VERSION, keys.GPUNODE_PLURAL, name=name, subresource="status")
+    return _write_if_changed(obj, keys.GPUNODE_KIND, path, {}, node_report(snapshot, name), now, f"GPUNode {name}")
 
 
 def report_writes(snapshot: Snapshot, classes: Iterable[Obj], gpunodes: Iterable[Obj], *,
-                  now: datetime, memo: ReportMemo | None = None,
-                  lookup: Callable[[str], Obj | None] | None = None,
-                  limit: int | None = None, judge_limit: int | None = None) -> tuple[StatusWrite, ...]:
-    """The status writes that bring every GPUClass and GPUNode report up to date.
-
-    With a ``memo`` and a ``lookup`` of GPUNodes by name, only the GPUNodes
-    the memo names (the model's changed nodes since its snapshot, and its
-    dirty ones) are judged, fetched by name: on a large fleet a pass costs
-    the nodes something happened to, and ``gpunodes`` is not walked. With a
-    ``limit``, judging stops once that many GPUNode writes are found, and the
-    GPUNodes not judged stay in the memo for the next pass: a pass that may
-    send 32 reports judges about 32 nodes, not the thousands a growing fleet
-    has waiting. With a ``judge_limit`` (and a memo), judging stops after
-    that many GPUNodes whatever it found: after a fleet's reports all moved
-    and most need no write (a bulk agent refresh), or the memo was forgotten,
-    a pass judges a slice of the fleet (about 50 µs a node), not all of it
-    in one step of the event loop.
-    """
-    writes: list[StatusWrite] = []
-    for obj in classes:
-        name = meta.name(obj)
-        view = snapshot.classes.get(name)
-        if view is None:
-            continue  # unreadable: the snapshot left it out and logged why
-        path = resource_path(keys.GROUP, keys.VERSION, keys.GPUCLASS_PLURAL, name=name, subresource="status")
-        fields, available = class_report(snapshot, view)
-        write = _write_if_changed(obj, keys.GPUCLASS_KIND, path, fields, [available, *offer_report(snapshot, view)],
-                                  now, f"GPUClass {name}")
-        if write is not None:
-            writes.append(write)
-    changes = (snapshot.changes_since(memo.snapshot)
-               if memo is not None and memo.snapshot is not None and lookup is not None else None)
-    fetch: Callable[[str], Obj | None]
-    if changes is not None and memo is not None and lookup is not None:
-        names = sorted(changes.nodes | memo.dirty)
-        fetch = lookup  # by name, only those judged now
-    else:
-        by_name = {meta.name(obj): obj for obj in gpunodes}
-        names, fetch = sorted(by_name), by_name.get
-    due: set[str] = set()
-    left: set[str] = set()
-    if memo is None:
-        judge_limit = None  # without a memo nothing would remember the rest
-    for at, name in enumerate(names):
-        if (limit is not None and len(due) >= limit) or (judge_limit is not None and at >= judge_limit):
-            left.update(names[at:])  # judged by a later pass, not even fetched by this one
-            break
-        gpunode = fetch(name)
-        if gpunode is None:
-            continue
-        path = resource_path(keys.GROUP, keys.VERSION, keys.GPUNODE_PLURAL, name=name, subresource="status")
-        write = _write_if_changed(gpunode, keys.GPUNODE_KIND, path, {}, node_report(snapshot, name), now,
-                                  f"GPUNode {name}")
-        if write is not None:
-            writes.append(write)
-            due.add(name)
-    if memo is not None:
-        memo.snapshot, memo.dirty, memo.left = snapshot, due | left, len(left)
-    return tuple(writes)
+                  now: datetime) -> tuple[StatusWrite, ...]:
+    """The status writes that bring every GPUClass and GPUNode report up to date."""
+    found = [*(class_write(snapshot, obj, now) for obj in classes),
+             *(node_write(snapshot, obj, now) for obj in gpunodes)]
+    return tuple(write for write in found if write is not None)
 
 
 def report_sends(writes: Iterable[StatusWrite]) -> list[Write]:

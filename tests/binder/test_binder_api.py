@@ -22,7 +22,7 @@ async def test_an_order_is_bound_onto_the_fullest_node_with_room(world: World, b
     last = await world.order("new", 2)
     await seen_by(binder, specs.GPU_DEVICES.key, last)
 
-    await binder.full_pass()
+    await binder.each_lane()
 
     status = (await world.device("new"))["status"]
     assert (status["phase"], status["nodeName"]) == ("Bound", world.node_name("n-a"))
@@ -56,7 +56,7 @@ async def test_an_order_over_the_budget_of_an_ancestor_stays_pending_with_the_bu
         await world.order("over", 2)
         await settle(binder, world, "held", "over")
 
-        await binder.full_pass()
+        await binder.each_lane()
 
         over = await world.device("over")
         assert over["status"].get("phase", "Pending") == "Pending"
@@ -76,7 +76,7 @@ async def test_a_vmis_two_devices_on_two_nodes_are_gathered_onto_one(world: Worl
     await world.order("b", status={**world.held("n2"), **attached})
     await settle(binder, world, "a", "b")
 
-    await binder.full_pass()
+    await binder.each_lane()
 
     a, b = await world.device("a"), await world.device("b")
     assert a["status"]["nodeName"] == b["status"]["nodeName"] == world.node_name("n2")
@@ -95,7 +95,7 @@ async def test_a_cordoned_node_with_room_elsewhere_loses_its_set(world: World, b
     await seen_by(binder, specs.NODES.key, await cordon(world.admin, world.node_name("n1")))
     await settle(binder, world, "d")
 
-    await binder.full_pass()
+    await binder.each_lane()
 
     moved = await world.device("d")
     assert moved["status"]["nodeName"] == world.node_name("n2")
@@ -116,7 +116,7 @@ async def test_a_cordoned_set_stays_without_room_elsewhere_or_with_on_cordon_sta
         await seen_by(binder, specs.NODES.key, await cordon(admin, world.node_name("n1")))
         await settle(binder, world, "d")
 
-        await binder.full_pass()
+        await binder.each_lane()
 
         stayed = await world.device("d")
         assert stayed["status"]["nodeName"] == world.node_name("n1")
@@ -139,7 +139,7 @@ async def test_a_node_gone_not_ready_moves_its_set_or_loses_it_and_a_lost_set_is
     await settle(binder, world, "moves", "loses")
 
     # n1 is not Ready: "moves" has no room on n2 (held by "loses") → both cannot stay; n1's set goes Lost.
-    await binder.full_pass()
+    await binder.each_lane()
     lost = await world.device("moves")
     assert (lost["status"]["phase"], lost["status"].get("nodeName")) == ("Lost", None)
     assert "not Ready" in bound_condition(lost)[2]
@@ -150,7 +150,7 @@ async def test_a_node_gone_not_ready_moves_its_set_or_loses_it_and_a_lost_set_is
     await seen_by(binder, specs.GPU_NODES.key, await world.admin.get(f"{GPUNODES}/{world.node_name('n3')}"))
     await settle(binder, world, "newer")
 
-    await binder.full_pass()
+    await binder.each_lane()
 
     rebound, newer = await world.device("moves"), await world.device("newer")
     assert (rebound["status"]["phase"], rebound["status"]["nodeName"]) == ("Bound", world.node_name("n3"))

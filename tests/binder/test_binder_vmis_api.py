@@ -65,7 +65,7 @@ async def test_a_running_launchers_device_is_never_moved_off_its_not_ready_node(
     await seen_by(binder, specs.NODES.key, await world.admin.get(f"/api/v1/nodes/{world.node_name('n1')}"))
     await seen_by(binder, specs.GPU_DEVICES.key, await world.device("d"))
 
-    await binder.full_pass()
+    await binder.each_lane()
 
     kept = await world.device("d")
     assert (kept["status"]["phase"], kept["status"]["nodeName"]) == ("Bound", world.node_name("n1"))
@@ -81,7 +81,7 @@ async def test_an_attachment_is_cleared_when_its_vmi_is_gone_or_never_came_and_t
     await world.order("young", status={**world.held("n1"), "attachment": {"vmi": "vm-young", "attachedAt": stamp()}})
     await seen_by(binder, specs.GPU_DEVICES.key, await world.device("young"))
 
-    await binder.full_pass()
+    await binder.each_lane()
 
     for name in ("gone", "never"):
         cleared = (await world.device(name))["status"]
@@ -99,12 +99,12 @@ async def test_a_vm_stopped_within_the_grace_is_detached_at_once_because_its_vmi
     made = await vmi(world, "vm-a")
     await seen_by(binder, specs.VMIS.key, made)
 
-    await binder.full_pass()
+    await binder.each_lane()
     assert (await world.device("held"))["status"]["attachment"]["uid"] == made["metadata"]["uid"]
 
     await world.admin.delete(f"{resource_path(*VMIS, namespace=world.namespace)}/vm-a")
     await cache_until(binder, specs.VMIS, lambda: binder.cache.store(specs.VMIS).get(world.namespace, "vm-a") is None)
-    await binder.full_pass()
+    await binder.each_lane()
 
     kept = (await world.device("held"))["status"]
     assert "attachment" not in kept, "the attachment waited out the grace (30 s) instead"
@@ -119,13 +119,13 @@ async def test_a_template_device_goes_with_its_vmi(world: World, binder: Running
     await world.admin.merge_patch(device_path(world.namespace, "tpl"),
                                   {"metadata": {"labels": {keys.TEMPLATE_DEVICE_LABEL: "true"}}})
     await seen_by(binder, specs.GPU_DEVICES.key, await world.device("tpl"))
-    await binder.full_pass()
+    await binder.each_lane()
     assert (await world.device("tpl"))["metadata"]["uid"] == made["metadata"]["uid"]  # its VMI is there: kept
 
     await world.admin.delete(resource_path(*VMIS, namespace=world.namespace, name="vm"))
     await cache_until(binder, specs.VMIS, lambda: binder.cache.store(specs.VMIS).get(world.namespace, "vm") is None)
-    await binder.full_pass()
-    await binder.full_pass()  # the finalizer is released once nothing uses the device
+    await binder.each_lane()
+    await binder.each_lane()  # the finalizer is released once nothing uses the device
 
     with pytest.raises(errors.NotFound):
         await world.device("tpl")
@@ -146,7 +146,7 @@ async def test_while_the_vmi_kind_is_not_served_an_attached_device_fails_the_pas
             await seen_by(binder, specs.NODES.key, await admin.get(f"/api/v1/nodes/{world.node_name('n1')}"))
 
             with pytest.raises(AttachmentsUnverified):
-                await binder.full_pass()
+                await binder.each_lane()
 
             held = await world.device("d")
             assert (held["status"]["nodeName"], held["status"]["attachment"]["uid"]) == (world.node_name("n1"), "u-1")
@@ -156,9 +156,9 @@ async def test_while_the_vmi_kind_is_not_served_an_attached_device_fails_the_pas
             # KubeVirt arrives: the binder's cache joins the VMI watch, and the VMI is gone for real now.
             await install_fixture_crd(admin, VMI_CRD)
             await binder.cache.wait_synced(specs.VMIS, timeout=60)
-            await binder.full_pass()  # moves the device off n1: its VMI runs nowhere
-            await binder.full_pass()  # and clears the attachment of a VMI that is gone
-            await binder.full_pass()  # and says the attachment is judged again
+            await binder.each_lane()  # moves the device off n1: its VMI runs nowhere
+            await binder.each_lane()  # and clears the attachment of a VMI that is gone
+            await binder.each_lane()  # and says the attachment is judged again
 
             moved = (await world.device("d"))["status"]
             assert "attachment" not in moved
@@ -204,7 +204,7 @@ async def test_a_split_set_whose_vm_runs_is_gathered_onto_the_launchers_node_nev
     # node its VM runs on. R-BIND-7: b joins a on n1 instead.
     await split_running_set(world, binder, n1=3)
 
-    await binder.full_pass()
+    await binder.each_lane()
 
     a, b = await world.device("a"), await world.device("b")
     assert placed(a) == ("Bound", world.node_name("n1")), "the member the running VM uses was moved"
@@ -217,7 +217,7 @@ async def test_a_split_set_whose_vm_runs_is_left_split_with_a_condition_when_the
     # n1 serves 1 unit: b cannot join a there. n2 has room for the whole set, but going there moves a.
     await split_running_set(world, binder, n1=1)
 
-    await binder.full_pass()
+    await binder.each_lane()
 
     a, b = await world.device("a"), await world.device("b")
     assert placed(a) == ("Bound", world.node_name("n1")), "the member the running VM uses was moved"

@@ -44,12 +44,12 @@ async def test_an_order_of_four_is_bound_after_moving_three_stopped_holds_each_w
     assert row["compaction"] == f"placed on {target} after moving 3 stopped holds"
     assert "4 after compaction" in render_table([row], count=4)
     await settle(binder, world, *holds)
-    await binder.full_pass()  # a plan over everything (it writes the holds' Bound conditions)
-    await binder.full_pass()  # nothing to do: the next cycle plans only what changed since
+    await binder.each_lane()  # a plan over everything (it writes the holds' Bound conditions)
+    await binder.each_lane()  # nothing to do: the next cycle plans only what changed since
     last = await world.order("big", 4)
     await seen_by(binder, specs.GPU_DEVICES.key, last)
 
-    await binder.full_pass()  # its view holds the order alone; the holds it moves are outside it
+    await binder.each_lane()  # its view holds the order alone; the holds it moves are outside it
 
     big = (await world.device("big"))["status"]
     assert (big["phase"], big["nodeName"]) == ("Bound", target)

@@ -32,7 +32,7 @@ async def test_a_new_order_is_bound_by_the_very_next_cycle_onto_the_fullest_node
     await seen_by(binder, specs.GPU_DEVICES.key, await world.device("held"))
     requests: list[str] = []
     binder.binder.on_request(lambda: requests.append("answer lane"))
-    await binder.full_pass()
+    await binder.each_lane()
     # Heartbeats change no view a placement reads: the kubelet's Ready condition, the agent's report.
     await world.set_ready("n-a", True)
     await world.report("n-a", 4)
@@ -44,11 +44,11 @@ async def test_a_new_order_is_bound_by_the_very_next_cycle_onto_the_fullest_node
     await seen_by(binder, specs.GPU_DEVICES.key, made)
     assert len(requests) == asked + 1, "the new order asks for the answer lane at once"
 
-    await binder.answer_pass()
+    await binder.placement_pass()
 
     # The fullest node with room, as the full pass would choose: n-a (3 free) before n-b (4 free).
     assert placement(await world.device("new")) == ("Bound", world.node_name("n-a"))
-    assert binder.metrics.decisions.labels(lane="answer", action="Bind")._value.get() >= 1
+    assert binder.metrics.decisions.labels(lane="placement", action="Bind")._value.get() >= 1
 
 
 async def test_a_lost_set_that_room_came_back_for_is_rebound_before_a_new_order_in_the_same_cycle(
@@ -57,7 +57,7 @@ async def test_a_lost_set_that_room_came_back_for_is_rebound_before_a_new_order_
     await world.order("blocker", 2, status=world.held("n-a"))
     await world.order("lost", 2, status={"phase": "Lost"})
     await seen_by(binder, specs.GPU_DEVICES.key, await world.device("lost"))
-    await binder.full_pass()  # no room: "lost" stays Lost; the finalizers are on
+    await binder.each_lane()  # no room: "lost" stays Lost; the finalizers are on
     assert placement(await world.device("lost")) == ("Lost", None)
 
     # The blocker goes: its finalizer is released by a full pass, and its units with it.
@@ -67,7 +67,7 @@ async def test_a_lost_set_that_room_came_back_for_is_rebound_before_a_new_order_
         return blocker is not None and bool(blocker["metadata"].get("deletionTimestamp"))
 
     await cache_until(binder, specs.GPU_DEVICES, blocker_deleting)
-    await binder.full_pass()
+    await binder.each_lane()
     with pytest.raises(errors.NotFound):
         await world.device("blocker")
     await cache_until(binder, specs.GPU_DEVICES,
@@ -75,7 +75,7 @@ async def test_a_lost_set_that_room_came_back_for_is_rebound_before_a_new_order_
 
     made = await world.order("new", 1)
     await seen_by(binder, specs.GPU_DEVICES.key, made)
-    await binder.answer_pass()
+    await binder.placement_pass()
     # R-BIND-5 in the one cycle: the Lost set is rebound first and takes the room; the new order waits.
     assert placement(await world.device("lost")) == ("Bound", world.node_name("n-a"))
     assert placement(await world.device("new")) == ("Pending", None)
@@ -89,7 +89,7 @@ async def test_a_set_leaving_a_cordoned_node_takes_the_room_before_a_new_order_i
     await seen_by(binder, specs.GPU_DEVICES.key, await world.device("held"))
     requests: list[str] = []
     binder.binder.on_request(lambda: requests.append("answer lane"))
-    await binder.full_pass()
+    await binder.each_lane()
 
     # n-a is cordoned: its set must move to n-b, the only other room, before any new order takes it.
     cordoned = await world.admin.merge_patch(f"{NODES}/{world.node_name('n-a')}", {"spec": {"unschedulable": True}})
@@ -99,6 +99,6 @@ async def test_a_set_leaving_a_cordoned_node_takes_the_room_before_a_new_order_i
     await seen_by(binder, specs.GPU_DEVICES.key, made)
 
     assert len(requests) == asked + 1, "the new order asks for the answer lane at once"
-    await binder.answer_pass()
+    await binder.placement_pass()
     assert placement(await world.device("held")) == ("Bound", world.node_name("n-b")), "the move off n-a first"
     assert placement(await world.device("new")) == ("Pending", None)

@@ -26,13 +26,13 @@ async def test_the_finalizer_of_a_new_order_is_added_on_the_version_its_placemen
     async with (Proxy(plane.host, identity) as proxy, Client(proxy.url, ssl_context=None) as through,
                 running_binder(world.admin, through=through) as running):
         for _ in range(10):  # what earlier tests left in the shared plane settles first
-            if not (await running.full_pass()).pending():
+            if not (await running.each_lane()).pending():
                 break
         order = await world.order("new", 1)
         await seen_by(running, specs.GPU_DEVICES.key, order)
         proxy.hold_watch_events(DEVICES_WATCH)
         try:
-            await running.binder.full_pass(writes := Writes())
+            await running.each_lane(writes := Writes(), seen=False)
         finally:
             proxy.release_watch_events(DEVICES_WATCH)
         await running.seen(writes)

@@ -31,18 +31,18 @@ async def test_a_report_within_the_interval_is_held_back_and_the_reminder_writes
         binder.binder.reports.on_due(reminded.set)
         await world.node("n-a", 4)
         await seen_by(binder, specs.GPU_DEVICES.key, await world.order("one", 1))
-        await binder.full_pass()  # binds it; the class's first report (after the placement) goes out at once
+        await binder.each_lane()  # binds it; the class's first report (after the placement) goes out at once
         assert (await world.device("one"))["status"]["phase"] == "Bound"
         assert await class_held(admin, world) == 1
 
         await seen_by(binder, specs.GPU_DEVICES.key, await world.order("two", 1))
-        await binder.full_pass()  # binds the second: a new report, within the interval
+        await binder.each_lane()  # binds the second: a new report, within the interval
         assert (await world.device("two"))["status"]["phase"] == "Bound"
         assert await class_held(admin, world) == 1, "a second report within the interval was written"
         assert not reminded.is_set()
 
         async with asyncio.timeout(EVERY * 3):
             await reminded.wait()
-        await binder.full_pass()
+        await binder.each_lane()
         assert await class_held(admin, world) == 2, "the held-back report never landed"
 

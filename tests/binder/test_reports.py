@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any
-
-import pytest
 
 from cozygpu.binder import reports
 from cozygpu.binder.reports import class_status, node_conditions, report_writes
@@ -110,109 +107,18 @@ def test_report_writes_carry_the_resource_version_and_nothing_is_written_twice()
     assert report_writes(snap, [written_class], [written_node], now=NOW + timedelta(minutes=5)) == ()
 
 
-@pytest.fixture
-def computed(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The GPUNodes whose conditions were computed (judged), in order."""
-    judged: list[str] = []
-    real = reports.node_report
-
-    def counting(snapshot: Any, name: str) -> Any:
-        judged.append(name)
-        return real(snapshot, name)
-
-    monkeypatch.setattr(reports, "node_report", counting)
-    return judged
-
-
-def test_with_a_memo_only_the_gpunodes_the_change_log_or_their_events_name_are_judged_again(
-        computed: list[str]) -> None:
+def test_the_reports_judged_again_are_those_the_change_log_may_have_moved() -> None:
+    """The reports work's keys: after a rebuild every report; then the GPUNodes the model's change log names,
+    and the classes of the resource names whose availability it names; nothing when nothing changed."""
     model = Assembly()
     node_views, inventories = gpu_nodes(("n1", 8), ("n2", 8))
-    snap = model.rebuild(now=NOW, classes=[gpu_class()], devices=[], nodes=node_views, inventories=inventories,
-                         pods=[], vmis=[], namespaces=[])
-    objects = {name: {"metadata": {"name": name, "resourceVersion": "9"}, "status": {}} for name in ("n1", "n2")}
-    for write in report_writes(snap, [], objects.values(), now=NOW):
-        name = write.what.removeprefix("GPUNode ")
-        objects[name] = {"metadata": {"name": name, "resourceVersion": "10"}, "status": dict(write.status)}
-    memo = reports.ReportMemo()
-    computed.clear()
-    assert report_writes(snap, [], objects.values(), now=NOW, memo=memo, lookup=objects.get) == ()
-    assert computed == ["n1", "n2"], "the first judgement with a memo judges every GPUNode"
-    computed.clear()
-    assert report_writes(snap, [], objects.values(), now=NOW, memo=memo, lookup=objects.get) == ()
-    assert computed == [], "nothing changed: nothing judged"
-
+    first = model.rebuild(now=NOW, classes=[gpu_class()], devices=[], nodes=node_views, inventories=inventories,
+                          pods=[], vmis=[], namespaces=[])
+    assert reports.keys_changed(first, None) == [("GPUClass", "h100"), ("GPUNode", "n1"), ("GPUNode", "n2")]
+    same = model.update(now=NOW, devices={})
+    assert reports.keys_changed(same, same.changes_since(first)) == []
     held = model.update(now=NOW, devices={("tenant-a", "d1"): device("d1", phase=Phase.BOUND, node="n1")})
-    memo.changed("n2")  # its object changed (its event)
-    writes = report_writes(held, [], objects.values(), now=NOW, memo=memo, lookup=objects.get)
-    assert sorted(computed) == ["n1", "n2"], "the node the log names and the one whose event came"
-    assert [w.what for w in writes] == ["GPUNode n1"]
-    assert memo.dirty == {"n1"}, "a node with a write to make is judged again until it is done"
-
-    computed.clear()
-    memo.forget()
-    report_writes(held, [], objects.values(), now=NOW, memo=memo, lookup=objects.get)
-    assert sorted(computed) == ["n1", "n2"], "forgotten: every GPUNode again"
-
-
-def test_with_a_limit_a_pass_judges_only_until_it_has_that_many_node_writes(computed: list[str]) -> None:
-    """A fleet that grew by thousands has thousands of reports to make; a pass sends a few of them and must
-    not judge them all again each time."""
-    names = [f"n{i}" for i in range(10)]
-    node_views, inventories = gpu_nodes(*((name, 8) for name in names))
-    snap = Assembly().rebuild(now=NOW, classes=[gpu_class()], devices=[], nodes=node_views, inventories=inventories,
-                              pods=[], vmis=[], namespaces=[])
-    objects = {name: {"metadata": {"name": name, "resourceVersion": "9"}, "status": {}} for name in names}
-    memo = reports.ReportMemo()
-    written: list[str] = []
-    fetched: list[str] = []
-
-    def lookup(name: str) -> dict[str, Any] | None:
-        fetched.append(name)
-        return objects.get(name)
-
-    for _ in range(4):  # each pass writes what it found, as the binder does
-        computed.clear()
-        fetched.clear()
-        writes = report_writes(snap, [], objects.values(), now=NOW, memo=memo, lookup=lookup, limit=3)
-        # The last pass's three again (their writes may not have gone out) and three more: never all ten.
-        assert len(computed) <= 6, f"judged {len(computed)} nodes for 3 writes"
-        assert len(fetched) <= 6, f"fetched {len(fetched)} GPUNodes for 3 writes: the rest wait unread"
-        for write in writes:
-            name = write.what.removeprefix("GPUNode ")
-            objects[name] = {"metadata": {"name": name, "resourceVersion": "10"}, "status": dict(write.status)}
-            written.append(name)
-    assert sorted(written) == sorted(names), "every node's report made, three a pass"
-    assert report_writes(snap, [], objects.values(), now=NOW, memo=memo, lookup=objects.get, limit=3) == ()
-
-
-def test_with_a_judge_limit_a_pass_judges_a_slice_of_the_fleet_even_when_nothing_is_to_write(
-        computed: list[str]) -> None:
-    """Every GPUNode's object moved (a bulk agent refresh) or the memo was forgotten, and no report needs a
-    write: without a bound on judging, one pass judged the whole fleet in one step of the event loop."""
-    names = [f"n{i:02d}" for i in range(10)]
-    node_views, inventories = gpu_nodes(*((name, 8) for name in names))
-    snap = Assembly().rebuild(now=NOW, classes=[gpu_class()], devices=[], nodes=node_views, inventories=inventories,
-                              pods=[], vmis=[], namespaces=[])
-    objects = {name: {"metadata": {"name": name, "resourceVersion": "9"}, "status": {}} for name in names}
-    for write in report_writes(snap, [], objects.values(), now=NOW):
-        name = write.what.removeprefix("GPUNode ")
-        objects[name] = {"metadata": {"name": name, "resourceVersion": "10"}, "status": dict(write.status)}
-    memo = reports.ReportMemo()
-    judged: list[str] = []
-    for _ in range(4):
-        computed.clear()
-        assert report_writes(snap, [], objects.values(), now=NOW, memo=memo, lookup=objects.get, limit=3,
-                             judge_limit=4) == ()
-        assert len(computed) <= 4, f"judged {len(computed)} GPUNodes in one pass; the slice is 4"
-        judged += computed
-        if not memo.left:
-            break
-        assert memo.left == len(names) - len(set(judged)), "the rest are left for the next pass, which is asked for"
-    assert sorted(set(judged)) == names, "every GPUNode judged, a slice a pass"
-    computed.clear()
-    report_writes(snap, [], objects.values(), now=NOW, memo=memo, lookup=objects.get, limit=3, judge_limit=4)
-    assert computed == [], "all judged: nothing left"
+    assert reports.keys_changed(held, held.changes_since(same)) == [("GPUClass", "h100"), ("GPUNode", "n1")]
 
 
 def test_a_dra_class_says_whether_its_offer_is_published_and_what_keeps_devices_out() -> None:

@@ -21,7 +21,8 @@ from prometheus_client import CollectorRegistry
 
 from cozygpu import keys
 from cozygpu.base.clock import LoopClock
-from cozygpu.binder.binder import Binder, BinderConfig
+from cozygpu.binder.assumed import StaleWrites
+from cozygpu.binder.binder import VERIFY, Binder, BinderConfig
 from cozygpu.binder.loop import binder_driver
 from cozygpu.binder.metrics import BinderMetrics
 from cozygpu.cache.cache import Cache
@@ -115,19 +116,36 @@ class RunningBinder:
     cache: Cache
     metrics: BinderMetrics
 
-    async def full_pass(self) -> Writes:
-        writes = Writes()
+    async def each_lane(self, writes: Writes | None = None, *, seen: bool = True) -> Writes:
+        """One pass of each of the binder's lanes, in the driver's order, each once the cache shows the writes
+        before it (the assumed ones but to placement, which reads them back itself): what the driver does when
+        every lane is due. A write refused by placement or claims raises ``StaleWrites`` once all have run.
+        ``seen``: wait at the end until the cache shows every write."""
+        writes = Writes() if writes is None else writes
+        stale = 0
         try:
-            await self.binder.full_pass(writes)
+            for lane, run in self.binder.lanes().items():
+                if lane is VERIFY:
+                    continue
+                if not lane.reads_assumed:
+                    for key, version in writes.items(assumed=False):
+                        await self.cache.wait_for_resource_version(key, version, timeout=30)
+                try:
+                    await run(writes, lambda: False)
+                except StaleWrites as error:
+                    stale += error.count
         finally:
-            await self.seen(writes)
-            await self.binder.events.flush()  # as the driver's companion sends them, after the pass's writes
+            if seen:
+                await self.seen(writes)
+                await self.binder.events.flush()  # as the driver's companion sends them, after the pass's writes
+        if stale:
+            raise StaleWrites(stale)
         return writes
 
-    async def answer_pass(self) -> Writes:
+    async def placement_pass(self) -> Writes:
         writes = Writes()
         try:
-            await self.binder.answer_pass(writes)
+            await self.binder.placement.run(writes)
         finally:
             await self.seen(writes)
             await self.binder.events.flush()

@@ -590,9 +590,9 @@ class Chaos:
 def describe_vmi(vmi: dict[str, Any], launchers: list[dict[str, Any] | None], why: str) -> str:
     """One stuck VMI and its launchers, as the settle check saw them: what a failed run needs to be read."""
     status = vmi.get("status") or {}
+    said = [tuple(c.get(k) for k in ("type", "status", "reason", "message")) for c in status.get("conditions") or []]
     parts = [f"VMI {vmi['metadata']['namespace']}/{vmi['metadata']['name']} {why}: phase {status.get('phase')}"
-             f", node {status.get('nodeName')}, conditions "
-             f"{[(c.get('type'), c.get('status'), c.get('reason')) for c in status.get('conditions') or []]}"]
+             f", node {status.get('nodeName')}, conditions {said}"]
     for pod in launchers:
         if pod is None:
             parts.append("launcher gone")

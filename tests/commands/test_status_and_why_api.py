@@ -87,7 +87,7 @@ async def test_status_shows_units_nodes_waiting_devices_and_whether_the_full_pas
     assert ours <= set(before["passes"]["fullPass"]["behind"]), "no pass has decided on them yet"
     assert by_name(before["devices"], "over", world.namespace)["decided"] is False
 
-    await binder.full_pass()
+    await binder.each_lane()
     report = status.gather(await read(admin), answer_within=10)
 
     assert not ours & set(report["passes"]["fullPass"]["behind"])
@@ -135,7 +135,7 @@ async def test_status_names_the_leader_and_a_bind_request_the_answer_lane_left_w
     assert lane["oldestSeconds"] >= 40
 
     await seen_by(binder, specs.GPU_DEVICES.key, await world.device("held"))
-    await binder.answer_pass()
+    await binder.placement_pass()
     lane = status.gather(await read(admin), answer_within=10)["passes"]["answerLane"]
     assert f"{world.namespace}/held" not in lane["waitingDevices"]
 
@@ -145,7 +145,7 @@ async def test_status_names_the_leader_and_a_bind_request_the_answer_lane_left_w
 
 async def test_why_a_device_over_budget_names_the_budget_to_raise_and_by_how_much(
         admin: Client, binder: RunningBinder, scene: Scene) -> None:
-    await binder.full_pass()
+    await binder.each_lane()
     cluster = await read(admin)
 
     report = await why.explain_device(admin, cluster, scene.world.namespace, "over")
@@ -163,7 +163,7 @@ async def test_why_a_device_over_budget_names_the_budget_to_raise_and_by_how_muc
 async def test_why_a_device_no_eligible_node_can_take_points_at_the_node_with_room_and_what_keeps_it(
         admin: Client, binder: RunningBinder, scene: Scene) -> None:
     world = scene.world
-    await binder.full_pass()
+    await binder.each_lane()
 
     report = await why.explain_device(admin, await read(admin), scene.plain, "big")
 
@@ -187,7 +187,7 @@ async def test_why_a_vmi_gives_the_binders_answers_and_what_a_start_now_would_ge
             "attachment": {"vmi": vmi, "attachedAt": stamp()}, "bindRequest": {"id": request, "vmi": vmi,
                                                                              "time": stamp()}}})
     await seen_by(binder, specs.GPU_DEVICES.key, await world.device("over"))
-    await binder.answer_pass()
+    await binder.placement_pass()
     cluster = await read(admin)
 
     held = await why.explain_vmi(admin, cluster, world.namespace, "vm-a")
@@ -205,7 +205,7 @@ async def test_why_a_vmi_gives_the_binders_answers_and_what_a_start_now_would_ge
 
 async def test_the_commands_answer_through_a_kubeconfig_as_a_person_runs_them(
         plane: ControlPlane, binder: RunningBinder, scene: Scene, capsys: pytest.CaptureFixture[str]) -> None:
-    await binder.full_pass()
+    await binder.each_lane()
     kubeconfig = str(plane.kubeconfig)
 
     code = await asyncio.to_thread(cli.main, ["status", "-o", "json", "--kubeconfig", kubeconfig])

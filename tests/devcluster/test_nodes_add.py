@@ -96,7 +96,7 @@ async def test_a_node_added_with_gpus_is_reported_by_the_real_agent_its_units_bi
                 "apiVersion": keys.API_VERSION, "kind": keys.GPUDEVICE_KIND, "metadata": {"name": "train"},
                 "spec": {"className": gpu_class, "count": 3}})
             await seen_by(binder, specs.GPU_DEVICES.key, order)
-            await binder.full_pass()
+            await binder.each_lane()
         bound = (await full_admin.get(device_path(namespace, "train")))["status"]
         assert (bound["phase"], bound["nodeName"]) == ("Bound", name)
 

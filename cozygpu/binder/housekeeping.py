@@ -40,7 +40,7 @@ from cozygpu.binder.assumed import StaleWrites, object_key
 from cozygpu.binder.context import Context
 from cozygpu.binder.patcher import Sent, Write
 from cozygpu.binder.place import unverified, verified_write
-from cozygpu.binder.reconciler import NOTHING, ChangeFeed, Verdict, devices_touched, reconcile
+from cozygpu.binder.reconciler import NOTHING, ChangeFeed, Due, devices_touched, reconcile
 from cozygpu.binder.status import DeviceWrite
 from cozygpu.binder.writes import device_status_path
 from cozygpu.cache.errors import KindNotServed, NotSynced
@@ -150,7 +150,7 @@ class AttachmentsWork:
         grace = context.config.attachment_grace
         claimed = functools.cache(functools.partial(attachments.claimed_vmis, snapshot))
 
-        def judge(key: DeviceKey) -> Verdict:
+        def judge(key: DeviceKey) -> Due:
             device, obj = snapshot.devices.get(key), objects.get(key)
             if device is None or obj is None:
                 self._first_seen.pop(key, None)
@@ -164,7 +164,7 @@ class AttachmentsWork:
             found = attachments.attachment_writes(action.plan, objects)
             if not found and key in self._unverified:
                 found = [verified_write(key, obj, verified=True, now=snapshot.now)]
-            return Verdict(writes=tuple(found), again_in=action.again_in)
+            return Due(writes=tuple(found), again_in=action.again_in)
 
         done = await reconcile(context.send, self.queue, judge, writes, stop)
         for write, _answer in done.sent.written:
@@ -223,7 +223,7 @@ class LedgerWork:
         self._follow(snapshot)
         now = snapshot.now
 
-        def judge(key: DeviceKey) -> Verdict:
+        def judge(key: DeviceKey) -> Due:
             device, obj = snapshot.devices.get(key), objects.get(key)
             if device is None or obj is None or not device.holds_units:
                 return NOTHING
@@ -232,10 +232,10 @@ class LedgerWork:
             at = ledger_model.next_deadline(device, snapshot.classes.get(device.class_name), now)
             again = (at - now).total_seconds() if at is not None else None
             if write is None:
-                return Verdict(again_in=again)
+                return Due(again_in=again)
             send = Write(kind=specs.GPU_DEVICES, path=device_status_path(key), body={"status": write.status},
                          resource_version=write.resource_version, what="/".join(key), tag=write)
-            return Verdict(writes=(send,), again_in=again)
+            return Due(writes=(send,), again_in=again)
 
         done = await reconcile(context.send, self.queue, judge, writes, stop)
         for write, answer in done.sent.written:
@@ -296,7 +296,7 @@ class FinalizersWork:
             vmis = finalizers.VmiUids(store.get, store.list)
         now, grace, assumed = context.clock.wall(), context.config.attachment_grace, context.assumed
 
-        def judge(key: finalizers.Key) -> Verdict:
+        def judge(key: finalizers.Key) -> Due:
             plural, namespace, name = key
             if plural == keys.GPUDEVICE_PLURAL:
                 # The binder's own placement writes read back (assumed): a finalizer patched on the version the
@@ -312,7 +312,7 @@ class FinalizersWork:
             if judged is None:
                 return NOTHING
             found = finalizers.finalizer_writes([judged.change] if judged.change is not None else [])
-            return Verdict(writes=tuple(found), again_in=judged.again_in)
+            return Due(writes=tuple(found), again_in=judged.again_in)
 
         done = await reconcile(context.send, self.queue, judge, writes, stop)
         for write, _answer in done.sent.written:
@@ -365,10 +365,10 @@ class UsageWork:
             context.assumed
         listed = classes.list()
 
-        def judge(namespace: str) -> Verdict:
+        def judge(namespace: str) -> Due:
             held = [found for obj in devices.list(namespace) if (found := assumed.get(*meta.key(obj))) is not None]
             plan = usage.usage_plan(held, listed, monitors.list(namespace), workloads.list(namespace))
-            return Verdict(writes=tuple(usage.usage_writes(plan)))
+            return Due(writes=tuple(usage.usage_writes(plan)))
 
         done = await reconcile(context.send, self.queue, judge, writes, stop)
         for write, _answer in done.sent.written:
@@ -415,7 +415,7 @@ class ReportsWork:
         every, clock_now = context.config.report_every.total_seconds(), context.clock.now()
         self._written = {key: at for key, at in self._written.items() if clock_now - at < every}
 
-        def judge(key: reports.Key) -> Verdict:
+        def judge(key: reports.Key) -> Due:
             kind, name = key
             obj = stores[kind].get(None, name)
             if obj is None:
@@ -426,8 +426,8 @@ class ReportsWork:
                 return NOTHING
             last = self._written.get(key)
             if last is not None:
-                return Verdict(again_in=last + every - clock_now)  # written a moment ago: this waits its turn
-            return Verdict(writes=tuple(reports.report_sends([report])))
+                return Due(again_in=last + every - clock_now)  # written a moment ago: this waits its turn
+            return Due(writes=tuple(reports.report_sends([report])))
 
         done = await reconcile(context.send, self.queue, judge, writes, stop)
         for write, _answer in done.sent.written:

@@ -39,7 +39,7 @@ SLICE: Final = 0.005
 
 
 @attrs.frozen
-class Verdict:
+class Due:
     """One key's judgement: its writes, in order, and in how many seconds to look at it again (None: when
     an event says so)."""
 
@@ -47,7 +47,7 @@ class Verdict:
     again_in: float | None = None
 
 
-NOTHING: Final = Verdict()
+NOTHING: Final = Due()
 
 
 @attrs.frozen
@@ -65,22 +65,22 @@ class Send(Protocol):
                        ) -> Sent: ...
 
 
-async def reconcile(send: Send, queue: KeyQueue[K], judge: Callable[[K], Verdict], writes: Writes,
+async def reconcile(send: Send, queue: KeyQueue[K], judge: Callable[[K], Due], writes: Writes,
                     stop: Callable[[], bool]) -> Reconciled[K]:
     """One pass over the keys ready in ``queue`` (see the module docstring)."""
     keys = queue.take()
-    verdicts: dict[K, Verdict] = {}
+    judged: dict[K, Due] = {}
     started = time.perf_counter()
     judged_all = True
     for at, key in enumerate(keys):
-        verdicts[key] = judge(key)
+        judged[key] = judge(key)
         if time.perf_counter() - started > SLICE and at + 1 < len(keys):
             queue.add_all(keys[at + 1:])
             judged_all = False
             break
     owner: dict[int, K] = {}
     planned: list[Write] = []
-    for key, verdict in verdicts.items():
+    for key, verdict in judged.items():
         for write in verdict.writes:
             owner[id(write)] = key
             planned.append(write)
@@ -91,11 +91,11 @@ async def reconcile(send: Send, queue: KeyQueue[K], judge: Callable[[K], Verdict
         if key not in retried:
             retried.add(key)
             queue.retry(key)
-    left = {owner[id(write)] for write in sent.left} - retried
-    for key in left:
-        queue.add(key)
-    for key, verdict in verdicts.items():
-        if key in retried or key in left:
+    left = [key for key in dict.fromkeys(owner[id(write)] for write in sent.left) if key not in retried]
+    queue.add_all(left)  # in the order they were judged
+    unsettled = retried.union(left)
+    for key, verdict in judged.items():
+        if key in unsettled:
             continue
         queue.forget(key)
         if verdict.again_in is not None:

@@ -17,7 +17,7 @@ import pytest
 from cozygpu.base.clock import FakeClock
 from cozygpu.binder import reconciler
 from cozygpu.binder.patcher import Sent, Write
-from cozygpu.binder.reconciler import Verdict, reconcile
+from cozygpu.binder.reconciler import Due, reconcile
 from cozygpu.passes.driver import Progress
 from cozygpu.passes.keyed import KeyQueue
 from cozygpu.passes.writes import Writes
@@ -56,7 +56,7 @@ async def test_a_refused_key_waits_its_own_backoff_and_the_others_are_done() -> 
     queue: KeyQueue[str] = KeyQueue(clock, base=1.0)
     queue.add_all(["a", "b", "c"])
     server = Server(refuse={"b"})
-    done = await reconcile(server, queue, lambda key: Verdict(writes=(write(key),)), Writes(), lambda: False)
+    done = await reconcile(server, queue, lambda key: Due(writes=(write(key),)), Writes(), lambda: False)
     assert done.progress is Progress.DONE
     assert server.sent == ["a", "b", "c"]
     assert queue.take() == [], "a and c are done; b waits"
@@ -70,7 +70,7 @@ async def test_keys_left_unsent_when_placement_came_due_are_ready_at_once() -> N
     queue: KeyQueue[str] = KeyQueue(FakeClock())
     queue.add_all(["a", "b", "c"])
     server = Server(stop_at="b")
-    done = await reconcile(server, queue, lambda key: Verdict(writes=(write(key),)), Writes(), lambda: False)
+    done = await reconcile(server, queue, lambda key: Due(writes=(write(key),)), Writes(), lambda: False)
     assert done.progress is Progress.MORE
     assert queue.take() == ["b", "c"]
     assert queue.failures("b") == 0, "not a refusal: no backoff"
@@ -81,8 +81,8 @@ async def test_a_key_judged_with_nothing_to_write_comes_back_at_the_time_it_aske
     queue: KeyQueue[str] = KeyQueue(clock)
     queue.add_all(["due-later", "settled"])
 
-    def judge(key: str) -> Verdict:
-        return Verdict(again_in=30.0) if key == "due-later" else reconciler.NOTHING
+    def judge(key: str) -> Due:
+        return Due(again_in=30.0) if key == "due-later" else reconciler.NOTHING
 
     await reconcile(Server(), queue, judge, Writes(), lambda: False)
     clock.advance(29.0)
@@ -97,7 +97,7 @@ async def test_judging_stops_after_the_slice_and_the_rest_is_ready_at_once(monke
     queue.add_all(["a", "b", "c"])
     judged: list[str] = []
 
-    def judge(key: str) -> Verdict:
+    def judge(key: str) -> Due:
         judged.append(key)
         return reconciler.NOTHING
 

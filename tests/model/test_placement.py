@@ -107,6 +107,26 @@ def test_a_split_set_with_no_node_to_gather_on_goes_lost_as_a_whole() -> None:
     assert lost == {("tenant-a", "a"), ("tenant-a", "b")}
 
 
+def test_a_start_that_cannot_gather_its_set_is_refused_and_its_holds_stay_where_they_are() -> None:
+    """The chaos test's breach: a start attached holds on two nodes, the room to gather them went to other
+    orders meanwhile, and the pass sent both holds Lost (then rebound them elsewhere) for a VM that never
+    ran. The answer refuses the start (R-BIND-6); the holds stay, Bound where they were."""
+    nodes, inventories = gpu_nodes(("n1", 2), ("n2", 2))
+    asked = [attrs.evolve(d, attachment=attrs.evolve(d.attachment, request_id="r1"))
+             for d in (device("a", count=2, phase=Phase.BOUND, node="n1", vmi="vm1", request="r1"),
+                       device("b", count=2, phase=Phase.BOUND, node="n2", vmi="vm1", request="r1"))
+             if d.attachment is not None]
+    plan = plan_pass(snapshot(nodes=nodes, inventories=inventories, devices=asked))
+    assert plan.of(MarkLost) == ()
+    assert plan.of(Bind) == ()
+    assert {(a.device[1], a.result) for a in plan.of(Answer)} == {("a", FAILED), ("b", FAILED)}
+    # The answers written, the webhook has not taken the attachments back yet: the next pass moves nothing.
+    refused = [attrs.evolve(d, bind_answer=BindAnswer(id="r1", result=FAILED)) for d in asked]
+    again = plan_pass(snapshot(nodes=nodes, inventories=inventories, devices=refused))
+    assert again.of(MarkLost) == ()
+    assert again.of(Bind) == ()
+
+
 def test_a_split_set_whose_vm_runs_is_gathered_onto_the_launchers_node_not_where_most_of_it_is() -> None:
     # Unlike an idle set (gathered onto n2, which holds most of it), the member the running VM uses stays on n1.
     nodes, inventories = gpu_nodes(("n1", 8), ("n2", 8))

@@ -44,11 +44,18 @@ def _restore_sets(planner: Planner, works: Sequence[Work]) -> None:
     (``destination``), the members held there staying put; when that node
     cannot take the rest the set is left as it is, with a ``Stay`` saying why,
     and never sent to Lost.
+
+    A set split by a start (its members attached to the VMI the webhook is admitting, on two nodes) is
+    not restored: the answer to its request gathers it or refuses the start (R-BIND-6), and a start
+    refused leaves its members where they held, until the webhook takes the attachments back
+    (``start_refused``). Sending them Lost would cost the tenant holds for a start that never ran.
     """
     state = planner.state
     for work in works:
         whole = state.held_part(work)
         if whole is None or len(whole.members) < 2:
+            continue
+        if any(d.unanswered_request for d in work.members) or start_refused(work):
             continue
         if len({state.where(d) for d in whole.members}) > 1:
             decision = planner.choice.destination(whole)
@@ -57,6 +64,17 @@ def _restore_sets(planner: Planner, works: Sequence[Work]) -> None:
                 state.record_stay(whole, node, StayPut(cause=decision.no_room, why=SPLIT_WHILE_VM_RUNS))
                 continue
             state.carry_out(whole, decision)
+
+
+def start_refused(work: Work) -> bool:
+    """The set's start was refused: its VMI does not exist and a member's answer to the request that attached
+    it is Failed. The webhook refused the VMI and takes its attachments back; until then its members are
+    no set."""
+    if work.vmi is not None:
+        return False
+    return any(d.attachment is not None and d.attachment.request_id and d.bind_answer is not None
+               and d.bind_answer.id == d.attachment.request_id and d.bind_answer.result == FAILED
+               for d in work.members)
 
 
 def _move_off(planner: Planner, works: Sequence[Work]) -> None:

@@ -96,7 +96,7 @@ from cozygpu import keys  # noqa: E402
 from cozygpu.base.clock import FakeClock  # noqa: E402
 from cozygpu.binder import ledger, reports  # noqa: E402
 from cozygpu.binder.assumed import StaleWrites  # noqa: E402
-from cozygpu.binder.binder import LANES, LEDGER, PLACEMENT, REPORTS, VERIFY, Binder, BinderConfig  # noqa: E402
+from cozygpu.binder.binder import LANES, PLACEMENT, VERIFY, Binder, BinderConfig  # noqa: E402
 from cozygpu.binder.loop import NAME  # noqa: E402
 from cozygpu.binder.metrics import BinderMetrics  # noqa: E402
 from cozygpu.binder.writes import device_status_path  # noqa: E402
@@ -312,8 +312,8 @@ class Rig:
         self.asked: dict[Lane, set[str]] = {lane: set() for lane in LANES}
         self.passes = self.binder.lanes()
         self.binder.on_request(lambda: self.ask(PLACEMENT, "bind request"))
-        self.binder.reports.on_due(lambda: self.ask(REPORTS, "reports due"))
-        self.binder.ledger.on_due(lambda: self.ask(LEDGER, "idle-hold deadline"))
+        for lane, queue in self.binder.queues().items():
+            queue.on_ready(functools.partial(self.ask, lane, "a key's time came"))
         #: While an event is profiled: one profile per lane of the passes it causes (the fold is not in them).
         self.profiles: dict[Lane, cProfile.Profile] | None = None
 

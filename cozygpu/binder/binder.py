@@ -56,6 +56,7 @@ from cozygpu.kube import Client
 from cozygpu.kube.client import Obj
 from cozygpu.model.snapshot import DeviceKey, Snapshot
 from cozygpu.passes.driver import Lane, Progress
+from cozygpu.passes.keyed import KeyQueue
 from cozygpu.passes.writes import Writes
 from cozygpu.views import specs
 from cozygpu.views.decode import resource_claim_view
@@ -230,6 +231,12 @@ class Binder:
         request or a new order appears, and when a launcher window closes."""
         self.placement.on_request(callback)
         self.placement.on_window_closed(callback)
+
+    def queues(self) -> dict[Lane, KeyQueue[Any]]:
+        """Each keyed work's lane and its queue: a key whose time comes (a backoff over, a deadline, a grace)
+        asks for that lane's pass (``KeyQueue.on_ready``)."""
+        return {ATTACHMENTS: self.attachments.queue, LEDGER: self.ledger.queue, FINALIZERS: self.finalizers.queue,
+                USAGE: self.usage.queue, REPORTS: self.reports.queue}
 
     def lanes(self) -> dict[Lane, Callable[[Writes, Stop], Awaitable[Progress | None]]]:
         """Each lane's pass, in the order they go (``stop``: the driver's word that a lane before it is due)."""

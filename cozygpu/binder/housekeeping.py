@@ -193,10 +193,6 @@ class LedgerWork:
         self._feed = ChangeFeed()
         self._classes: Mapping[str, GPUClassView] | None = None
 
-    def on_due(self, callback: Callable[[], None]) -> None:
-        """Call ``callback`` (the driver's ledger lane) when a hold's warning or release falls due."""
-        self.queue.on_ready(callback)
-
     def stopped(self) -> None:
         self.queue.clear()
         self._feed.forget()
@@ -390,10 +386,6 @@ class ReportsWork:
         self._feed = ChangeFeed()
         #: When each report was last written (the clock's), while that is under ``report_every`` ago.
         self._written: dict[reports.Key, float] = {}
-
-    def on_due(self, callback: Callable[[], None]) -> None:
-        """Call ``callback`` (the driver's report lane) when reports held back by ``report_every`` are due."""
-        self.queue.on_ready(callback)
 
     def stopped(self) -> None:
         self.queue.clear()

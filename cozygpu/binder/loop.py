@@ -11,8 +11,10 @@
   (``Binder.worth_a_pass``). Each work then costs what moved for it.
 - A new bind request or order asks for a placement pass the moment the
   device informer's handler sees it (R-BIND-3), so does a launcher window
-  closing; reports held back by ``report_every`` ask for a report pass when
-  they are due, and the check for one every ``verify_every``.
+  closing; a keyed work's key whose time comes (a report held back by
+  ``report_every``, an idle-hold deadline, an attachment's grace, a refused
+  write's backoff) asks for that work's pass, and the check for one every
+  ``verify_every``.
 - The works follow the cache's events only while the driver runs (the
   term): ``Binder.term`` is the driver's scope.
 - The Events of the binder's writes are sent by a companion task beside the
@@ -27,12 +29,13 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable
 
 from prometheus_client import CollectorRegistry
 
 from cozygpu.base.clock import Clock, LoopClock
-from cozygpu.binder.binder import LANES, LEDGER, PLACEMENT, REPORTS, VERIFY, Binder
+from cozygpu.binder.binder import LANES, PLACEMENT, VERIFY, Binder
 from cozygpu.binder.housekeeping import Stop
 from cozygpu.cache.cache import Cache
 from cozygpu.passes.driver import DriverConfig, Lane, LanePass, LaneWork, PassDriver, Progress
@@ -67,7 +70,7 @@ def binder_driver(binder: Binder, cache: Cache, *, registry: CollectorRegistry, 
         needs={lane: needs for lane in LANES}, companions=[("events", binder.events.run)], scope=binder.term,
     )
     binder.on_request(lambda: driver.request(PLACEMENT, "bind request"))
-    binder.reports.on_due(lambda: driver.request(REPORTS, "reports due"))
     binder.verifier.on_due(lambda: driver.request(VERIFY, "check due"))
-    binder.ledger.on_due(lambda: driver.request(LEDGER, "idle-hold deadline"))
+    for lane, queue in binder.queues().items():
+        queue.on_ready(functools.partial(driver.request, lane, "a key's time came"))
     return driver

@@ -11,7 +11,9 @@ each key by what the API server did with its own writes:
 - one refused (a Conflict, a NotFound, a write dropped after a refusal):
   ``retry``: ready again after its own backoff, which doubles each time;
 - one not sent because a lane before this one came due (``stop``): ready
-  again at once, for the next pass.
+  again at once, for the next pass;
+- the pass raised (the API server unwell): every key it took is ready again,
+  and the driver runs the lane after its failure backoff.
 
 Judging stops after ``SLICE`` seconds; the keys not judged are ready again
 at once and the pass says ``Progress.MORE`` (a term's first pass judges
@@ -69,6 +71,15 @@ async def reconcile(send: Send, queue: KeyQueue[K], judge: Callable[[K], Due], w
                     stop: Callable[[], bool]) -> Reconciled[K]:
     """One pass over the keys ready in ``queue`` (see the module docstring)."""
     keys = queue.take()
+    try:
+        return await _reconcile(send, queue, keys, judge, writes, stop)
+    except BaseException:
+        queue.add_all(keys)  # nothing settled: every key taken is ready again (the driver backs the lane off)
+        raise
+
+
+async def _reconcile(send: Send, queue: KeyQueue[K], keys: list[K], judge: Callable[[K], Due], writes: Writes,
+                     stop: Callable[[], bool]) -> Reconciled[K]:
     judged: dict[K, Due] = {}
     started = time.perf_counter()
     judged_all = True

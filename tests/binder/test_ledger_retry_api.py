@@ -38,7 +38,7 @@ async def test_a_warning_left_unsent_when_placement_came_due_is_written_by_the_n
         async with running_binder(admin) as running:
             ledger = running.binder.ledger
             due = asyncio.Event()
-            ledger.on_due(due.set)
+            ledger.queue.on_ready(due.set)
             assert await ledger.run(Writes()) is Progress.DONE  # every hold judged: nothing due yet
             assert [n for n in ("a", "b") if await warned(world, n)] == []
             await due.wait()  # the warnings' deadline

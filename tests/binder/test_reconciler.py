@@ -105,3 +105,17 @@ async def test_judging_stops_after_the_slice_and_the_rest_is_ready_at_once(monke
     assert judged == ["a"], "the slice was over after a"
     assert done.progress is Progress.MORE
     assert queue.take() == ["b", "c"]
+
+
+async def test_a_pass_that_raises_leaves_every_key_it_took_ready_again() -> None:
+    """The API server unwell mid-pass: no key is lost with the pass (the driver runs the lane again after its
+    failure backoff)."""
+    queue: KeyQueue[str] = KeyQueue(FakeClock())
+    queue.add_all(["a", "b"])
+
+    async def unwell(writes: Iterable[Write], record: Writes, *, stop: Callable[[], bool] | None = None) -> Sent:
+        raise ConnectionError("the API server went away")
+
+    with pytest.raises(ConnectionError):
+        await reconcile(unwell, queue, lambda key: Due(writes=(write(key),)), Writes(), lambda: False)
+    assert queue.take() == ["a", "b"]

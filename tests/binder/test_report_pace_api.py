@@ -28,7 +28,7 @@ async def test_a_report_within_the_interval_is_held_back_and_the_reminder_writes
         admin: Client, world: World) -> None:
     async with running_binder(admin, report_every=timedelta(seconds=EVERY)) as binder:
         reminded = asyncio.Event()
-        binder.binder.reports.on_due(reminded.set)
+        binder.binder.reports.queue.on_ready(reminded.set)
         await world.node("n-a", 4)
         await seen_by(binder, specs.GPU_DEVICES.key, await world.order("one", 1))
         await binder.each_lane()  # binds it; the class's first report (after the placement) goes out at once

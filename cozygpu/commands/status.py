@@ -15,8 +15,8 @@ controller's metrics endpoint.
   binder has not decided on yet says so, with what the model decides now.
 - Leader: the Lease holder and how long ago it renewed; stale when the
   renewal is older than the lease duration.
-- Passes: the answer lane is behind when a bind request waits longer than
-  ``--answer-within`` (the webhooks' default bind wait); the full pass is
+- Passes: placement is behind when a bind request waits longer than
+  ``--answer-within`` (the webhooks' default bind wait); the statuses are
   behind when a pass on this snapshot would still write devices, or a class
   or node status differs from what the binder would write now.
 """
@@ -45,7 +45,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="cozygpu status", description=__doc__.splitlines()[0])
     parser.add_argument("--output", "-o", choices=("table", "json"), default="table")
     parser.add_argument("--answer-within", type=float, default=DEFAULT_ANSWER_WITHIN, metavar="SECONDS",
-                        help="a bind request waiting longer means the answer lane is behind (default %(default)s)")
+                        help="a bind request waiting longer means placement is behind (default %(default)s)")
     common.add_cluster_flags(parser)
     return parser
 
@@ -164,10 +164,10 @@ def passes(cluster: Cluster, plan: PassPlan, answer_within: float) -> dict[str, 
                 behind.append(f"GPUNode {name}")
                 break
     return {
-        "answerLane": {"waiting": len(waiting), "waitingDevices": sorted(f"{d.namespace}/{d.name}" for d in waiting),
+        "placement": {"waiting": len(waiting), "waitingDevices": sorted(f"{d.namespace}/{d.name}" for d in waiting),
                        "late": late, "oldestSeconds": oldest,
                        "answerWithinSeconds": answer_within, "healthy": late == 0},
-        "fullPass": {"behind": sorted(behind), "healthy": not behind},
+        "statuses": {"behind": sorted(behind), "healthy": not behind},
     }
 
 
@@ -187,7 +187,7 @@ def render(report: dict[str, Any]) -> str:
         state = "" if lead["current"] else "   STALE: the holder has not renewed within the lease duration"
         lines.append(f"LEADER   {lead['holder'] or '(released)'} in {lead['namespace']}, renewed "
                      f"{common.duration(lead['renewedSecondsAgo'])} ago (lease {lead['leaseDurationSeconds']}s){state}")
-    lane, full = report["passes"]["answerLane"], report["passes"]["fullPass"]
+    lane, full = report["passes"]["placement"], report["passes"]["statuses"]
     if lane["waiting"] == 0:
         answer = "ok, no bind request waiting"
     else:
@@ -197,7 +197,7 @@ def render(report: dict[str, Any]) -> str:
     shown = ", ".join(full["behind"][:5]) + (" ..." if len(full["behind"]) > 5 else "")
     whole = "ok, every status is what a pass would write now" if full["healthy"] else \
         f"BEHIND, a pass now would still change {len(full['behind'])} object(s): {shown}"
-    lines += [f"PASSES   answer lane: {answer}", f"         full pass: {whole}", ""]
+    lines += [f"PASSES   placement: {answer}", f"         statuses: {whole}", ""]
     if report["classes"]:
         lines.append(common.table(["CLASS", "MODE", "RESOURCE", "UNITS", "HELD", "FREE", "AVAILABLE"], [
             [c["name"], c["mode"], c["resourceName"], str(c["units"]), str(c["held"]), str(c["free"]),

@@ -181,7 +181,7 @@ def _set_of(snapshot: Snapshot, key: DeviceKey) -> tuple[tuple[DeviceKey, ...], 
 
 
 def decide_device(snapshot: Snapshot, key: DeviceKey) -> tuple[str, Refusal | None]:
-    """What a full pass on ``snapshot`` does with the device: a sentence, and the refusal if it is one."""
+    """What a placement pass on ``snapshot`` does with the device: a sentence, and the refusal if it is one."""
     plan = plan_pass(snapshot)
     device = snapshot.devices[key]
     for action in plan.actions:

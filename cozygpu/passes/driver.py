@@ -3,10 +3,9 @@
 A pass is ``snapshot → plan → apply`` of a ``Work``. The driver owns
 everything around it, once for every loop (docs/passes.md has the story):
 
-- Lanes. A driver runs the lanes it is given, in their order; by default
-  ``Lane.ANSWER`` (passes that only answer requests, R-BIND-3) and
-  ``Lane.FULL`` (passes over everything, R-BIND-1); the binder names one per
-  work (placement first, then attachments, finalizers, usage, reports). A
+- Lanes. A driver runs the lanes it is given, in their order: the binder
+  names one per work (placement first, then its housekeeping works), the
+  settings publisher has one. A
   lane is a flag: any number of requests while it is pending — ``request``
   from any callback, or a cache ``Trigger`` handed in for one or more lanes —
   make one pass.
@@ -61,7 +60,7 @@ import contextlib
 import enum
 import math
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
-from typing import Any, ClassVar, Generic, NoReturn, Protocol, TypeVar
+from typing import Any, Generic, NoReturn, Protocol, TypeVar
 
 import attrs
 from prometheus_client import CollectorRegistry
@@ -86,12 +85,7 @@ PlanT = TypeVar("PlanT")
 @attrs.frozen
 class Lane:
     """A queue of one kind of pass. A driver runs its lanes in the order it is given them (the first goes
-    first), one pass at a time.
-
-    ``Lane.ANSWER`` and ``Lane.FULL`` are the two lanes of a driver given none: passes that only answer
-    requests (R-BIND-3), then passes over everything with a periodic resync (R-BIND-1). A loop of several
-    works (the binder's) names a lane per work.
-    """
+    first), one pass at a time; a loop of several works (the binder's) names a lane per work."""
 
     value: str
     #: Its passes read their loop's assumed writes back themselves: they never wait for the cache to show them.
@@ -102,12 +96,8 @@ class Lane:
     #: Requested when ``run()`` starts and ``resync`` seconds after each of its passes ends.
     resyncs: bool = True
 
-    ANSWER: ClassVar[Lane]
-    FULL: ClassVar[Lane]
 
 
-Lane.ANSWER = Lane("answer", reads_assumed=True, resyncs=False)
-Lane.FULL = Lane("full")
 
 
 class Progress(enum.Enum):
@@ -247,7 +237,7 @@ class PassDriver(Generic[ViewT, PlanT]):
         on_outcome: OutcomeHook | None = None,
         needs: Mapping[Lane, Sequence[str]] | None = None,
         companions: Sequence[tuple[str, Callable[[], Coroutine[Any, Any, None]]]] = (),
-        lanes: Sequence[Lane] = (Lane.ANSWER, Lane.FULL),
+        lanes: Sequence[Lane],
         scope: Callable[[], contextlib.AbstractContextManager[object]] | None = None,
     ) -> None:
         self.name = name
@@ -287,7 +277,7 @@ class PassDriver(Generic[ViewT, PlanT]):
 
     # -- asking for passes ----------------------------------------------------------------
 
-    def request(self, lane: Lane = Lane.FULL, reason: str = "") -> None:
+    def request(self, lane: Lane, reason: str = "") -> None:
         """Ask for a pass of ``lane``; coalesces with every request not yet taken. Never blocks."""
         state = self._lanes[lane]
         if not state.pending:

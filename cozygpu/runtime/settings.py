@@ -80,6 +80,9 @@ from cozygpu.views.decode import InvalidObject, gpu_class_view, node_inventory, 
 
 _log = get_logger("cozygpu.settings")
 
+#: The publisher's one lane: a pass over what it publishes, with the driver's resync.
+PUBLISH: Final = Lane("publish")
+
 
 class ConfigMapClient(Protocol):
     async def get_or_none(self, path: str, **kw: Any) -> Obj | None: ...
@@ -164,7 +167,7 @@ class SettingsPublisher:
         #: What starts a pass (see ``worth_a_pass``).
         self.trigger = cache.trigger(*watched, name=self.name, when=self.worth_a_pass())
         self.driver: PassDriver[SettingsView, SettingsWrite | None] = PassDriver(
-            self.name, self, cache=cache, triggers={Lane.FULL: [self.trigger]},
+            self.name, self, cache=cache, lanes=(PUBLISH,), triggers={PUBLISH: [self.trigger]},
             clock=clock, metrics=metrics.passes if metrics is not None else None,
             config=DriverConfig(resync=resync, failure_cap=max_backoff), on_outcome=self._on_outcome,
         )

@@ -78,19 +78,19 @@ def by_name(rows: list[dict[str, Any]], name: str, namespace: str | None = None)
     return next(row for row in rows if row["name"] == name and namespace in (None, row.get("namespace")))
 
 
-async def test_status_shows_units_nodes_waiting_devices_and_whether_the_full_pass_kept_up(
+async def test_status_shows_units_nodes_waiting_devices_and_whether_the_statuses_kept_up(
         admin: Client, binder: RunningBinder, scene: Scene) -> None:
     world = scene.world
     ours = {f"GPUDevice {world.namespace}/over", f"GPUDevice {scene.plain}/big", f"GPUClass {world.gpu_class}"}
 
     before = status.gather(await read(admin), answer_within=10)
-    assert ours <= set(before["passes"]["fullPass"]["behind"]), "no pass has decided on them yet"
+    assert ours <= set(before["passes"]["statuses"]["behind"]), "no pass has decided on them yet"
     assert by_name(before["devices"], "over", world.namespace)["decided"] is False
 
     await binder.each_lane()
     report = status.gather(await read(admin), answer_within=10)
 
-    assert not ours & set(report["passes"]["fullPass"]["behind"])
+    assert not ours & set(report["passes"]["statuses"]["behind"])
     gpu_class = by_name(report["classes"], world.gpu_class)
     written = (await admin.get(resource_path(keys.GROUP, keys.VERSION, keys.GPUCLASS_PLURAL,
                                              name=world.gpu_class)))["status"]
@@ -111,7 +111,7 @@ async def test_status_shows_units_nodes_waiting_devices_and_whether_the_full_pas
     assert "held" not in {row["name"] for row in report["devices"] if row["namespace"] == world.namespace}
 
 
-async def test_status_names_the_leader_and_a_bind_request_the_answer_lane_left_waiting(
+async def test_status_names_the_leader_and_a_bind_request_placement_left_waiting(
         admin: Client, binder: RunningBinder, scene: Scene, namespace: str) -> None:
     world = scene.world
     renewed = datetime.now(UTC) - timedelta(seconds=3)
@@ -129,14 +129,14 @@ async def test_status_names_the_leader_and_a_bind_request_the_answer_lane_left_w
 
     assert report["leader"]["holder"] == "replica-a"
     assert report["leader"]["current"] is True
-    lane = report["passes"]["answerLane"]
+    lane = report["passes"]["placement"]
     assert f"{world.namespace}/held" in lane["waitingDevices"]
     assert lane["healthy"] is False
     assert lane["oldestSeconds"] >= 40
 
     await seen_by(binder, specs.GPU_DEVICES.key, await world.device("held"))
     await binder.placement_pass()
-    lane = status.gather(await read(admin), answer_within=10)["passes"]["answerLane"]
+    lane = status.gather(await read(admin), answer_within=10)["passes"]["placement"]
     assert f"{world.namespace}/held" not in lane["waitingDevices"]
 
     stale = attrs.evolve(cluster, now=renewed + timedelta(seconds=20))

@@ -23,6 +23,11 @@ from cozygpu.passes.metrics import PassMetrics
 from cozygpu.passes.outcomes import Outcome
 from cozygpu.passes.writes import Writes
 
+#: The lanes these tests drive: passes that answer requests (read their own writes back, no resync), then
+#: passes over everything.
+ANSWER = Lane("answer", reads_assumed=True, resyncs=False)
+FULL = Lane("full")
+
 DEVICES = KindSpec("gpu.cozystack.io", "v1alpha1", "gpudevices", "GPUDevice", True)
 # Binary fractions throughout, so fake times add up exactly.
 CONFIG = DriverConfig(resync=300.0, answer_streak=10, sync_timeout=5.0, requeue_initial=0.125, requeue_cap=4.0,
@@ -120,46 +125,46 @@ def make(clock: FakeClock, *, cache: Informers | None = None, triggers: dict[Lan
          needs: dict[Lane, list[str]] | None = None) -> tuple[Script, PassDriver[Lane, Lane]]:
     script = Script(clock)
     driver = PassDriver("test", script, clock=clock, config=CONFIG, cache=cache, triggers=triggers, metrics=metrics,
-                        on_outcome=on_outcome, needs=needs)
+                        on_outcome=on_outcome, needs=needs, lanes=(ANSWER, FULL))
     return script, driver
 
 
 async def test_the_loop_starts_with_one_full_pass_covering_what_fired_before() -> None:
     clock = FakeClock()
     trigger = Trigger("devices")
-    script, driver = make(clock, triggers={Lane.FULL: [trigger]})
+    script, driver = make(clock, triggers={FULL: [trigger]})
     trigger.fire("before")
     async with running(driver):
         await settle()
-    assert script.passes == [Lane.FULL]
+    assert script.passes == [FULL]
 
 
 async def test_an_answer_asked_for_before_the_term_goes_first() -> None:
     clock = FakeClock()
     answers = Trigger("answers")
-    script, driver = make(clock, triggers={Lane.ANSWER: [answers]})
+    script, driver = make(clock, triggers={ANSWER: [answers]})
     answers.fire("bind request")
     async with running(driver):
         await settle()
-    assert script.passes == [Lane.ANSWER, Lane.FULL]
+    assert script.passes == [ANSWER, FULL]
 
 
 async def test_many_requests_and_events_while_a_pass_runs_make_one_more_pass() -> None:
     clock = FakeClock()
     trigger = Trigger("devices")
-    script, driver = make(clock, triggers={Lane.FULL: [trigger]})
+    script, driver = make(clock, triggers={FULL: [trigger]})
     script.gate = asyncio.Event()
     async with running(driver):
         for _ in range(100):
             trigger.fire("devices")
-            driver.request(Lane.FULL, "poke")
+            driver.request(FULL, "poke")
             await asyncio.sleep(0)
         script.gate.set()
         await settle()
-        assert script.passes == [Lane.FULL, Lane.FULL]
+        assert script.passes == [FULL, FULL]
         trigger.fire("devices")
         await settle()
-    assert script.passes == [Lane.FULL, Lane.FULL, Lane.FULL]
+    assert script.passes == [FULL, FULL, FULL]
 
 
 async def test_an_answer_request_goes_before_the_full_pass_requested_earlier() -> None:
@@ -167,11 +172,11 @@ async def test_an_answer_request_goes_before_the_full_pass_requested_earlier() -
     script, driver = make(clock)
     script.gate = asyncio.Event()
     async with running(driver):
-        driver.request(Lane.FULL)
-        driver.request(Lane.ANSWER)
+        driver.request(FULL)
+        driver.request(ANSWER)
         script.gate.set()
         await settle()
-    assert script.passes == [Lane.FULL, Lane.ANSWER, Lane.FULL]
+    assert script.passes == [FULL, ANSWER, FULL]
 
 
 async def test_a_full_pass_waits_behind_at_most_answer_streak_answer_passes() -> None:
@@ -181,33 +186,33 @@ async def test_a_full_pass_waits_behind_at_most_answer_streak_answer_passes() ->
 
     def keep_asking(lane: Lane) -> None:
         nonlocal answers_asked
-        if lane is Lane.ANSWER and answers_asked < 24:
+        if lane is ANSWER and answers_asked < 24:
             answers_asked += 1
-            driver.request(Lane.ANSWER, "webhook")
+            driver.request(ANSWER, "webhook")
 
     script.gate = asyncio.Event()
     async with running(driver):
-        driver.request(Lane.FULL, "event")  # pending behind the first (gated) full pass
-        driver.request(Lane.ANSWER, "webhook")
+        driver.request(FULL, "event")  # pending behind the first (gated) full pass
+        driver.request(ANSWER, "webhook")
         script.on_snapshot = keep_asking
         script.gate.set()
         await settle(200)
     first, *rest = script.passes
-    assert first is Lane.FULL
-    assert rest[:11] == [Lane.ANSWER] * 10 + [Lane.FULL], "the full pass ran after ten answer passes"
-    assert rest[11:] == [Lane.ANSWER] * 15, "then the answers went on, the full lane having nothing pending"
+    assert first is FULL
+    assert rest[:11] == [ANSWER] * 10 + [FULL], "the full pass ran after ten answer passes"
+    assert rest[11:] == [ANSWER] * 15, "then the answers went on, the full lane having nothing pending"
 
 
 async def test_passes_never_overlap() -> None:
     clock = FakeClock()
     trigger = Trigger("devices")
-    script, driver = make(clock, triggers={Lane.FULL: [trigger]})
+    script, driver = make(clock, triggers={FULL: [trigger]})
     script.gate = asyncio.Event()
     async with running(driver):
         for _ in range(5):
             trigger.fire("devices")
-            driver.request(Lane.ANSWER)
-            driver.request(Lane.FULL)
+            driver.request(ANSWER)
+            driver.request(FULL)
             await settle()
             assert script.running == 1
             script.gate.set()
@@ -224,15 +229,15 @@ async def test_the_full_lane_resyncs_resync_seconds_after_the_last_full_pass() -
     script, driver = make(clock)
     async with running(driver):
         await clock.run_for(299.0)
-        assert script.passes == [Lane.FULL]
+        assert script.passes == [FULL]
         await clock.run_for(1.0)
-        assert script.passes == [Lane.FULL, Lane.FULL]
+        assert script.passes == [FULL, FULL]
         await clock.run_for(100.0)
-        driver.request(Lane.FULL)  # an event at 400 s: the next resync is at 700 s
+        driver.request(FULL)  # an event at 400 s: the next resync is at 700 s
         await clock.run_for(299.0)
         assert len(script.passes) == 3
         await clock.run_for(1.0)
-    assert script.passes == [Lane.FULL] * 4
+    assert script.passes == [FULL] * 4
     assert script.started == [0.0, 300.0, 400.0, 700.0]
 
 
@@ -240,7 +245,7 @@ async def test_a_conflict_requeues_the_lane_soon_and_is_not_a_failure() -> None:
     clock = FakeClock()
     outcomes: list[Outcome] = []
     script, driver = make(clock, on_outcome=lambda lane, outcome, error: outcomes.append(outcome))
-    script.errors = {Lane.FULL: [conflict(), conflict()]}
+    script.errors = {FULL: [conflict(), conflict()]}
     async with running(driver):
         assert script.started == [0.0]
         await clock.run_for(1.0)
@@ -251,10 +256,10 @@ async def test_a_conflict_requeues_the_lane_soon_and_is_not_a_failure() -> None:
 async def test_a_request_lifts_a_requeue_hold() -> None:
     clock = FakeClock()
     script, driver = make(clock)
-    script.errors = {Lane.FULL: [conflict()]}
+    script.errors = {FULL: [conflict()]}
     async with running(driver):
         await clock.run_for(0.0625)
-        driver.request(Lane.FULL)
+        driver.request(FULL)
         await settle()
         assert script.started == [0.0, 0.0625]
 
@@ -262,11 +267,11 @@ async def test_a_request_lifts_a_requeue_hold() -> None:
 async def test_without_a_cache_a_waiting_pass_runs_again_on_the_next_request_or_after_the_failure_backoff() -> None:
     clock = FakeClock()
     script, driver = make(clock)
-    script.errors = {Lane.FULL: [NotSynced("gpunodes"), NotSynced("gpunodes")]}
+    script.errors = {FULL: [NotSynced("gpunodes"), NotSynced("gpunodes")]}
     async with running(driver):
         await clock.run_for(0.5)
         assert script.started == [0.0], "not at the requeue backoff"
-        driver.request(Lane.FULL, "gpunodes synced")
+        driver.request(FULL, "gpunodes synced")
         await settle()
         assert script.started == [0.0, 0.5]
         await clock.run_for(1.75)
@@ -281,7 +286,7 @@ NODES = KindSpec("gpu.cozystack.io", "v1alpha1", "gpunodes", "GPUNode", True)
 def passes_counted(registry: CollectorRegistry, outcome: str) -> float:
     return sum(registry.get_sample_value("cozygpu_passes_total", {"loop": "test", "lane": lane.value,
                                                                   "outcome": outcome}) or 0.0
-               for lane in (Lane.ANSWER, Lane.FULL))
+               for lane in (ANSWER, FULL))
 
 
 async def test_a_lane_starts_only_once_the_kinds_it_needs_are_listed_and_no_pass_waits_or_fails_meanwhile() -> None:
@@ -290,15 +295,15 @@ async def test_a_lane_starts_only_once_the_kinds_it_needs_are_listed_and_no_pass
     informer, _ = devices_synced_at("5")
     nodes = Informer(NODES)
     script, driver = make(clock, cache=Informers(informer, nodes), metrics=PassMetrics.on(registry),
-                          needs={Lane.FULL: [DEVICES.key, NODES.key], Lane.ANSWER: [NODES.key]})
+                          needs={FULL: [DEVICES.key, NODES.key], ANSWER: [NODES.key]})
     async with running(driver):
-        driver.request(Lane.ANSWER, "webhook")
+        driver.request(ANSWER, "webhook")
         await clock.run_for(120.0, step=1.0)
         assert script.passes == [], "no pass before the kinds it reads are listed"
-        assert driver.waiting_for(Lane.FULL) == {NODES.key}
+        assert driver.waiting_for(FULL) == {NODES.key}
         nodes.begin_cycle().replace([], "7")
         await settle()
-        assert script.passes == [Lane.ANSWER, Lane.FULL], "both lanes ran the moment the kind was listed"
+        assert script.passes == [ANSWER, FULL], "both lanes ran the moment the kind was listed"
         assert script.started == [120.0, 120.0]
     assert passes_counted(registry, "waiting") == 0
     assert passes_counted(registry, "failed") == 0
@@ -308,10 +313,10 @@ async def test_a_lane_needing_a_kind_known_not_to_be_served_is_not_held() -> Non
     clock = FakeClock()
     nodes = Informer(NODES)
     nodes.end_cycle("the CRD is not installed")
-    script, driver = make(clock, cache=Informers(nodes), needs={Lane.FULL: [NODES.key]})
+    script, driver = make(clock, cache=Informers(nodes), needs={FULL: [NODES.key]})
     async with running(driver):
         await settle()
-        assert script.passes == [Lane.FULL]
+        assert script.passes == [FULL]
 
 
 async def test_a_pass_that_finds_a_kind_not_synced_waits_for_its_sync_not_the_failure_backoff() -> None:
@@ -320,14 +325,14 @@ async def test_a_pass_that_finds_a_kind_not_synced_waits_for_its_sync_not_the_fa
     nodes = Informer(NODES)
     feed = nodes.begin_cycle()  # served, not listed yet; the lane does not say it needs the kind
     script, driver = make(clock, cache=Informers(nodes), metrics=PassMetrics.on(registry))
-    script.errors = {Lane.FULL: [NotSynced(NODES.key), ValueError("a bug")]}
+    script.errors = {FULL: [NotSynced(NODES.key), ValueError("a bug")]}
     async with running(driver):
         assert script.started == [0.0]
         await clock.run_for(0.5)
-        driver.request(Lane.FULL, "event")  # a request does not start it either: the kind is not listed
+        driver.request(FULL, "event")  # a request does not start it either: the kind is not listed
         await clock.run_for(60.0, step=1.0)
         assert script.started == [0.0], "held for the sync, not for a backoff"
-        assert driver.waiting_for(Lane.FULL) == {NODES.key}
+        assert driver.waiting_for(FULL) == {NODES.key}
         feed.replace([], "9")
         await settle()
         assert script.started == [0.0, 60.5], "ran the moment the kind was listed"
@@ -341,21 +346,21 @@ async def test_a_pass_that_finds_a_kind_not_synced_waits_for_its_sync_not_the_fa
 async def test_a_failure_holds_its_lane_for_the_backoff_whatever_comes_and_a_success_resets_it() -> None:
     clock = FakeClock()
     script, driver = make(clock)
-    script.errors = {Lane.FULL: [ValueError("a bug"), ValueError("a bug")]}
+    script.errors = {FULL: [ValueError("a bug"), ValueError("a bug")]}
     async with running(driver) as task:
         await clock.run_for(0.5)
-        driver.request(Lane.FULL, "event")
-        driver.request(Lane.ANSWER, "webhook")
+        driver.request(FULL, "event")
+        driver.request(ANSWER, "webhook")
         await settle()
-        assert script.passes == [Lane.FULL, Lane.ANSWER], "the answer lane is not held by the full lane's failure"
+        assert script.passes == [FULL, ANSWER], "the answer lane is not held by the full lane's failure"
         await clock.run_for(0.5)
         assert script.started == [0.0, 0.5, 1.0], "the full pass ran again after 1 s, not on the request"
         await clock.run_for(1.75)
         assert len(script.started) == 3
         await clock.run_for(0.25)
         assert script.started[-1] == 3.0, "the second failure held it 2 s"
-        script.errors = {Lane.FULL: [ValueError("a bug")]}
-        driver.request(Lane.FULL)  # OK at 3.0 reset the backoff; this one fails
+        script.errors = {FULL: [ValueError("a bug")]}
+        driver.request(FULL)  # OK at 3.0 reset the backoff; this one fails
         await settle()
         await clock.run_for(1.0)
         assert script.started[-2:] == [3.0, 4.0], "after a success the first failure holds 1 s again"
@@ -370,14 +375,14 @@ async def test_the_next_pass_waits_until_the_cache_has_seen_the_last_pass_writes
     script.writes = {DEVICES.key: "12"}
     async with running(driver):
         assert driver.unseen_writes == {DEVICES.key: "12"}
-        driver.request(Lane.ANSWER, "webhook")
+        driver.request(ANSWER, "webhook")
         await clock.run_for(1.0)
         feed.advance("11")
         await clock.run_for(1.0)
-        assert script.passes == [Lane.FULL], "no pass before the cache has seen resourceVersion 12"
+        assert script.passes == [FULL], "no pass before the cache has seen resourceVersion 12"
         feed.advance("12")
         await settle()
-        assert script.passes == [Lane.FULL, Lane.ANSWER]
+        assert script.passes == [FULL, ANSWER]
         assert driver.unseen_writes == {}
     assert registry.get_sample_value("cozygpu_pass_write_sync_seconds_sum", {"loop": "test"}) == 2.0
 
@@ -389,28 +394,28 @@ async def test_an_answer_pass_does_not_wait_for_assumed_writes_and_a_full_pass_d
     script.assumed = {DEVICES.key: "12"}
     async with running(driver):
         assert driver.unseen_writes == {DEVICES.key: "12"}
-        driver.request(Lane.ANSWER, "webhook")
+        driver.request(ANSWER, "webhook")
         await settle()
-        assert script.passes == [Lane.FULL, Lane.ANSWER], "its writer reads an assumed write back itself"
+        assert script.passes == [FULL, ANSWER], "its writer reads an assumed write back itself"
         script.writes = {DEVICES.key: "14"}  # firm: the next answer pass waits for it
-        driver.request(Lane.ANSWER, "webhook")
+        driver.request(ANSWER, "webhook")
         await settle()
-        assert script.passes == [Lane.FULL, Lane.ANSWER, Lane.ANSWER]
-        driver.request(Lane.ANSWER, "webhook")
+        assert script.passes == [FULL, ANSWER, ANSWER]
+        driver.request(ANSWER, "webhook")
         await clock.run_for(1.0)
-        assert script.passes == [Lane.FULL, Lane.ANSWER, Lane.ANSWER], "not before the cache has seen 14"
+        assert script.passes == [FULL, ANSWER, ANSWER], "not before the cache has seen 14"
         feed.advance("14")
         await settle()
-        assert script.passes[-1] is Lane.ANSWER
+        assert script.passes[-1] is ANSWER
         script.assumed = {DEVICES.key: "20"}
-        driver.request(Lane.ANSWER, "webhook")
+        driver.request(ANSWER, "webhook")
         await settle()
-        driver.request(Lane.FULL, "event")
+        driver.request(FULL, "event")
         await clock.run_for(1.0)
-        assert script.passes.count(Lane.FULL) == 1, "a full pass waits for assumed writes too"
+        assert script.passes.count(FULL) == 1, "a full pass waits for assumed writes too"
         feed.advance("20")
         await settle()
-        assert script.passes.count(Lane.FULL) == 2
+        assert script.passes.count(FULL) == 2
         assert driver.unseen_writes == {}
 
 
@@ -421,13 +426,13 @@ async def test_a_write_sync_that_times_out_is_counted_and_still_no_pass_runs_bef
     script, driver = make(clock, cache=Informers(informer), metrics=PassMetrics.on(registry))
     script.writes = {DEVICES.key: "12"}
     async with running(driver):
-        driver.request(Lane.FULL)
+        driver.request(FULL)
         await clock.run_for(11.0)
         assert registry.get_sample_value("cozygpu_pass_write_sync_timeouts_total", {"loop": "test"}) == 2
-        assert script.passes == [Lane.FULL]
+        assert script.passes == [FULL]
         feed.advance("12")
         await settle()
-    assert script.passes == [Lane.FULL, Lane.FULL]
+    assert script.passes == [FULL, FULL]
 
 
 async def test_the_writes_of_a_pass_that_failed_half_way_are_waited_for_too() -> None:
@@ -435,13 +440,13 @@ async def test_the_writes_of_a_pass_that_failed_half_way_are_waited_for_too() ->
     informer, feed = devices_synced_at("5")
     script, driver = make(clock, cache=Informers(informer))
     script.writes = {DEVICES.key: "7"}
-    script.errors = {Lane.FULL: [conflict()]}
+    script.errors = {FULL: [conflict()]}
     async with running(driver):
         await clock.run_for(1.0)
-        assert script.passes == [Lane.FULL]
+        assert script.passes == [FULL]
         feed.advance("7")
         await settle()
-    assert script.passes == [Lane.FULL, Lane.FULL]
+    assert script.passes == [FULL, FULL]
 
 
 async def test_the_writes_of_a_pass_cancelled_with_its_term_are_waited_for_in_the_next_term() -> None:
@@ -455,10 +460,10 @@ async def test_the_writes_of_a_pass_cancelled_with_its_term_are_waited_for_in_th
     assert driver.unseen_writes == {DEVICES.key: "12"}
     script.gate.set()
     async with running(driver):
-        assert script.passes == [Lane.FULL], "the next term's first pass waits for the cache"
+        assert script.passes == [FULL], "the next term's first pass waits for the cache"
         feed.advance("12")
         await settle()
-    assert script.passes == [Lane.FULL, Lane.FULL]
+    assert script.passes == [FULL, FULL]
 
 
 async def test_a_write_to_a_kind_no_longer_served_does_not_hold_the_loop() -> None:
@@ -468,9 +473,9 @@ async def test_a_write_to_a_kind_no_longer_served_does_not_hold_the_loop() -> No
     script.writes = {DEVICES.key: "12"}
     async with running(driver):
         informer.end_cycle("no CustomResourceDefinition")
-        driver.request(Lane.FULL)
+        driver.request(FULL)
         await settle()
-    assert script.passes == [Lane.FULL, Lane.FULL]
+    assert script.passes == [FULL, FULL]
 
 
 async def test_metrics_count_passes_by_loop_lane_and_outcome_and_time_the_queue_and_the_pass() -> None:
@@ -479,26 +484,26 @@ async def test_metrics_count_passes_by_loop_lane_and_outcome_and_time_the_queue_
     script, driver = make(clock, metrics=PassMetrics.on(registry))
     gate = script.gate = asyncio.Event()
     async with running(driver):
-        driver.request(Lane.ANSWER)
+        driver.request(ANSWER)
         await clock.run_for(2.0)
-        script.errors = {Lane.FULL: [ValueError("a bug")]}
+        script.errors = {FULL: [ValueError("a bug")]}
         gate.set()
         await settle()
 
     def sample(name: str, lane: Lane, **labels: str) -> float | None:
         return registry.get_sample_value(name, {"loop": "test", "lane": lane.value, **labels})
 
-    assert sample("cozygpu_passes_total", Lane.FULL, outcome="failed") == 1
-    assert sample("cozygpu_passes_total", Lane.ANSWER, outcome="ok") == 1
-    assert sample("cozygpu_pass_duration_seconds_sum", Lane.FULL) == 2.0
-    assert sample("cozygpu_pass_queue_wait_seconds_sum", Lane.ANSWER) == 2.0
+    assert sample("cozygpu_passes_total", FULL, outcome="failed") == 1
+    assert sample("cozygpu_passes_total", ANSWER, outcome="ok") == 1
+    assert sample("cozygpu_pass_duration_seconds_sum", FULL) == 2.0
+    assert sample("cozygpu_pass_queue_wait_seconds_sum", ANSWER) == 2.0
     assert PassMetrics.on(registry) is PassMetrics.on(registry), "one set of families per registry"
 
 
 async def test_cancelling_run_ends_the_pass_in_progress_and_every_forwarder() -> None:
     clock = FakeClock()
     trigger = Trigger("devices")
-    script, driver = make(clock, triggers={Lane.FULL: [trigger], Lane.ANSWER: [Trigger("answers")]})
+    script, driver = make(clock, triggers={FULL: [trigger], ANSWER: [Trigger("answers")]})
     script.gate = asyncio.Event()
     before = asyncio.all_tasks()
     task = asyncio.create_task(driver.run())
@@ -512,7 +517,7 @@ async def test_cancelling_run_ends_the_pass_in_progress_and_every_forwarder() ->
     script.gate.set()
     async with running(driver):  # and the driver can run again (a next leader term)
         await settle()
-    assert script.passes == [Lane.FULL, Lane.FULL]
+    assert script.passes == [FULL, FULL]
 
 
 async def test_running_one_driver_twice_at_once_is_refused() -> None:
@@ -558,10 +563,10 @@ async def test_lane_work_runs_each_lanes_own_pass_and_keeps_what_it_wrote() -> N
         ran.append("answer")
 
     driver: PassDriver[Lane, Lane] = PassDriver(
-        "lanes", LaneWork({Lane.FULL: full, Lane.ANSWER: answer}), cache=Informers(informer), clock=clock,
-        config=CONFIG)
+        "lanes", LaneWork({FULL: full, ANSWER: answer}), cache=Informers(informer), clock=clock,
+        config=CONFIG, lanes=(ANSWER, FULL))
     async with running(driver):
-        driver.request(Lane.ANSWER)
+        driver.request(ANSWER)
         await settle()
         assert ran == ["full"], "the answer pass waits for the full pass's write"
         feed.advance("9")

@@ -16,10 +16,9 @@ from cozygpu import keys
 from cozygpu.cache.cache import Cache
 from cozygpu.kube import Client, errors, resource_path
 from cozygpu.kube.client import Obj
-from cozygpu.passes.driver import Lane
 from cozygpu.runtime import kinds
 from cozygpu.runtime.metrics import SettingsMetrics
-from cozygpu.runtime.settings import SettingsPublisher, settings_data
+from cozygpu.runtime.settings import PUBLISH, SettingsPublisher, settings_data
 from cozygpu.views import specs
 from tests.cache.fakes import FakeApi
 from tests.support.crds import FIXTURE_CRDS, install_fixture_crd, uninstall_fixture_crd
@@ -176,7 +175,7 @@ async def test_the_pass_after_a_write_starts_once_the_cache_has_seen_that_write(
         # The write's own watch event asks for the next pass, which first waits for the cache to hold the write.
         async with asyncio.timeout(20):
             while True:
-                if sample("cozygpu_passes_total", lane="full", outcome="ok") >= 2:
+                if sample("cozygpu_passes_total", lane="publish", outcome="ok") >= 2:
                     break
                 await asyncio.sleep(0.05)
         assert publisher.driver.unseen_writes == {}
@@ -331,14 +330,14 @@ async def test_a_configmap_that_lacks_only_the_device_class_names_is_written_onc
     del current[keys.SETTINGS_DEVICE_CLASS_NAMES]
     fed = HandFed(dra_class("h100", VFIO), configmaps=MemoryConfigMaps({**current, "note": "kept"}))
 
-    write = fed.publisher.plan(await fed.publisher.snapshot(Lane.FULL))
+    write = fed.publisher.plan(await fed.publisher.snapshot(PUBLISH))
     assert write is not None
     assert not write.create
     assert write.body["data"] == {**current, "note": "kept", keys.SETTINGS_DEVICE_CLASS_NAMES: f'["{VFIO}"]'}
     assert write.body["metadata"]["resourceVersion"] == "1", "the replace carries the resourceVersion read"
 
     await fed.configmaps.replace("", write.body)
-    assert fed.publisher.plan(await fed.publisher.snapshot(Lane.FULL)) is None
+    assert fed.publisher.plan(await fed.publisher.snapshot(PUBLISH)) is None
 
 
 class CountingClient(RacingClient):
@@ -361,7 +360,7 @@ async def test_a_pass_that_finds_the_cached_configmap_as_it_should_be_reads_noth
 
     def passes() -> float:
         return registry.get_sample_value(
-            "cozygpu_passes_total", {"loop": SettingsPublisher.name, "lane": "full", "outcome": "ok"}) or 0.0
+            "cozygpu_passes_total", {"loop": SettingsPublisher.name, "lane": "publish", "outcome": "ok"}) or 0.0
 
     async def passed(count: float) -> bool:
         return passes() >= count

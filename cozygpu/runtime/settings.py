@@ -22,7 +22,7 @@ The admission policies (R-POL-1) and cozystack-api read ConfigMap
 - ``rawNames``: ``allow`` or ``forbid`` (``--raw-gpu-names``).
 - ``gpuEnabled``: ``"true"`` or ``"false"``.
 
-Contract (one pass of a ``PassDriver``, full lane only; docs/passes.md):
+Contract (one pass of a ``PassDriver``, its one lane ``publish``; docs/passes.md):
 - snapshot: the data from the cache; when the cache's copy of the ConfigMap
   (GPU enabled: its own informer) already holds that data, nothing is to
   write and nothing is read; otherwise the ConfigMap from the API (never from

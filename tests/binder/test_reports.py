@@ -9,7 +9,7 @@ import pytest
 
 from cozygpu.binder import reports
 from cozygpu.binder.reports import class_status, node_conditions, report_writes
-from cozygpu.model.assemble import Assembly
+from cozygpu.model.derive import ModelTables
 from cozygpu.model.snapshot import Phase, Taint
 from tests.model.factories import H100, NOW, device, gpu_class, gpu_nodes, inventory, node, pod, snapshot
 
@@ -126,7 +126,7 @@ def computed(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 def test_with_a_memo_only_the_gpunodes_the_change_log_or_their_events_name_are_judged_again(
         computed: list[str]) -> None:
-    model = Assembly()
+    model = ModelTables()
     node_views, inventories = gpu_nodes(("n1", 8), ("n2", 8))
     snap = model.rebuild(now=NOW, classes=[gpu_class()], devices=[], nodes=node_views, inventories=inventories,
                          pods=[], vmis=[], namespaces=[])
@@ -160,7 +160,7 @@ def test_with_a_limit_a_pass_judges_only_until_it_has_that_many_node_writes(comp
     not judge them all again each time."""
     names = [f"n{i}" for i in range(10)]
     node_views, inventories = gpu_nodes(*((name, 8) for name in names))
-    snap = Assembly().rebuild(now=NOW, classes=[gpu_class()], devices=[], nodes=node_views, inventories=inventories,
+    snap = ModelTables().rebuild(now=NOW, classes=[gpu_class()], devices=[], nodes=node_views, inventories=inventories,
                               pods=[], vmis=[], namespaces=[])
     objects = {name: {"metadata": {"name": name, "resourceVersion": "9"}, "status": {}} for name in names}
     memo = reports.ReportMemo()
@@ -192,7 +192,7 @@ def test_with_a_judge_limit_a_pass_judges_a_slice_of_the_fleet_even_when_nothing
     write: without a bound on judging, one pass judged the whole fleet in one step of the event loop."""
     names = [f"n{i:02d}" for i in range(10)]
     node_views, inventories = gpu_nodes(*((name, 8) for name in names))
-    snap = Assembly().rebuild(now=NOW, classes=[gpu_class()], devices=[], nodes=node_views, inventories=inventories,
+    snap = ModelTables().rebuild(now=NOW, classes=[gpu_class()], devices=[], nodes=node_views, inventories=inventories,
                               pods=[], vmis=[], namespaces=[])
     objects = {name: {"metadata": {"name": name, "resourceVersion": "9"}, "status": {}} for name in names}
     for write in report_writes(snap, [], objects.values(), now=NOW):

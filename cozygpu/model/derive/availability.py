@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import bisect
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, MutableMapping, Sequence
 
 from cozygpu.model import capacity as cap
-from cozygpu.model.cow import CowMap
-from cozygpu.model.derive.shared import Stamp
+from cozygpu.model.derive.shared import Stamp, cow
 from cozygpu.model.eligibility import node_problem
 from cozygpu.model.snapshot import ClassAvailability, GPUClassView, NodeCapacity, NodeView, touch
 
@@ -31,7 +30,7 @@ class _Free:
     __slots__ = ("best", "best_node", "node_free", "served", "total")
 
     def __init__(self) -> None:
-        self.node_free: CowMap[str, int] = CowMap()
+        self.node_free: MutableMapping[str, int] = {}
         self.total = 0
         self.served = 0
         self.best = 0
@@ -48,8 +47,8 @@ class ClassIndex:
         self.classes_of: defaultdict[str, list[GPUClassView]] = defaultdict(list)
         for gpu_class in self.classes.values():
             self.classes_of[gpu_class.resource_name].append(gpu_class)
-        self.nodes: CowMap[str, NodeView] = CowMap({n.name: n for n in nodes})
-        self.availability: CowMap[str, ClassAvailability] = CowMap()
+        self.nodes: MutableMapping[str, NodeView] = {n.name: n for n in nodes}
+        self.availability: MutableMapping[str, ClassAvailability] = {}
         self._free = {name: _Free() for name in self.classes}
         #: Classes whose availability moved since the last ``settle``.
         self._moved: set[str] = set(self.classes)
@@ -128,10 +127,13 @@ class ClassIndex:
         return True
 
     def settle(self) -> None:
-        """Each class whose availability moved gets a new ``ClassAvailability`` (the earlier stays as it was)."""
+        """Each class whose availability moved gets a new ``ClassAvailability`` (the earlier stays as it was);
+        the maps a Snapshot holds, as ``CowMap``s from now on."""
+        self.nodes, self.availability = cow(self.nodes), cow(self.availability)
         for class_name in self._moved:
             free = self._free[class_name]
+            node_free = free.node_free = cow(free.node_free)
             self.availability[class_name] = ClassAvailability(
-                class_name=class_name, node_free=free.node_free.frozen(), free_in_cluster=free.total,
+                class_name=class_name, node_free=node_free.frozen(), free_in_cluster=free.total,
                 served_in_cluster=free.served, free_on_best_node=free.best, best_node=free.best_node)
         self._moved.clear()

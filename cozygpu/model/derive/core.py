@@ -365,6 +365,8 @@ class ModelTables:
         devices, ledger, usage, launching = self._devices, self._ledger, self._usage, self._launching
         ledger.settle()
         self._classes.settle()
+        for part in (devices, usage, launching):
+            part.share()
         self._snapshot = Snapshot(
             now=now,
             classes=self._classes.classes,

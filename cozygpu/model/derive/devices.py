@@ -7,8 +7,9 @@ are ``CowMap``s, so a Snapshot handed out never changes under its reader.
 
 from __future__ import annotations
 
-from cozygpu.model.cow import CowMap
-from cozygpu.model.derive.shared import add_key, drop_key
+from collections.abc import MutableMapping
+
+from cozygpu.model.derive.shared import add_key, cow, drop_key
 from cozygpu.model.snapshot import DeviceKey, DeviceView, Phase, VmiKey
 
 
@@ -16,20 +17,26 @@ class DeviceIndex:
     """The devices of a model and the indexes over them (no usage, no capacity: those are other parts')."""
 
     def __init__(self) -> None:
-        self.devices: CowMap[DeviceKey, DeviceView] = CowMap()
+        self.devices: MutableMapping[DeviceKey, DeviceView] = {}
         #: Devices released after sitting idle (R-LEDGER-2): they hold nothing and are never placed.
-        self.released: CowMap[DeviceKey, DeviceView] = CowMap()
+        self.released: MutableMapping[DeviceKey, DeviceView] = {}
         self.unsettled: set[DeviceKey] = set()
         self._unsettled_by_name: dict[str, set[DeviceKey]] = {}
         #: Resource name -> its unsettled devices as the last snapshot has them (made again when they change).
         self._unsettled_frozen: dict[str, frozenset[DeviceKey]] = {}
         self.waiting: set[DeviceKey] = set()
         self.asking: set[DeviceKey] = set()
-        self.by_node: CowMap[str, tuple[DeviceKey, ...]] = CowMap()
-        self.by_vmi: CowMap[VmiKey, tuple[DeviceKey, ...]] = CowMap()
-        self.class_held: CowMap[str, int] = CowMap()
+        self.by_node: MutableMapping[str, tuple[DeviceKey, ...]] = {}
+        self.by_vmi: MutableMapping[VmiKey, tuple[DeviceKey, ...]] = {}
+        self.class_held: MutableMapping[str, int] = {}
         #: Class -> (units, how many stopped holds hold that many), by units: compaction's bound (R-BIND-11).
-        self.stopped_sizes: CowMap[str, tuple[tuple[int, int], ...]] = CowMap()
+        self.stopped_sizes: MutableMapping[str, tuple[tuple[int, int], ...]] = {}
+
+    def share(self) -> None:
+        """The maps a Snapshot holds, as ``CowMap``s from now on."""
+        self.devices, self.released = cow(self.devices), cow(self.released)
+        self.by_node, self.by_vmi = cow(self.by_node), cow(self.by_vmi)
+        self.class_held, self.stopped_sizes = cow(self.class_held), cow(self.stopped_sizes)
 
     def release(self, key: DeviceKey, device: DeviceView | None) -> DeviceView | None:
         """Note whether the device is released (R-LEDGER-2); what the rest of the model takes of it: None

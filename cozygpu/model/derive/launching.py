@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import heapq
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, MutableMapping
 from datetime import datetime, timedelta
 
 import attrs
@@ -24,7 +24,7 @@ from cozygpu.model.coverage import (
     uncovered,
     window_covering,
 )
-from cozygpu.model.cow import CowMap
+from cozygpu.model.derive.shared import cow
 from cozygpu.model.launchers import launcher_index, launcher_vmi
 from cozygpu.model.snapshot import DeviceKey, DeviceView, GPUClassView, PodView, VmiKey, VMIView
 
@@ -89,14 +89,14 @@ class LauncherIndex:
     """The VMIs and pods of a model, which pod launches which VMI, and each pod's contribution."""
 
     def __init__(self, vmis: Iterable[VMIView] = ()) -> None:
-        self.vmis: CowMap[VmiKey, VMIView] = CowMap({v.key: v for v in vmis})
+        self.vmis: MutableMapping[VmiKey, VMIView] = {v.key: v for v in vmis}
         self.launchers = launcher_index(self.vmis.values())
         #: Pod UID -> every VMI listing it active (an update patches it with the launcher index).
         self.listing: defaultdict[str, set[VmiKey]] = defaultdict(set)
         for vmi_view in self.vmis.values():
             for uid in vmi_view.active_pods:
                 self.listing[uid].add(vmi_view.key)
-        self.pods: CowMap[str, PodView] = CowMap()
+        self.pods: MutableMapping[str, PodView] = {}
         #: (namespace, name) -> the UID of the pod of that name the snapshot holds (a pod's update finds it).
         self.pod_keys: dict[tuple[str, str], str] = {}
         self._parts: dict[str, PodPart] = {}
@@ -107,6 +107,10 @@ class LauncherIndex:
         #: (when a window closes, its pod's UID), a heap: a window closing re-derives its one pod. Entries of
         #: windows closed or re-derived since stay until they come up, and are skipped then.
         self._window_heap: list[tuple[datetime, str]] = []
+
+    def share(self) -> None:
+        """The maps a Snapshot holds, as ``CowMap``s from now on."""
+        self.vmis, self.pods = cow(self.vmis), cow(self.pods)
 
     def add(self, pod: PodView) -> None:
         """A pod the model holds (its contribution is ``part``'s)."""

@@ -12,15 +12,14 @@ from __future__ import annotations
 
 import bisect
 import heapq
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, MutableMapping, Sequence
 from datetime import datetime, timedelta
 
 import attrs
 
 from cozygpu.model import capacity as cap
-from cozygpu.model.cow import CowMap
 from cozygpu.model.derive.availability import ClassIndex, serves
-from cozygpu.model.derive.shared import Stamp, Tally, tally_into
+from cozygpu.model.derive.shared import Stamp, Tally, cow, tally_into
 from cozygpu.model.snapshot import DraGroup, NodeCapacity, NodeInventory, touch
 
 
@@ -44,7 +43,7 @@ class NodeLedger:
         self._stale_after = stale_after
         #: The names DRA offers sell: a node's DRA truth for them is its slices, never a stale report.
         self._dra_names = dra_names
-        self.inventories: CowMap[str, NodeInventory] = CowMap()
+        self.inventories: MutableMapping[str, NodeInventory] = {}
         #: (when a fresh report turns stale, its node), a heap: a report going stale touches its one node.
         #: Entries a newer report superseded stay until they come up, and are skipped then.
         self._deadlines: list[tuple[datetime, str]] = []
@@ -53,11 +52,11 @@ class NodeLedger:
         self._window: dict[str, Tally] = {}
         self._dra: dict[str, Mapping[str, int]] = {}
         #: Node -> resource name -> its groups, for offers with a ``matchAttribute`` (what compaction plans on).
-        self.dra_groups: CowMap[str, Mapping[str, tuple[DraGroup, ...]]] = CowMap()
-        self.capacity: CowMap[str, Mapping[str, NodeCapacity]] = CowMap()
+        self.dra_groups: MutableMapping[str, Mapping[str, tuple[DraGroup, ...]]] = {}
+        self.capacity: MutableMapping[str, Mapping[str, NodeCapacity]] = {}
         self.over: frozenset[str] = frozenset()
-        self.serving: CowMap[str, tuple[str, ...]] = CowMap()
-        self.rooms: CowMap[str, Mapping[int, tuple[str, ...]]] = CowMap()
+        self.serving: MutableMapping[str, tuple[str, ...]] = {}
+        self.rooms: MutableMapping[str, Mapping[int, tuple[str, ...]]] = {}
         #: Name -> the nodes serving it, sorted, as they are now (``serving`` is the last settled copy).
         self._serving: dict[str, list[str]] = {}
         #: Name -> room -> its nodes, sorted, as they are now (``rooms`` is the last settled copy).
@@ -183,7 +182,10 @@ class NodeLedger:
             del self._rooms[name]
 
     def settle(self) -> None:
-        """The serving tuples and room buckets that changed, made again for the Snapshot to hold."""
+        """The serving tuples and room buckets that changed, made again for the Snapshot to hold; the maps
+        a Snapshot holds, as ``CowMap``s from now on."""
+        self.inventories, self.dra_groups = cow(self.inventories), cow(self.dra_groups)
+        self.capacity, self.serving, self.rooms = cow(self.capacity), cow(self.serving), cow(self.rooms)
         rooms: dict[str, dict[int, tuple[str, ...]]] = {}
         for name, room in self._changed:
             if room == 0:

@@ -98,6 +98,14 @@ def drop_key(index: MutableMapping[_K, tuple[DeviceKey, ...]], bucket: _K, key: 
         del index[bucket]
 
 
+def cow(mapping: MutableMapping[_K, _V]) -> CowMap[_K, _V]:
+    """The map as a ``CowMap``, for a Snapshot to hold: a part builds its maps as plain dicts, which no
+    Snapshot holds until the first one is handed out, and shares them from then on."""
+    if isinstance(mapping, CowMap):
+        return mapping
+    return CowMap(mapping if isinstance(mapping, dict) else dict(mapping))
+
+
 def frozen(mapping: Mapping[_K, _V]) -> Mapping[_K, _V]:
     """What a Snapshot holds of one of the model's maps: its view, never to change."""
     return mapping.frozen() if isinstance(mapping, CowMap) else mapping

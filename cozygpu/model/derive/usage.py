@@ -10,8 +10,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, MutableMapping
 
 from cozygpu.model.budgets import read_budgets
-from cozygpu.model.cow import CowMap
-from cozygpu.model.derive.shared import Stamp, Tally
+from cozygpu.model.derive.shared import Stamp, Tally, cow
 from cozygpu.model.snapshot import NamespaceView, Phase, TenantBudgets, Usage
 from cozygpu.model.tenants import is_tenant_namespace, parent_namespace
 
@@ -19,9 +18,11 @@ from cozygpu.model.tenants import is_tenant_namespace, parent_namespace
 class _Subtrees:
     """One usage table (accepted or pending) by tenant namespace, and its sums over each subtree.
 
-    A namespace is an entry while anything contributes to it (``members``);
-    every contribution is added to its tenant and each ancestor. Ancestors
-    are entries while any descendant is.
+    A namespace is an entry while anything contributes to it (``members``).
+    Contributions go to the namespace's own tallies; ``usage`` first carries
+    what each namespace's own tallies moved since the last call to its tenant
+    and every ancestor (once per namespace, however many contributions moved
+    it). Ancestors are entries while any descendant is.
     """
 
     def __init__(self) -> None:
@@ -33,6 +34,8 @@ class _Subtrees:
         self.touched: set[str] = set()
         self._chains: dict[str, tuple[str, ...]] = {}
         self._own: dict[tuple[str, str], Tally] = {}
+        #: (table, namespace) -> its own sums as the subtrees last took them, for each one moved since.
+        self._carried: dict[tuple[str, str], dict[str, int]] = {}
 
     def chain(self, namespace: str) -> tuple[str, ...]:
         """The tenant and its ancestors (none for a namespace of no tenant), worked out once per namespace."""
@@ -66,23 +69,39 @@ class _Subtrees:
                 self.touched.add(tenant)
 
     def add(self, table: str, namespace: str, key: str, amount: int, sign: int) -> None:
-        """``amount`` of ``key`` (a class, or a resource name for ``raw``) added to the namespace's own
-        tally and, while the key is present there, to its tenant's and every ancestor's."""
-        own = self._own.get((table, namespace))
+        """``amount`` of ``key`` (a class, or a resource name for ``raw``) added to the namespace's own tally
+        (``sign``: a contribution more or less)."""
+        at = (table, namespace)
+        own = self._own.get(at)
         if own is None:
-            own = self._own[(table, namespace)] = Tally()
-        presence = own.add(key, amount, sign)
-        subs = self.sub_class if table == "class" else self.sub_raw
-        touched = self.touched
-        for tenant in self.chain(namespace):
-            tally = subs.get(tenant)
-            if tally is None:
-                tally = subs[tenant] = Tally()
-            tally.add(key, amount, presence)
-            touched.add(tenant)
+            own = self._own[at] = Tally()
+        if at not in self._carried:
+            self._carried[at] = dict(own.sums)
+        own.add(key, amount, sign)
+
+    def _carry(self) -> None:
+        """What each namespace's own tallies moved since last carried, added to its tenant and ancestors: a
+        key's sum, and whether it is present (a subtree's count of a key is how many namespaces have it)."""
+        for (table, namespace), before in self._carried.items():
+            after = self._own[(table, namespace)].sums
+            subs = self.sub_class if table == "class" else self.sub_raw
+            chain = self.chain(namespace)
+            for key in before.keys() | after.keys():
+                amount = after.get(key, 0) - before.get(key, 0)
+                presence = (key in after) - (key in before)
+                if not amount and not presence:
+                    continue
+                for tenant in chain:
+                    tally = subs.get(tenant)
+                    if tally is None:
+                        tally = subs[tenant] = Tally()
+                    tally.add(key, amount, presence)
+                    self.touched.add(tenant)
+        self._carried.clear()
 
     def usage(self, into: MutableMapping[str, Usage]) -> bool:
         """Make the touched subtrees' Usage again in ``into``; whether any came out different."""
+        self._carry()
         changed = False
         for tenant in self.touched:
             if not self.sub_members.get(tenant):
@@ -104,8 +123,8 @@ class TenantUsage:
     def __init__(self, namespaces: Iterable[NamespaceView] = ()) -> None:
         self.namespaces = {n.name: n for n in namespaces}
         self.budgets: dict[str, TenantBudgets] = {}
-        self.subtree: CowMap[str, Usage] = CowMap()
-        self.pending: CowMap[str, Usage] = CowMap()
+        self.subtree: MutableMapping[str, Usage] = {}
+        self.pending: MutableMapping[str, Usage] = {}
         #: Namespace -> the units of DRA-sourced names its own claims hold (raw use).
         self.dra_raw: dict[str, Mapping[str, int]] = {}
         self.children: dict[str, tuple[str, ...]] = {}
@@ -115,6 +134,10 @@ class TenantUsage:
         self._in_namespace: dict[str, int] = {}
         #: A namespace of the tree came or went: the tree is made again.
         self._moved = True
+
+    def share(self) -> None:
+        """The maps a Snapshot holds, as ``CowMap``s from now on."""
+        self.subtree, self.pending = cow(self.subtree), cow(self.pending)
 
     def device(self, namespace: str, class_name: str, resource: str | None, count: int, phase: Phase,
                deleting: bool, sign: int) -> None:
@@ -183,10 +206,9 @@ class TenantUsage:
 
     def settle(self, stamp: Stamp) -> None:
         """The touched subtrees' Usage made again (a change of the accepted one is logged), and the tree."""
-        if self._local.touched and self._local.usage(self.subtree):
+        if self._local.usage(self.subtree):
             stamp.log.usage = stamp.generation
-        if self._pending.touched:
-            self._pending.usage(self.pending)
+        self._pending.usage(self.pending)
         if self._moved:  # a namespace got its first device or lost its last, or a budget came or went
             self._moved = False
             children: defaultdict[str, list[str]] = defaultdict(list)

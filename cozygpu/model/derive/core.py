@@ -74,8 +74,6 @@ class ModelTables:
         """No snapshot yet (a report turning stale and a launcher window closing are ``update``s)."""
         return self._snapshot is None
 
-    # -- from scratch -------------------------------------------------------------------
-
     def rebuild(
         self,
         *,
@@ -133,8 +131,10 @@ class ModelTables:
         dra_names = frozenset(c.resource_name for c in self._classes.classes.values() if c.dra is not None)
         self._ledger = ledger = NodeLedger(self._classes, stamp=stamp, stale_after=self._stale_after,
                                            dra_names=dra_names)
-        for inventory in inventories:
+        for i, inventory in enumerate(inventories, 1):
             ledger.report(inventory.name, inventory, now)
+            if i % STEP == 0:
+                yield
         self._names = derive_effective_names(hoster=self._hoster, classes=self._classes.classes.values(),
                                              inventories=ledger.inventories.values(), permitted=permitted)
         self._permitted = permitted
@@ -195,8 +195,6 @@ class ModelTables:
         before = self._classes.classes.get(gpu_class.name)
         return (before is not None and before.resource_name == gpu_class.resource_name
                 and before.dra is None and gpu_class.dra is None)
-
-    # -- change by change ---------------------------------------------------------------
 
     def update(self, *, now: datetime, devices: Mapping[DeviceKey, DeviceView | None],
                vmis: Mapping[VmiKey, VMIView | None] | None = None,
@@ -263,7 +261,8 @@ class ModelTables:
         for key, pod_view in (pods or {}).items():
             uid = launching.pod_keys.get(key)
             if uid is not None:
-                self._drop_pod(launching.pods[uid])
+                self._pod(launching.pods[uid], -1)
+                launching.drop(launching.pods[uid])
             if pod_view is not None:
                 self._add_pod(pod_view)
             for pod_uid in (uid, pod_view.uid if pod_view is not None else None):
@@ -301,8 +300,6 @@ class ModelTables:
             self._classes.reclassed(classes, ledger.capacity, ledger.serving_of)
         return self._emit(now)
 
-    # -- one object's contribution, routed to the parts --------------------------------
-
     def _put_device(self, key: DeviceKey, device: DeviceView | None, attached_vmis: set[VmiKey]) -> None:
         """A device's new view (None: gone): its old contribution away, its new one added; the VMIs it
         was or is attached to go into ``attached_vmis``."""
@@ -332,10 +329,6 @@ class ModelTables:
     def _add_pod(self, pod: PodView) -> None:
         self._launching.add(pod)
         self._pod(pod, +1)
-
-    def _drop_pod(self, pod: PodView) -> None:
-        self._pod(pod, -1)
-        self._launching.drop(pod)
 
     def _pod(self, pod: PodView, sign: int) -> None:
         """Add (+1) or take away (-1) what one pod contributes."""

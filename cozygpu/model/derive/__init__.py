@@ -11,7 +11,11 @@ The parts, each owning its state: ``devices`` (the device index),
 ``usage`` (tenant usage, R-MOD-4), ``nodes`` (the node ledger and report
 clock, R-MOD-7), ``availability`` (classes and their availability, R-MOD-8,
 R-MOD-12), ``launching`` (the launcher index and pods' contributions,
-R-MOD-5/6); ``core`` routes each object's contribution to them.
+R-MOD-5/6); ``core`` routes each object's contribution to them. A
+from-scratch build first sets what an update cannot change (the classes,
+report freshness and the effective names, R-MOD-9; budgets, R-MOD-2/3; the
+launcher index), then adds every device's and pod's contribution and
+refreshes every node touched, as an update does for the few it changes.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 
-from cozygpu.model.assemble import assemble
+from cozygpu.model.derive import derive_snapshot
 from cozygpu.model.placement import Bind, order_check, plan_pass
 from cozygpu.model.snapshot import (
     CompactionPolicy,
@@ -45,7 +45,7 @@ def fleet(nodes: int, holds_per_node: int, *, policy: CompactionPolicy, order: i
     if order:
         devices.append(DeviceView(namespace="tenant-big", name="big", class_name="h100", count=order, created=NOW))
     gpu_class = GPUClassView(name="h100", mode=Mode.PASSTHROUGH, resource_name=H100, compaction=policy)
-    return assemble(now=NOW, classes=[gpu_class], devices=devices, nodes=[NodeView(name=n) for n in names],
+    return derive_snapshot(now=NOW, classes=[gpu_class], devices=devices, nodes=[NodeView(name=n) for n in names],
                     inventories=[NodeInventory(name=n, served={H100: 8}, resource_names=frozenset({H100}),
                                                last_report=NOW) for n in names])
 

@@ -7,7 +7,7 @@ idle, each with its ledger timestamps.
 
 - **per event (the binder, on the event loop)**: a VM start or stop touches one hold; the ledger lane judges
   that hold only (``ledger_writes`` of one key: its write, if any, and its deadline), and the read model takes
-  the write back as a device whose units, usage and buckets did not move (``Assembly.update`` of one device
+  the write back as a device whose units, usage and buckets did not move (``ModelTables.update`` of one device
   whose ledger changed). Both should be flat in the fleet's size: the per-event target of the read-model
   issue (no full pass).
 - **every hold judged** (a term's first pass, and after a rebuild of the read model): the ledger work judges
@@ -33,7 +33,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from cozygpu.base.clock import FakeClock
 from cozygpu.binder.ledger import ledger_writes
 from cozygpu.binder.reconciler import SLICE
-from cozygpu.model.assemble import Assembly
+from cozygpu.model.derive import ModelTables
 from cozygpu.model.snapshot import (
     Attachment,
     DeviceView,
@@ -55,7 +55,7 @@ H100 = "nvidia.com/GH100_H100_SXM5_80GB"
 HOUR = timedelta(hours=1)
 
 
-def fleet(nodes: int, holds_per_node: int) -> tuple[Assembly, Snapshot, dict[tuple[str, str], dict[str, Any]]]:
+def fleet(nodes: int, holds_per_node: int) -> tuple[ModelTables, Snapshot, dict[tuple[str, str], dict[str, Any]]]:
     names = [f"gpu-{i:05d}" for i in range(nodes)]
     devices: list[DeviceView] = []
     vmis: list[VMIView] = []
@@ -77,8 +77,8 @@ def fleet(nodes: int, holds_per_node: int) -> tuple[Assembly, Snapshot, dict[tup
                                     claims_vmi=(f"vm-{name}", f"u-{name}")))
     gpu_class = GPUClassView(name="h100", mode=Mode.PASSTHROUGH, resource_name=H100,
                              idle_hold_limit=720 * HOUR, idle_hold_warning=72 * HOUR)
-    assembly = Assembly()
-    snapshot = assembly.rebuild(now=NOW, classes=[gpu_class], devices=devices, nodes=[NodeView(name=n) for n in names],
+    tables = ModelTables()
+    snapshot = tables.rebuild(now=NOW, classes=[gpu_class], devices=devices, nodes=[NodeView(name=n) for n in names],
                                 inventories=[NodeInventory(name=n, served={H100: 8}, resource_names=frozenset({H100}),
                                                            last_report=NOW) for n in names],
                                 pods=pods, vmis=vmis, namespaces=[])
@@ -87,7 +87,7 @@ def fleet(nodes: int, holds_per_node: int) -> tuple[Assembly, Snapshot, dict[tup
                        "status": {"phase": "Bound", "nodeName": d.node_name, "heldSince": "2026-12-04T12:00:00Z",
                                   "idleSince": None if d.ledger.idle_since is None else "2026-12-06T09:00:00Z",
                                   "idleSeconds": 3600}} for d in devices}
-    return assembly, snapshot, objects
+    return tables, snapshot, objects
 
 
 def timed(work: Callable[[], object], runs: int) -> float:
@@ -102,7 +102,7 @@ def timed(work: Callable[[], object], runs: int) -> float:
 
 def measure(nodes: int, holds_per_node: int, runs: int) -> str:
     """One fleet's row."""
-    assembly, snapshot, objects = fleet(nodes, holds_per_node)
+    tables, snapshot, objects = fleet(nodes, holds_per_node)
     key = next(k for k, d in snapshot.devices.items() if d.attachment is None)
     one = timed(lambda: ledger_writes(snapshot, objects, [key], now=NOW), runs * 20)
     device = snapshot.devices[key]
@@ -111,7 +111,7 @@ def measure(nodes: int, holds_per_node: int, runs: int) -> str:
 
     def read_back() -> None:
         state["i"] ^= 1
-        assembly.update(now=NOW, devices={key: flips[state["i"]]})
+        tables.update(now=NOW, devices={key: flips[state["i"]]})
 
     back = timed(read_back, runs * 20)
     every = timed(lambda: ledger_writes(snapshot, objects, snapshot.devices.keys(), now=NOW), max(3, runs // 3))

@@ -9,7 +9,7 @@ in ``pyproject.toml`` keeps this package free of anything with I/O.
 Modules, one responsibility each:
 
 - ``snapshot``: the frozen views and the Snapshot with its indexes;
-  ``assemble``: builds a Snapshot from views.
+  ``derive``: builds a Snapshot from views and keeps it up to date.
 - ``tenants`` (R-MOD-1), ``quantities``, ``budgets`` (R-MOD-2, R-MOD-3),
   ``pods`` (R-MOD-4 arithmetic), ``launchers`` (R-MOD-5), ``coverage``
   (R-MOD-6), ``capacity`` (R-MOD-7), ``eligibility`` (R-MOD-8),

@@ -10,12 +10,12 @@ Contract:
   datetimes); nothing here reads JSON.
 - Everything is frozen. Mapping fields are read-only by convention: never
   mutate what a snapshot hands out.
-- A :class:`Snapshot` is made by :func:`cozygpu.model.assemble.assemble`,
+- A :class:`Snapshot` is made by :func:`cozygpu.model.derive.derive_snapshot`,
   which also computes the indexes (devices by node, class, namespace and
   VMI; the tenant tree; subtree usage; per-node capacity; per-class
   availability), so that a catalog query costs O(ancestry x classes) and
   not O(all devices).
-- Time is a value: the snapshot carries the ``now`` it was assembled at.
+- Time is a value: the snapshot carries the ``now`` it was derived at.
 """
 
 from __future__ import annotations
@@ -259,7 +259,7 @@ class NodeInventory:
     served: Mapping[str, int] = attrs.field(factory=dict)
     resource_names: frozenset[str] = frozenset()
     last_report: datetime | None = None
-    #: Set by assemble from ``now``: a stale or missing report is unknown, never free.
+    #: Set by the derivation from ``now``: a stale or missing report is unknown, never free.
     fresh: bool = True
 
 
@@ -332,7 +332,7 @@ class PermittedHostDevices:
 
 
 # ---------------------------------------------------------------------------
-# Derived records (computed by assemble).
+# Derived records (computed by ``cozygpu.model.derive``).
 
 
 @attrs.frozen(kw_only=True)
@@ -492,7 +492,7 @@ class DraGroup:
 
 @attrs.frozen(kw_only=True)
 class Snapshot:
-    """Everything a GPU decision reads, with indexes. Build it with ``assemble``."""
+    """Everything a GPU decision reads, with indexes. Build it with ``derive_snapshot``."""
 
     now: datetime
     classes: Mapping[str, GPUClassView]

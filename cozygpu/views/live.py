@@ -3,7 +3,7 @@
 Why: every reader (binder, webhooks, catalog, CLI) must decide on the same
 model, and a decision must cost what changed, not what the fleet holds.
 Objects are decoded into views (``cozygpu.views.decode``) and each view
-*contributes* to the model (``cozygpu.model.assemble.Assembly``); an event
+*contributes* to the model (``cozygpu.model.derive.ModelTables``); an event
 takes an object's old contribution away and adds its new one.
 
 Contract:
@@ -35,8 +35,8 @@ import attrs
 from cozygpu import keys
 from cozygpu.cache.collector import collector_paused
 from cozygpu.cache.store import Event
-from cozygpu.model.assemble import STEP, Assembly, drain
 from cozygpu.model.capacity import DEFAULT_LAUNCHER_GRACE, DEFAULT_REPORT_STALE_AFTER
+from cozygpu.model.derive import STEP, ModelTables, drain
 from cozygpu.model.dra import ClaimView, DraTracker, with_rule_taints
 from cozygpu.model.snapshot import (
     DeviceView,
@@ -171,16 +171,16 @@ def build_snapshot(
     Pass the same ``memo`` to every build of one caller to reuse the views
     of objects whose resourceVersion did not change. The very build a live
     snapshot rebuilds with (``_derived``: each view's contribution applied to
-    an empty ``Assembly``, the DRA inputs from a ``DraTracker``).
+    an empty ``ModelTables``, the DRA inputs from a ``DraTracker``).
     """
     objects: dict[str, list[Obj]] = {
         "VirtualMachineInstance": list(vmis), keys.GPUCLASS_KIND: list(classes), keys.GPUDEVICE_KIND: list(devices),
         "Node": list(nodes), keys.GPUNODE_KIND: list(gpunodes), "Pod": list(pods), "Namespace": list(namespaces),
         "ResourceSlice": list(slices), "DeviceClass": list(device_classes), "ResourceClaim": list(claims),
         "DeviceTaintRule": list(taint_rules), "ResourceQuota": list(quotas), "KubeVirt": list(kubevirts)}
-    assembly = Assembly(hoster_names=tuple(hoster_names), report_stale_after=report_stale_after,
+    tables = ModelTables(hoster_names=tuple(hoster_names), report_stale_after=report_stale_after,
                         launcher_grace=launcher_grace)
-    snapshot, _ = drain(_derived(assembly, now, objects, on_invalid, memo))
+    snapshot, _ = drain(_derived(tables, now, objects, on_invalid, memo))
     return snapshot
 
 
@@ -215,7 +215,7 @@ class LiveSnapshot:
       pod or a launcher changed, or a VM started or stopped (a VMI's active
       pods moved and each pod that starts or stops being its launcher asks
       for GPUs, or is gone): each is converted again and
-      ``Assembly.update`` re-derives what it touches (a device's indexes,
+      ``ModelTables.update`` re-derives what it touches (a device's indexes,
       the units it holds, its namespace's ancestry, a VMI's launchers'
       usage, the capacity and availability on their nodes) — what a bind
       request, an answer, a VM start or a kubelet's report costs; a
@@ -228,7 +228,7 @@ class LiveSnapshot:
       pod that asks for no GPU), or a kind's
       store was replaced (served again): every view is taken again through
       the memo (unchanged objects are not converted) and
-      ``Assembly.rebuild`` derives everything;
+      ``ModelTables.rebuild`` derives everything;
     - nothing changed: the last snapshot, with ``now`` moved on.
 
     The result equals :func:`build_snapshot` over the same objects, up to
@@ -252,7 +252,7 @@ class LiveSnapshot:
         self._stale_after = report_stale_after
         self._on_invalid = on_invalid
         self._grace = launcher_grace
-        self._assembly = Assembly(hoster_names=self._hoster, report_stale_after=report_stale_after,
+        self._tables = ModelTables(hoster_names=self._hoster, report_stale_after=report_stale_after,
                                   launcher_grace=launcher_grace)
         self._memo = ViewMemo()
         self._identities: dict[str, object] = {}
@@ -312,7 +312,7 @@ class LiveSnapshot:
             try:
                 before, after = gpu_class_view(old), gpu_class_view(new)
                 if before.resource_name == after.resource_name and before.dra is None and after.dra is None:
-                    self._classes.add(_key_of(new))  # its selector, tolerations, ...: ``Assembly.takes_class``
+                    self._classes.add(_key_of(new))  # its selector, tolerations, ...: ``ModelTables.takes_class``
                     return
             except ValueError:
                 pass
@@ -321,7 +321,7 @@ class LiveSnapshot:
                 # A report that keeps its names or only adds some (a node's first real report after the
                 # empty one its GPUNode was made with), or a new node's first one: the update tells whether
                 # the names are known; it rebuilds when they are not.
-                if old is None or Assembly.adds_names_only(node_inventory(old), node_inventory(new)):
+                if old is None or ModelTables.adds_names_only(node_inventory(old), node_inventory(new)):
                     self._reports.add(_key_of(new))
                     return
             except ValueError:
@@ -378,7 +378,7 @@ class LiveSnapshot:
     def _wanted_pod(self, pod: Obj | None) -> bool:
         if pod is None:
             return False
-        current = self._assembly.current
+        current = self._tables.current
         uid = as_str(as_map(pod.get("metadata")).get("uid"))
         return (current is not None and uid in current.launchers) or asks_extended(as_map(pod.get("spec")))
 
@@ -423,7 +423,7 @@ class LiveSnapshot:
                           + (f" and {len(class_views)} class(es)" if class_views else ""))
         dra = self.dra.claims_changed(claims) if claims else None
         try:
-            return self._assembly.update(now=now, devices=changes, vmis=vmi_changes, inventories=inventories,
+            return self._tables.update(now=now, devices=changes, vmis=vmi_changes, inventories=inventories,
                                          nodes={key[1]: view for key, view in nodes.items()}, pods=pods,
                                          dra=dra.served if dra else None, dra_raw=dra.raw if dra else None,
                                          dra_groups=dra.groups if dra else None, quotas=quotas,
@@ -451,7 +451,7 @@ class LiveSnapshot:
         neither holds nor saw change is gone (a listed pod that exists is held): nothing moves for it —
         a VM's stop, whose launcher goes before its VMI stops listing it.
         """
-        current = self._assembly.current
+        current = self._tables.current
         if pods is None or current is None:
             return False
         noted = {as_str(as_map(obj.get("metadata")).get("uid")): key
@@ -475,11 +475,11 @@ class LiveSnapshot:
 
         ``live`` and the stores' ``objects`` must be of one instant (taken in one step of the event loop,
         ``ReadModel.verify``); the views are then converted afresh (no memo: a memo fault must not hide)
-        and derived by a new assembly, in slices of about ``budget`` seconds with the loop let go
+        and derived by new model tables, in slices of about ``budget`` seconds with the loop let go
         between. On a difference the next snapshot is rebuilt from the stores; the first differing
         field and key are returned.
         """
-        fresh = Assembly(hoster_names=self._hoster, report_stale_after=self._stale_after, launcher_grace=self._grace)
+        fresh = ModelTables(hoster_names=self._hoster, report_stale_after=self._stale_after, launcher_grace=self._grace)
         built, _ = await in_slices(_derived(fresh, now, objects, None, None), budget)
         drift = await in_slices(_differences(live, built), budget)
         if drift is not None:
@@ -547,7 +547,7 @@ class LiveSnapshot:
             try:
                 if len(inventories) < len(reports):
                     raise ValueError("a report gone or unreadable")
-                self._assembly.update(now=now, devices={}, inventories=inventories,
+                self._tables.update(now=now, devices={}, inventories=inventories,
                                       nodes={key[1]: view for key, view in nodes.items()})
             except ValueError:  # as ``snapshot`` would: the stores' later state is taken by a rebuild
                 self._rebuild, self._why = True, "a GPUNode report gone or its names changed"
@@ -565,7 +565,7 @@ class LiveSnapshot:
             return f"{replaced[0]} listed again"
         if self._rebuild:
             return self._why
-        return "no model yet" if self._assembly.needs_rebuild(now) else None
+        return "no model yet" if self._tables.needs_rebuild(now) else None
 
     def _needs_rebuild(self, now: datetime, sources: Mapping[str, Source | None]) -> bool:
         return self._rebuild_reason(_identities(sources), now) is not None
@@ -582,18 +582,19 @@ class LiveSnapshot:
         self._forget_changes()
         done = False
         try:
-            snapshot, self.dra = yield from _derived(self._assembly, now, objects, self._on_invalid, self._memo)
+            snapshot, self.dra = yield from _derived(self._tables, now, objects, self._on_invalid, self._memo)
             done = True
         finally:
-            if not done:  # left half-way (cancelled, or a view raised): the assembly is not a snapshot's
+            if not done:  # left half-way (cancelled, or a view raised): the tables are not a snapshot's
                 self._rebuild, self._why = True, "a rebuild cut short"
         self.last_step = "rebuild"
         return snapshot
 
 
-def _derived(assembly: Assembly, now: datetime, objects: Mapping[str, Sequence[Obj]], on_invalid: InvalidHandler | None,
+def _derived(tables: ModelTables, now: datetime, objects: Mapping[str, Sequence[Obj]],
+             on_invalid: InvalidHandler | None,
              memo: ViewMemo | None) -> Generator[None, None, tuple[Snapshot, DraTracker]]:
-    """Every object converted (through ``memo`` when given) and derived by ``assembly``, in steps; and the DRA
+    """Every object converted (through ``memo`` when given) and derived by ``tables``, in steps; and the DRA
     tracker of those objects."""
     with collector_paused():  # tens of thousands of acyclic, long-lived views
         views: dict[str, list[Any]] = {}
@@ -607,7 +608,7 @@ def _derived(assembly: Assembly, now: datetime, objects: Mapping[str, Sequence[O
         dra = DraTracker(views[keys.GPUCLASS_KIND], slices, dict(views["DeviceClass"]),
                          views["ResourceClaim"])
         yield
-        snapshot = yield from assembly.rebuilding(
+        snapshot = yield from tables.rebuilding(
             now=now, classes=views[keys.GPUCLASS_KIND], devices=views[keys.GPUDEVICE_KIND], nodes=views["Node"],
             inventories=views[keys.GPUNODE_KIND], pods=views["Pod"], vmis=views["VirtualMachineInstance"],
             namespaces=views["Namespace"], quotas=tenant_quotas(objects.get("ResourceQuota", ())),

@@ -23,7 +23,7 @@ from cozygpu.admission.refs import DeviceRef, RefsError, TemplateRef, parse_refs
 from cozygpu.admission.view import SnapshotSource
 from cozygpu.admission.vmi import VMIConfig, VMIWebhook
 from cozygpu.model import refusals
-from cozygpu.model.assemble import assemble
+from cozygpu.model.derive import derive_snapshot
 from cozygpu.model.refusals import Reason
 from cozygpu.model.snapshot import GPUClassView, Mode, Snapshot
 
@@ -41,7 +41,7 @@ class FixedSource(SnapshotSource):
 def empty_world() -> Snapshot:
     """One class and no node: every order and every start is refused."""
     gpu_class = GPUClassView(name="h100", mode=Mode.PASSTHROUGH, resource_name="nvidia.com/H100")
-    return assemble(now=datetime(2026, 12, 3, tzinfo=UTC), classes=[gpu_class], devices=[], nodes=[],
+    return derive_snapshot(now=datetime(2026, 12, 3, tzinfo=UTC), classes=[gpu_class], devices=[], nodes=[],
                     inventories=[], pods=[], vmis=[], namespaces=[], quotas={}, hoster_names=(), permitted=None)
 
 

@@ -45,7 +45,7 @@ from cozygpu.cache.store import Event
 from cozygpu.cache.triggers import Trigger
 from cozygpu.devcluster import dra_driver
 from cozygpu.devcluster import kubevirt as standin
-from cozygpu.model.assemble import Assembly
+from cozygpu.model.derive import ModelTables
 from cozygpu.model.dra import DeviceRef
 from cozygpu.model.refusals import Reason, Refusal, claim_not_allocated
 from cozygpu.model.snapshot import Attachment, BindRequest, DeviceView, DraSource, Phase, Snapshot, Toleration
@@ -71,7 +71,7 @@ def world(*devices: DeviceView) -> Snapshot:
     """Nodes n1 and n2, each with 4 DRA GPUs of class ``dra-h100`` and 8 device-plugin H100s of class ``h100``."""
     dra_class = attrs.evolve(gpu_class("dra-h100", resource=DRA_NAME, tolerations=(GPU_TOLERATION,)),
                              dra=DraSource(device_class=dra_driver.DEVICE_CLASS))
-    return Assembly().rebuild(
+    return ModelTables().rebuild(
         now=NOW, classes=[dra_class, gpu_class("h100")], devices=devices, nodes=[node("n1"), node("n2")],
         inventories=[inventory("n1", {H100: 8}), inventory("n2", {H100: 8})], pods=[], vmis=[], namespaces=[],
         dra={"n1": {DRA_NAME: 4}, "n2": {DRA_NAME: 4}})

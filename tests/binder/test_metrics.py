@@ -10,7 +10,7 @@ import attrs
 from prometheus_client import CollectorRegistry, generate_latest
 
 from cozygpu.binder.metrics import BinderMetrics
-from cozygpu.model.assemble import Assembly
+from cozygpu.model.derive import ModelTables
 from cozygpu.model.snapshot import Phase
 from tests.model.factories import NOW, device, gpu_class, gpu_nodes
 
@@ -38,8 +38,8 @@ def test_a_pass_walks_no_node_and_a_scrape_reads_the_passs_snapshot() -> None:
     gauges = BinderMetrics.on(registry)
     resource = gpu_class().resource_name
     node_views, inventories = gpu_nodes(("n1", 4), ("n2", 4))
-    assembly = Assembly()
-    first = assembly.rebuild(now=NOW, classes=[gpu_class()], devices=[device("d", phase=Phase.BOUND, node="n1")],
+    tables = ModelTables()
+    first = tables.rebuild(now=NOW, classes=[gpu_class()], devices=[device("d", phase=Phase.BOUND, node="n1")],
                              nodes=node_views, inventories=inventories, pods=(), vmis=(), namespaces=())
     assert registry.get_sample_value("cozygpu_binder_node_units", {"node": "n1", "resource": resource,
                                                                    "state": "held"}) is None, "no pass yet"
@@ -49,7 +49,7 @@ def test_a_pass_walks_no_node_and_a_scrape_reads_the_passs_snapshot() -> None:
     assert registry.get_sample_value("cozygpu_binder_node_units", {"node": "n2", "resource": resource,
                                                                    "state": "free"}) == 4
 
-    second = assembly.update(now=NOW, devices={("tenant-a", "e"): device("e", count=2, phase=Phase.BOUND,
+    second = tables.update(now=NOW, devices={("tenant-a", "e"): device("e", count=2, phase=Phase.BOUND,
                                                                          node="n2")})
     capacity, inventory = Read(second.capacity), Read(second.inventories)
     watched = attrs.evolve(second, capacity=capacity, inventories=inventory)
@@ -68,11 +68,11 @@ def test_a_node_gone_from_the_snapshot_leaves_the_scrape() -> None:
     registry = CollectorRegistry()
     gauges = BinderMetrics.on(registry)
     node_views, inventories = gpu_nodes(("n1", 4), ("n2", 4))
-    assembly = Assembly()
-    gauges.observe_units(assembly.rebuild(now=NOW, classes=[gpu_class()], devices=[], nodes=node_views,
+    tables = ModelTables()
+    gauges.observe_units(tables.rebuild(now=NOW, classes=[gpu_class()], devices=[], nodes=node_views,
                                           inventories=inventories, pods=(), vmis=(), namespaces=()))
     assert registry.get_sample_value("cozygpu_binder_node_report_timestamp_seconds", {"node": "n2"}) is not None
-    gauges.observe_units(assembly.rebuild(now=NOW, classes=[gpu_class()], devices=[], nodes=node_views[:1],
+    gauges.observe_units(tables.rebuild(now=NOW, classes=[gpu_class()], devices=[], nodes=node_views[:1],
                                           inventories=inventories[:1], pods=(), vmis=(), namespaces=()))
     assert registry.get_sample_value("cozygpu_binder_node_report_timestamp_seconds", {"node": "n2"}) is None
     assert registry.get_sample_value("cozygpu_binder_node_units", {"node": "n2", "resource": gpu_class().resource_name,

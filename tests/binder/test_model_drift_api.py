@@ -9,12 +9,28 @@ snapshot is right again.
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from cozygpu.kube import Client
-from cozygpu.model.assemble import Assembly
+from cozygpu.model.derive import ModelTables
+from cozygpu.model.derive.nodes import NodeLedger
+from cozygpu.model.snapshot import Snapshot
 from cozygpu.views import specs
 from tests.binder.world import World, running_binder, seen_by
+
+
+def break_node_refresh_in_updates(monkeypatch: pytest.MonkeyPatch) -> None:
+    """While an update runs, no node is refreshed; a from-scratch build (the safety net's) stays whole."""
+    update = ModelTables.update
+
+    def broken(self: ModelTables, **changes: Any) -> Snapshot:
+        with pytest.MonkeyPatch.context() as during:
+            during.setattr(NodeLedger, "refresh", lambda ledger, node: None)
+            return update(self, **changes)
+
+    monkeypatch.setattr(ModelTables, "update", broken)
 
 
 async def test_a_broken_delta_is_counted_and_repaired_by_the_check_against_the_stores(
@@ -25,7 +41,7 @@ async def test_a_broken_delta_is_counted_and_repaired_by_the_check_against_the_s
         async with running_binder(admin) as running:
             await running.binder.snapshot()  # the live model, built from the stores
             assert await running.binder.verify_model() is None
-            monkeypatch.setattr(Assembly, "_refresh_node", lambda self, node: None)
+            break_node_refresh_in_updates(monkeypatch)
             held = await world.order("held", 3, status=world.held("n1"))
             await seen_by(running, specs.GPU_DEVICES.key, held)
             snapshot, _, _ = await running.binder.snapshot()

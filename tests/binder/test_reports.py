@@ -6,7 +6,7 @@ from datetime import timedelta
 
 from cozygpu.binder import reports
 from cozygpu.binder.reports import class_status, node_conditions, report_writes
-from cozygpu.model.assemble import Assembly
+from cozygpu.model.derive import ModelTables
 from cozygpu.model.snapshot import Phase, Taint
 from tests.model.factories import H100, NOW, device, gpu_class, gpu_nodes, inventory, node, pod, snapshot
 
@@ -110,7 +110,7 @@ def test_report_writes_carry_the_resource_version_and_nothing_is_written_twice()
 def test_the_reports_judged_again_are_those_the_change_log_may_have_moved() -> None:
     """The reports work's keys: after a rebuild every report; then the GPUNodes the model's change log names,
     and the classes of the resource names whose availability it names; nothing when nothing changed."""
-    model = Assembly()
+    model = ModelTables()
     node_views, inventories = gpu_nodes(("n1", 8), ("n2", 8))
     first = model.rebuild(now=NOW, classes=[gpu_class()], devices=[], nodes=node_views, inventories=inventories,
                           pods=[], vmis=[], namespaces=[])

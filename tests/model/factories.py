@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 
-from cozygpu.model.assemble import assemble
+from cozygpu.model.derive import derive_snapshot
 from cozygpu.model.snapshot import (
     Attachment,
     BindRequest,
@@ -175,7 +175,7 @@ def snapshot(
         node_views, inventory_views = gpu_nodes(("n1", 8))
     else:
         node_views, inventory_views = list(nodes or ()), list(inventories or ())
-    return assemble(
+    return derive_snapshot(
         now=now,
         classes=list(classes) if classes is not None else [gpu_class()],
         devices=devices,

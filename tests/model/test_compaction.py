@@ -7,7 +7,7 @@ from __future__ import annotations
 import attrs
 
 from cozygpu import keys
-from cozygpu.model.assemble import Assembly
+from cozygpu.model.derive import ModelTables
 from cozygpu.model.placement import Bind, KeepPending, PassPlan, order_check, place_set, plan_pass
 from cozygpu.model.refusals import Reason
 from cozygpu.model.snapshot import (
@@ -126,7 +126,7 @@ def test_the_stopped_hold_sizes_kept_by_updates_are_the_ones_built_from_scratch(
     current = {d.key: d for d in (device("h1", phase=Phase.BOUND, node="n1"),
                                   device("h2", phase=Phase.BOUND, node="n1", count=2),
                                   device("h3", phase=Phase.BOUND, node="n2", vmi="vm"))}
-    live = Assembly()
+    live = ModelTables()
     live.rebuild(now=NOW, classes=[gpu_class()], devices=current.values(), nodes=nodes, inventories=inventories,
                  pods=[], vmis=[], namespaces=[])
     changes: list[tuple[DeviceKey, DeviceView | None]] = [

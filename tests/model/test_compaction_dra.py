@@ -9,7 +9,7 @@ import hypothesis
 from hypothesis import strategies as hst
 
 from cozygpu.devcluster import dra_driver
-from cozygpu.model.assemble import Assembly
+from cozygpu.model.derive import ModelTables
 from cozygpu.model.dra import ClaimAction, ClaimView, DeviceRef, DraTracker, claim_plan
 from cozygpu.model.placement import Bind, order_check, plan_pass
 from cozygpu.model.refusals import Reason
@@ -46,7 +46,7 @@ def world(claims: list[ClaimView], holds: list[DeviceView], *, gpus: int = 2 * R
     cls = gpu_class or offer()
     slices = [resource_slice_view(dra_driver.resource_slice(n, f"uid-{n}", gpus)) for n in NODES]
     tracker = DraTracker([cls], slices, {dra_driver.DEVICE_CLASS: VFIO_CLASS}, claims)
-    snapshot = Assembly().rebuild(now=NOW, classes=[cls], devices=holds, nodes=[node(n) for n in NODES],
+    snapshot = ModelTables().rebuild(now=NOW, classes=[cls], devices=holds, nodes=[node(n) for n in NODES],
                                   inventories=[], pods=[], vmis=[], namespaces=[], dra=tracker.served(),
                                   dra_groups=tracker.groups())
     return snapshot, tracker
@@ -136,8 +136,8 @@ def test_the_groups_claim_changes_leave_are_the_ones_a_tracker_built_on_the_same
     """Claims (holds and someone else's) allocated and let go one by one, in any order: each change's groups
     for the nodes it touched, and the tracker's groups, equal a tracker built from scratch on the claims left."""
     _, tracker = world([], [])
-    assembly = Assembly()
-    assembly.rebuild(now=NOW, classes=[offer()], devices=[], nodes=[node(n) for n in NODES], inventories=[], pods=[],
+    tables = ModelTables()
+    tables.rebuild(now=NOW, classes=[offer()], devices=[], nodes=[node(n) for n in NODES], inventories=[], pods=[],
                      vmis=[], namespaces=[], dra=tracker.served(), dra_groups=tracker.groups())
     claims: dict[tuple[str, str], ClaimView] = {}
     for i, (node_name, indexes, ours) in enumerate(changes):
@@ -149,7 +149,7 @@ def test_the_groups_claim_changes_leave_are_the_ones_a_tracker_built_on_the_same
             claims.pop(key, None)
         else:
             claims[key] = view
-        live = assembly.update(now=NOW, devices={}, dra=changed.served, dra_raw=changed.raw, dra_groups=changed.groups)
+        live = tables.update(now=NOW, devices={}, dra=changed.served, dra_raw=changed.raw, dra_groups=changed.groups)
         rebuilt, fresh = world(list(claims.values()), [])
         assert tracker.groups() == fresh.groups()
         assert all(fresh.groups_on(n) == groups for n, groups in changed.groups.items())

@@ -13,9 +13,9 @@ from hypothesis import strategies as hst
 
 from cozygpu.api import claims as claims_api
 from cozygpu.devcluster import dra_driver
-from cozygpu.model.assemble import Assembly
 from cozygpu.model.catalog import catalog, refusal_for
 from cozygpu.model.cel import DeviceAttrs
+from cozygpu.model.derive import ModelTables
 from cozygpu.model.dra import (
     ClaimAction,
     ClaimView,
@@ -245,17 +245,17 @@ def test_a_claim_of_someone_else_has_no_holder() -> None:
 DRA_NAME = "deviceclass.resource.kubernetes.io/vfio.gpu.nvidia.com"
 
 
-def dra_world(assembly: Assembly, dra: dict[str, dict[str, int]], *, reported: datetime | None = None) -> Snapshot:
+def dra_world(tables: ModelTables, dra: dict[str, dict[str, int]], *, reported: datetime | None = None) -> Snapshot:
     """A DRA class over nodes n1 (no agent report, or a stale one) and n2, one set of 1 held on n1."""
     reports = [inventory("n1", {}, last_report=reported)] if reported is not None else []
-    return assembly.rebuild(now=NOW, classes=[gpu_class("dra-h100", resource=DRA_NAME)],
+    return tables.rebuild(now=NOW, classes=[gpu_class("dra-h100", resource=DRA_NAME)],
                             devices=[device("held", phase=Phase.BOUND, node="n1", cls="dra-h100")],
                             nodes=[node("n1"), node("n2")], inventories=reports, pods=[], vmis=[], namespaces=[],
                             dra=dra)
 
 
 def test_a_nodes_dra_units_serve_its_offer_with_no_agent_report_and_never_go_stale() -> None:
-    snapshot = dra_world(Assembly(), {"n1": {DRA_NAME: 2}, "n2": {DRA_NAME: 4}},
+    snapshot = dra_world(ModelTables(), {"n1": {DRA_NAME: 2}, "n2": {DRA_NAME: 4}},
                          reported=NOW - timedelta(days=1))  # n1's agent report is a day old
     entry = snapshot.capacity["n1"][DRA_NAME]
     assert (entry.served, entry.held, entry.fresh, entry.room) == (2, 1, True, 1)
@@ -263,13 +263,13 @@ def test_a_nodes_dra_units_serve_its_offer_with_no_agent_report_and_never_go_sta
 
 
 def test_dra_units_moved_by_an_update_are_what_a_rebuild_makes() -> None:
-    assembly = Assembly()
-    dra_world(assembly, {"n1": {DRA_NAME: 2}, "n2": {DRA_NAME: 4}})
-    updated = assembly.update(now=NOW, devices={}, dra={"n2": {DRA_NAME: 1}})
-    rebuilt = dra_world(Assembly(), {"n1": {DRA_NAME: 2}, "n2": {DRA_NAME: 1}})
+    tables = ModelTables()
+    dra_world(tables, {"n1": {DRA_NAME: 2}, "n2": {DRA_NAME: 4}})
+    updated = tables.update(now=NOW, devices={}, dra={"n2": {DRA_NAME: 1}})
+    rebuilt = dra_world(ModelTables(), {"n1": {DRA_NAME: 2}, "n2": {DRA_NAME: 1}})
     assert updated.capacity == rebuilt.capacity
     assert updated.availability == rebuilt.availability
-    gone = assembly.update(now=NOW, devices={}, dra={"n2": {}})
+    gone = tables.update(now=NOW, devices={}, dra={"n2": {}})
     assert "n2" not in gone.capacity, "no units left and nothing held there: the node serves nothing"
     assert gone.availability["dra-h100"].node_free == {"n1": 1}
 
@@ -432,7 +432,7 @@ def test_with_match_attribute_a_node_serves_its_holds_and_its_largest_free_group
     plain = dra_served([dra_class("dra-h100")], slices, device_classes, [foreign, hold])
     assert plain.by_node["n1"] == {DRA_NAME: 2 * root - 1}, "without the constraint: every GPU but the foreign one"
     held = device("gpu-a", cls="dra-h100", phase=Phase.BOUND, node="n1")
-    snapshot = Assembly().rebuild(now=NOW, classes=[offer], devices=[held], nodes=[node("n1"), node("n2")],
+    snapshot = ModelTables().rebuild(now=NOW, classes=[offer], devices=[held], nodes=[node("n1"), node("n2")],
                                   inventories=[],
                                   pods=[], vmis=[], namespaces=[], dra=served.by_node)
     [entry] = catalog(snapshot, "tenant-a")

@@ -27,8 +27,9 @@ from hypothesis import strategies as st
 from cozygpu import keys
 from cozygpu.api import claims as claims_api
 from cozygpu.devcluster import dra_driver
-from cozygpu.model.assemble import STEP, Assembly
 from cozygpu.model.catalog import catalog
+from cozygpu.model.derive import STEP, ModelTables
+from cozygpu.model.derive.nodes import NodeLedger
 from cozygpu.model.dra import DeviceRef
 from cozygpu.model.snapshot import Snapshot
 from cozygpu.views import live as live_module
@@ -525,6 +526,18 @@ async def verify(world: World) -> str | None:
     return await world.live.verify(now=world.now, live=live, objects=objects, budget=0)
 
 
+def break_node_refresh_in_updates(monkeypatch: pytest.MonkeyPatch) -> None:
+    """While an update runs, no node is refreshed; a from-scratch build (the safety net's) stays whole."""
+    update = ModelTables.update
+
+    def broken(self: ModelTables, **changes: Any) -> Snapshot:
+        with pytest.MonkeyPatch.context() as during:
+            during.setattr(NodeLedger, "refresh", lambda ledger, node: None)
+            return update(self, **changes)
+
+    monkeypatch.setattr(ModelTables, "update", broken)
+
+
 async def test_the_safety_net_finds_a_broken_delta_names_where_and_the_next_snapshot_is_repaired(
         monkeypatch: pytest.MonkeyPatch) -> None:
     world = World()
@@ -532,7 +545,7 @@ async def test_the_safety_net_finds_a_broken_delta_names_where_and_the_next_snap
     assert_same(world)
     assert await verify(world) is None
     # A delta broken on purpose: a node's capacity is no longer refreshed when a device changes it.
-    monkeypatch.setattr(Assembly, "_refresh_node", lambda self, node: None)
+    break_node_refresh_in_updates(monkeypatch)
     apply(world, ("device", "d0", "tenant-a", "a", 2, "Bound", "n1", None, False, False, False))
     drift = await verify(world)
     assert drift == "capacity['n1']"

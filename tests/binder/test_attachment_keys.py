@@ -29,7 +29,18 @@ from cozygpu.binder.housekeeping import AttachmentsWork
 from cozygpu.binder.reconciler import ChangeFeed
 from cozygpu.model.snapshot import DeviceKey
 from cozygpu.passes.keyed import KeyQueue
-from tests.views.test_live_snapshot import DEVICES, NAMESPACES, NODES, VMIS, World, apply, device, seed, steps
+from tests.views.test_live_snapshot import (
+    DEVICES,
+    NAMESPACES,
+    NODES,
+    RESOURCES,
+    VMIS,
+    World,
+    apply,
+    device,
+    seed,
+    steps,
+)
 
 #: The live-snapshot test's events, and VMIs deleted.
 DELETE_VMI = st.tuples(st.just("delete vmi"), st.sampled_from(VMIS), st.sampled_from(NAMESPACES[1:3]))
@@ -154,3 +165,20 @@ def test_an_attachment_waiting_for_its_vmi_is_judged_again_when_its_grace_ends()
     assert keyed.queue.take() == []
     world.now += GRACE + timedelta(seconds=1)
     keyed.judge()  # the plan over everything detaches it: so must the key that came due
+
+
+def test_a_device_kept_by_a_pod_claiming_its_gone_vmi_is_judged_again_when_that_pod_ends() -> None:
+    """A VMI's launcher, torn down first, may be seen after the VMI's end: while a pod still claims the VMI the
+    attachment stays. The pod ending is no event of the device's nor of a VMI's: the model logs a pod that
+    claims a VMI as that VMI, so the device is judged again then."""
+    world = World()
+    seed(world)
+    keyed = Keyed(world)
+    apply(world, ("vmi", "vm1", "tenant-a", False, "n1"))
+    apply(world, ("device", "d0", "tenant-a", "a", 1, "Bound", "n1", "vm1", True, False, False))
+    apply(world, ("pod", "p3", "tenant-a", RESOURCES[0], 1, "n1", "Running", "vm1", True, 0))
+    keyed.judge()
+    happen(world, ("delete vmi", "vm1", "tenant-a"))
+    keyed.judge()  # the VMI is gone, a pod still claims it: kept
+    apply(world, ("pod", "p3", "tenant-a", RESOURCES[0], 1, "n1", "Succeeded", "vm1", True, 0))
+    keyed.judge()  # the plan over everything clears it now: so must the key the pod's end queued

@@ -260,14 +260,16 @@ class ModelTables:
             touch(log.nodes, name, generation)
         for key, pod_view in (pods or {}).items():
             uid = launching.pod_keys.get(key)
-            if uid is not None:
-                self._pod(launching.pods[uid], -1)
-                launching.drop(launching.pods[uid])
+            old = launching.pods[uid] if uid is not None else None
+            if old is not None:
+                self._pod(old, -1)
+                launching.drop(old)
             if pod_view is not None:
                 self._add_pod(pod_view)
-            for pod_uid in (uid, pod_view.uid if pod_view is not None else None):
-                # A launcher's pod is part of what its VMI's sets are judged on.
-                for vmi_of in launching.listing.get(pod_uid, ()) if pod_uid is not None else ():
+            # A VMI's sets are judged on its launchers, and on the pods that claim it (seen after its end).
+            for seen in (p for p in (old, pod_view) if p is not None):
+                claimed = {(seen.namespace, seen.claims_vmi[0])} if seen.claims_vmi is not None else set()
+                for vmi_of in claimed | launching.listing.get(seen.uid, set()):
                     touch(log.vmis, vmi_of, generation)
         for vmi_key, view in (vmis or {}).items():
             launchers = launching.listed(vmi_key, view)

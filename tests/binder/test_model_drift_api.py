@@ -9,28 +9,12 @@ snapshot is right again.
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
 from cozygpu.kube import Client
-from cozygpu.model.derive import ModelTables
-from cozygpu.model.derive.nodes import NodeLedger
-from cozygpu.model.snapshot import Snapshot
 from cozygpu.views import specs
 from tests.binder.world import World, running_binder, seen_by
-
-
-def break_node_refresh_in_updates(monkeypatch: pytest.MonkeyPatch) -> None:
-    """While an update runs, no node is refreshed; a from-scratch build (the safety net's) stays whole."""
-    update = ModelTables.update
-
-    def broken(self: ModelTables, **changes: Any) -> Snapshot:
-        with pytest.MonkeyPatch.context() as during:
-            during.setattr(NodeLedger, "refresh", lambda ledger, node: None)
-            return update(self, **changes)
-
-    monkeypatch.setattr(ModelTables, "update", broken)
+from tests.views.test_live_snapshot import break_node_refresh_in_updates
 
 
 async def test_a_broken_delta_is_counted_and_repaired_by_the_check_against_the_stores(

@@ -149,6 +149,7 @@ class Binder:
                          for spec in (usage.WORKLOADS, usage.WORKLOAD_MONITORS))]
         if self._config.gpu_enabled:
             unsubscribe.append(cache.informer(specs.GPU_NODES).subscribe(self.reports.changed))
+            unsubscribe.append(cache.informer(specs.RESOURCE_CLAIMS).subscribe(self.claims.claim_changed))
         self._unsubscribe = unsubscribe
         devices = self._listed(specs.GPU_DEVICES)
         self.attachments.started(devices)
@@ -235,8 +236,8 @@ class Binder:
     def queues(self) -> dict[Lane, KeyQueue[Any]]:
         """Each keyed work's lane and its queue: a key whose time comes (a backoff over, a deadline, a grace)
         asks for that lane's pass (``KeyQueue.on_ready``)."""
-        return {ATTACHMENTS: self.attachments.queue, LEDGER: self.ledger.queue, FINALIZERS: self.finalizers.queue,
-                USAGE: self.usage.queue, REPORTS: self.reports.queue}
+        return {CLAIMS: self.claims.queue, ATTACHMENTS: self.attachments.queue, LEDGER: self.ledger.queue,
+                FINALIZERS: self.finalizers.queue, USAGE: self.usage.queue, REPORTS: self.reports.queue}
 
     def lanes(self) -> dict[Lane, Callable[[Writes, Stop], Awaitable[Progress | None]]]:
         """Each lane's pass, in the order they go (``stop``: the driver's word that a lane before it is due)."""

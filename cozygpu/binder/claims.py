@@ -7,11 +7,19 @@ the GPUDevice, so the resourceclaim controller leaves it alone while the VM
 is off (verified with the real components, ``tests/devcluster/test_dra_plane.py``).
 
 Contract:
-- ``claims_plan`` is pure: from the snapshot and the DRA tracker of the same
-  instant (``LiveSnapshot.dra``) it returns ``model.dra.claim_plan``'s steps
-  (a claim under a VM, ``in_use``, is never moved) and the hold claims whose
+- ``device_plan`` is pure and plans one device (a hold claim is named after
+  its GPUDevice, so a device key names both): from the snapshot and the DRA
+  tracker of the same instant (``LiveSnapshot.dra``) it returns
+  ``model.dra.claim_plan``'s step for that device (a claim under a VM,
+  ``in_use``, is never moved), or the release of its hold claim when the
   device no longer holds (deleted, unless a VMI it is attached to still
-  exists: R-BIND-7).
+  exists: R-BIND-7). What it costs is the device's node's units, not the
+  fleet: a unit is free when no claim's allocation holds it (the tracker's
+  ``first``; the device's own claim's units are free to itself) and no
+  device planned before it in the same pass chose it (``chosen``), so two
+  holds on one node never share a device whatever order they are judged in.
+- ``keys_changed`` names the devices whose plan may have moved since the
+  model's change log's ``changes`` (None: every DRA hold and hold claim).
 - A hold claim is the device's own when its controller reference is that
   GPUDevice (``ClaimView.holder``); a claim of another owner that happens to
   carry the device's name is someone else's and is never written.
@@ -30,7 +38,7 @@ Contract:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, MutableMapping
 from datetime import datetime
 from typing import Any, Final
 
@@ -39,9 +47,10 @@ import attrs
 from cozygpu.api import claims as claims_api
 from cozygpu.api import meta
 from cozygpu.binder.patcher import Verb, Write
+from cozygpu.binder.reconciler import devices_touched
 from cozygpu.kube import resource_path
-from cozygpu.model.dra import ClaimAction, ClaimStep, DraTracker, claim_plan
-from cozygpu.model.snapshot import DeviceKey, DeviceView, Snapshot
+from cozygpu.model.dra import ClaimAction, ClaimStep, DeviceRef, DraTracker, DraUnits, claim_plan
+from cozygpu.model.snapshot import Changes, DeviceKey, DeviceView, Snapshot
 from cozygpu.views import specs
 
 Obj = Mapping[str, Any]
@@ -59,31 +68,77 @@ class ClaimsPlan:
     release: tuple[DeviceKey, ...] = ()
 
 
-def in_use(snapshot: Snapshot) -> frozenset[DeviceKey]:
-    """Devices attached to a VMI that exists: their claim is what its launcher runs on (R-BIND-7)."""
-    return frozenset(device.key for device in snapshot.devices.values()
-                     if (vmi := device.vmi_key) is not None and vmi in snapshot.vmis)
+def in_use(snapshot: Snapshot, key: DeviceKey) -> bool:
+    """Whether the device is attached to a VMI that exists: its claim is what its launcher runs on (R-BIND-7)."""
+    device = snapshot.devices.get(key)
+    vmi = device.vmi_key if device is not None else None
+    return vmi is not None and vmi in snapshot.vmis
 
 
-def claims_plan(snapshot: Snapshot, dra: DraTracker) -> ClaimsPlan:
-    """What the hold claims need (see the module docstring)."""
-    own = {key: claim for key, claim in dra.claims.items() if claim.is_hold}
-    used = in_use(snapshot)
-    holds = [device for device in snapshot.devices.values() if snapshot.sells_dra(device.class_name)]
-    # Devices someone else's claim holds are no one's to choose: the offers' units without them, on the nodes
-    # holds are on (a pass costs the holds, not the fleet's slices).
-    nodes = {device.node_name for device in holds if device.node_name is not None}
-    units = {name: attrs.evolve(offer, by_node={node: tuple(ref for ref in offer.by_node.get(node, ())
-                                                            if not dra.foreign(ref)) for node in nodes})
-             for name, offer in dra.units.items()}
-    steps = claim_plan(holds, snapshot.classes, own, units, dra.attrs_of, in_use=used)
-    release = tuple(sorted(key for key in own if key not in used and not _holds(snapshot, key)))
-    return ClaimsPlan(steps=tuple(steps), release=release)
+def device_plan(snapshot: Snapshot, dra: DraTracker, key: DeviceKey,
+                chosen: MutableMapping[DeviceRef, DeviceKey] | None = None) -> ClaimsPlan:
+    """What device ``key``'s hold claim needs (see the module docstring). ``chosen``: the units the devices
+    planned before it in this pass chose, by unit (this device's choice is added)."""
+    found = dra.claims.get(key)
+    own = found if found is not None and found.is_hold else None
+    if not _holds(snapshot, key):
+        release = own is not None and not in_use(snapshot, key)
+        return ClaimsPlan(release=(key,) if release else ())
+    device = snapshot.devices[key]
+    node, gpu_class = device.node_name, snapshot.classes[device.class_name]
+    assert node is not None
+    if own is not None and own.allocated and own.node == node and len(own.allocated) == device.count:
+        return ClaimsPlan()  # holds what it should (``claim_plan`` leaves it alone too)
+    taken = chosen if chosen is not None else {}
+
+    def free(ref: DeviceRef) -> bool:
+        holder = dra.first(ref)
+        if holder is not None and (own is None or (holder.namespace, holder.name) != key):
+            return False  # someone else's claim, or another hold, holds it
+        return taken.get(ref, key) == key
+
+    # Only the device's node's units of its offer, without those held or chosen: ``claim_plan`` then sees
+    # what a plan over every hold would have left for this one.
+    units: dict[str, DraUnits] = {}
+    offer = dra.units.get(gpu_class.resource_name)
+    if offer is not None:
+        units[gpu_class.resource_name] = attrs.evolve(
+            offer, by_node={node: tuple(ref for ref in offer.by_node.get(node, ()) if free(ref))})
+    steps = claim_plan([device], snapshot.classes, {key: own} if own is not None else {}, units, dra.attrs_of,
+                       in_use=(key,) if in_use(snapshot, key) else ())
+    for step in steps:
+        for ref in step.devices:
+            taken[ref] = key
+    return ClaimsPlan(steps=tuple(steps))
+
+
+def keys_changed(snapshot: Snapshot, changes: Changes | None, dra: DraTracker) -> list[DeviceKey]:
+    """The devices whose hold claim may need a write since the model's change log's ``changes`` (None: every
+    device of a DRA class that holds units, and every hold claim's device).
+
+    A device the log names, or one attached to a VMI it names (a VM stopping lets a set move, R-BIND-7), and
+    the devices on the nodes it names: a claim that took or freed one of a node's units touches that node (a
+    hold short of units may have them now). Only those with something to hold or release are named.
+    """
+    if changes is None:
+        found = {key for key, device in snapshot.devices.items()
+                 if device.holds_units and snapshot.sells_dra(device.class_name)}
+        found.update(key for key, claim in dra.claims.items() if claim.is_hold)
+        return sorted(found)
+    by_node = snapshot.devices_by_node
+    touched = devices_touched(snapshot, changes)
+    touched.update(key for node in changes.nodes for key in by_node.get(node, ()))
+    return sorted(key for key in touched if _holds(snapshot, key) or _own(dra, key))
 
 
 def _holds(snapshot: Snapshot, key: DeviceKey) -> bool:
     device = snapshot.devices.get(key)
     return device is not None and device.holds_units and snapshot.sells_dra(device.class_name)
+
+
+def _own(dra: DraTracker, key: DeviceKey) -> bool:
+    claim = dra.claims.get(key)
+    return claim is not None and claim.is_hold
 
 
 #: A deallocation's status patch. What the driver reported of the devices (``status.devices``, GA in 1.37) goes
@@ -129,12 +184,19 @@ def first_writes(plan: ClaimsPlan, snapshot: Snapshot, claims: Mapping[DeviceKey
     return writes
 
 
+@attrs.frozen
+class Allocation:
+    """The ``tag`` of an allocation's write: the step it allocates (no write follows it)."""
+
+    step: ClaimStep
+
+
 def allocation(step: ClaimStep, device: DeviceView, version: str, now: datetime) -> Write:
     """The write that allocates ``step``'s devices to the device's claim, on ``version``."""
     status = claims_api.hold_status(step.node, step.devices, device_name=device.name, device_uid=device.uid, now=now)
     return _status_write(device.namespace, device.name, status, version,
                          f"ResourceClaim {device.namespace}/{device.name} (allocated {len(step.devices)} device(s) "
-                         f"on {step.node})", None)
+                         f"on {step.node})", Allocation(step))
 
 
 def allocations_after(written: Iterable[tuple[Write, Obj | None]], snapshot: Snapshot) -> list[Write]:

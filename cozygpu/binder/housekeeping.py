@@ -14,21 +14,19 @@
 - ``VerifyWork``: the safety net, the read model checked against a build
   from the stores every ``verify_every``.
 
-All but the claims and the check are keyed reconcilers (``reconciler``):
-their events queue keys, a pass judges the keys ready one by one and settles
-each by what the API server did with its own writes (a refused one is
-retried after its own backoff). Each writes through the patcher and stops
-between writes when the driver says a lane before it is due (``stop``): it
-then answers ``Progress.MORE``, so a bind request waits behind one write of
-housekeeping, never behind all of it. The claims work plans over every hold
-when a store it reads moved; a write of it refused on its resourceVersion
-requeues it (``StaleWrites``).
+All but the check are keyed reconcilers (``reconciler``): their events
+queue keys, a pass judges the keys ready one by one and settles each by what
+the API server did with its own writes (a refused one is retried after its
+own backoff). Each writes through the patcher and stops between writes when
+the driver says a lane before it is due (``stop``): it then answers
+``Progress.MORE``, so a bind request waits behind one write of
+housekeeping, never behind all of it.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 
 from cozygpu import keys
@@ -36,23 +34,24 @@ from cozygpu.api import meta
 from cozygpu.base.clock import Cancellable
 from cozygpu.base.logging import get_logger
 from cozygpu.binder import attachments, claims, finalizers, ledger, reports, usage
-from cozygpu.binder.assumed import StaleWrites, object_key
+from cozygpu.binder.assumed import object_key
 from cozygpu.binder.context import Context
 from cozygpu.binder.patcher import Sent, Write
 from cozygpu.binder.place import unverified, verified_write
-from cozygpu.binder.reconciler import NOTHING, ChangeFeed, Due, devices_touched, reconcile
+from cozygpu.binder.reconciler import NOTHING, ChangeFeed, Due, Send, devices_touched, reconcile
 from cozygpu.binder.status import DeviceWrite
 from cozygpu.binder.writes import device_status_path
 from cozygpu.cache.errors import KindNotServed, NotSynced
-from cozygpu.cache.kinds import KindSpec
 from cozygpu.cache.store import Event
 from cozygpu.kube.client import Obj
 from cozygpu.model import ledger as ledger_model
+from cozygpu.model.dra import ClaimStep, DeviceRef
 from cozygpu.model.snapshot import Changes, DeviceKey, GPUClassView, Snapshot
 from cozygpu.passes.driver import Progress
 from cozygpu.passes.keyed import KeyQueue
 from cozygpu.passes.writes import Writes
 from cozygpu.views import specs
+from cozygpu.views.decode import resource_claim_view
 
 log = get_logger("cozygpu.binder")
 
@@ -62,38 +61,6 @@ Stop = Callable[[], bool]
 
 def _never() -> bool:
     return False
-
-
-def _settle(sent: Sent) -> Progress:
-    """The pass's answer once ``sent``: requeued when a write was refused on a stale view, MORE when its
-    slice ended first."""
-    if sent.requeue:
-        raise StaleWrites(len(sent.refused))
-    return Progress.MORE if sent.left else Progress.DONE
-
-
-class _StoreVersions:
-    """The stores a work reads, by identity and resourceVersion: unchanged since a clean run, nothing to do."""
-
-    def __init__(self, context: Context, kinds: Sequence[KindSpec]) -> None:
-        self._context = context
-        self._kinds = tuple(kinds)
-        self.clean: tuple[object, ...] | None = None
-
-    def now(self) -> tuple[object, ...]:
-        found: list[object] = []
-        for spec in self._kinds:
-            try:
-                store = self._context.cache.store(spec)
-            except KindNotServed:
-                found += [None, None]
-                continue
-            found += [store, store.resource_version]
-        return tuple(found)
-
-    def replaced(self, now: tuple[object, ...]) -> bool:
-        """A first run, or a store replaced since the last clean one: no event says what moved."""
-        return self.clean is None or now[0::2] != self.clean[0::2]
 
 
 class AttachmentsWork:
@@ -432,18 +399,34 @@ class ReportsWork:
 
 
 class ClaimsWork:
-    """Creates, allocates, moves and releases hold claims (``binder.claims``); nothing while the cluster
-    serves no ResourceClaims."""
+    """Creates, allocates, moves and releases hold claims (``binder.claims``), device by device; nothing
+    while the cluster serves no ResourceClaims.
 
-    KINDS = (specs.GPU_CLASSES, specs.GPU_DEVICES, specs.VMIS, specs.RESOURCE_CLAIMS, specs.RESOURCE_SLICES,
-             specs.DEVICE_CLASSES, specs.DEVICE_TAINT_RULES)
+    Its keys are devices (a hold claim is named after its GPUDevice): those the model's change log names (a
+    device, the devices of a VMI it names, the devices on a node whose DRA units a claim took or freed:
+    ``claims.keys_changed``), the device of a hold claim that changed, came or went (its events), and every
+    DRA hold and hold claim after a rebuild (a slice, DeviceClass, DeviceTaintRule or DRA class that moved)
+    and at a term's start. Devices judged in one pass never share a unit (``claims.device_plan``'s
+    ``chosen``); a pass after the writes waits for the cache to show them, so the next one's tracker holds
+    them.
+    """
 
     def __init__(self, context: Context) -> None:
         self._context = context
-        self._inputs = _StoreVersions(context, self.KINDS)
+        self.queue: KeyQueue[DeviceKey] = KeyQueue(context.clock)
+        self._feed = ChangeFeed()
 
     def stopped(self) -> None:
-        self._inputs.clean = None
+        self.queue.clear()
+        self._feed.forget()
+
+    def claim_changed(self, event: Event) -> None:
+        """A ResourceClaim event: a hold claim's device (deleted out of band, it is made again; someone
+        else's claim moves units, which the change log names by their node)."""
+        for obj in (event.obj, event.old):
+            if obj is not None and resource_claim_view(obj).is_hold:
+                self.queue.add(object_key(obj))
+                return
 
     async def run(self, writes: Writes, stop: Stop = _never) -> Progress:
         context = self._context
@@ -453,25 +436,46 @@ class ClaimsWork:
             store = context.cache.store(specs.RESOURCE_CLAIMS)
         except KindNotServed:
             return Progress.DONE
-        inputs = self._inputs.now()
-        if inputs == self._inputs.clean:
-            return Progress.DONE
         snapshot, _objects, _served = await context.snapshot()
-        plan = claims.claims_plan(snapshot, context.live.dra)
-        seen = {key: obj for key in {step.device for step in plan.steps} | set(plan.release)
-                if (obj := store.get(*key)) is not None}
-        first = await context.send(claims.first_writes(plan, snapshot, seen), writes, stop=stop)
-        then = claims.allocations_after(first.written, snapshot)
-        second = await context.send(then, writes) if then else Sent()
-        for write, _answer in (*first.written, *second.written):
+        dra = context.live.dra
+        self.queue.add_all(claims.keys_changed(snapshot, self._feed.since(snapshot), dra))
+        chosen: dict[DeviceRef, DeviceKey] = {}
+
+        def judge(key: DeviceKey) -> Due:
+            plan = claims.device_plan(snapshot, dra, key, chosen)
+            for step in plan.steps:
+                if step.refusal is not None:
+                    log.warning("hold claim short of devices", device=f"{key[0]}/{key[1]}", why=step.refusal.message)
+            if not plan.steps and not plan.release:
+                return NOTHING
+            obj = store.get(*key)
+            return Due(writes=tuple(claims.first_writes(plan, snapshot, {key: obj} if obj is not None else {})))
+
+        done = await reconcile(_then_allocate(context.send, snapshot), self.queue, judge, writes, stop)
+        for write, _answer in done.sent.written:
             log.info("hold claim written", object=write.what)
-        for step in plan.steps:
-            if step.refusal is not None:
-                log.warning("hold claim short of devices", device=f"{step.device[0]}/{step.device[1]}",
-                            why=step.refusal.message)
-        sent = Sent(first.written + second.written, first.refused + second.refused, first.left + second.left)
-        self._inputs.clean = inputs if sent.clean else None
-        return _settle(sent)
+        return done.progress
+
+
+def _then_allocate(send: Send, snapshot: Snapshot) -> Send:
+    """``send``, and then the allocation that follows each create or deallocation the server took, on the
+    version it answered (``claims.allocations_after``), so one pass carries a claim from nothing to
+    allocated. An allocation refused is its key's refusal: the first write it followed is reported refused
+    (``reconcile`` knows a key by the writes its judge gave), and the key is judged again after its backoff
+    (its claim made or deallocated by then: an allocation alone)."""
+
+    async def both(writes: Iterable[Write], record: Writes, *, stop: Callable[[], bool] | None = None) -> Sent:
+        first = await send(writes, record, stop=stop)
+        then = claims.allocations_after(first.written, snapshot)
+        if not then:
+            return first
+        second = await send(then, record)  # not stopped: a claim made is allocated in the same pass
+        before = {write.tag.device: write for write, _answer in first.written if isinstance(write.tag, ClaimStep)}
+        failed = tuple(before[write.tag.step.device] for write in (*second.refused, *second.dropped, *second.left)
+                       if isinstance(write.tag, claims.Allocation))
+        return Sent(first.written + second.written, first.refused + failed, first.left, first.dropped)
+
+    return both
 
 
 class VerifyWork:

@@ -37,7 +37,13 @@ Per event kind, ``--reps`` times each (median), after the system is quiet:
   that binds it;
 - a VM stopped: its VMI deleted once its launcher pod is gone (KubeVirt's
   order; the pod's deletion is folded and passed first, untimed);
-- a tenant quota set or changed (``tenant-quota``'s ``spec.hard``).
+- a tenant quota set or changed (``tenant-quota``'s ``spec.hard``);
+- a node's report naming a GPU no one reported (the effective names grow);
+- a second GPUClass moved to another resource name (created by the first
+  repetition);
+- a tenant namespace created;
+- a VM without GPUs started: its VMI listing a launcher that asks for no GPU
+  (the launcher created before the measurement, untimed).
 
 For each it prints the time to fold the event (the reflector's whole
 handling: transform, freeze, store, indexes, every handler —
@@ -108,7 +114,8 @@ from cozygpu.kube import errors, resource_path  # noqa: E402
 from cozygpu.passes.driver import Lane, Progress  # noqa: E402
 from cozygpu.passes.writes import Writes  # noqa: E402
 from cozygpu.views import specs  # noqa: E402
-from cozygpu.views.live import LiveSnapshot, Source, build_snapshot  # noqa: E402
+from cozygpu.views.build import build_snapshot  # noqa: E402
+from cozygpu.views.live import LiveSnapshot, Source  # noqa: E402
 
 RESOURCE: Final = "nvidia.com/GH100_H100_SXM5_80GB"
 CLASS: Final = "h100"
@@ -520,6 +527,62 @@ def quota_changed(api: FakeApi, clock: FakeClock, n: int, rep: int) -> object:
     return api.create_now(path, {"metadata": {"name": keys.TENANT_QUOTA_NAME}, **hard})
 
 
+def report_named(api: FakeApi, clock: FakeClock, n: int, rep: int) -> object:
+    """A node's agent reporting a GPU of a kind no one reported before: the effective names grow."""
+    name = f"node-{_free_node(n, rep, 6):05d}"
+    extra = f"nvidia.com/BENCH_NEW_{rep}"
+    report = gpunode(name, iso(clock.wall()))["status"]
+    report["devices"].append({"address": "0000:99:00.0", "resourceName": extra, "allocatable": 1,
+                              "driver": "vfio-pci"})
+    report["resourceNames"] = [RESOURCE, extra]
+    return api.patch_now(f"{GPUNODES}/{name}/status", {"status": report})
+
+
+def class_renamed(api: FakeApi, clock: FakeClock, n: int, rep: int) -> object:
+    """A second class, created once and then moved to another resource name each time (its devices' units
+    move with it; it has none here)."""
+    name = f"{CLASS}-second"
+    resource = f"nvidia.com/BENCH_CLASS_{rep}"
+    if ("", name) in api.objects.get(CLASSES, {}):
+        return api.patch_now(f"{CLASSES}/{name}", {"spec": {"resourceName": resource}})
+    return api.create_now(CLASSES, {"apiVersion": keys.API_VERSION, "kind": keys.GPUCLASS_KIND,
+                                    "metadata": {"name": name},
+                                    "spec": {"vendor": "NVIDIA", "model": "L4", "mode": "Passthrough",
+                                             "memory": "24Gi", "resourceName": resource,
+                                             "source": {"devicePlugin": {}}}})
+
+
+def namespace_created(api: FakeApi, clock: FakeClock, n: int, rep: int) -> object:
+    """A new tenant namespace under an existing one."""
+    return api.create_now(NAMESPACES, {"metadata": {"name": f"tenant-e{rep % TENANTS}-bench{rep}"}})
+
+
+def _plain_vm(rep: int) -> tuple[str, str, str, str]:
+    return "tenant-e0", f"plain-vm-{rep}", f"virt-launcher-plain-vm-{rep}", f"plain-vmi-uid-{rep}"
+
+
+def plain_launcher(api: FakeApi, clock: FakeClock, n: int, rep: int) -> object:
+    """The launcher pod of a VM without GPUs, as KubeVirt creates it before the VMI lists it."""
+    namespace, vmi, pod, vmi_uid = _plain_vm(rep)
+    body = gpu_pod(namespace, pod, node_name=f"node-{_free_node(n, rep, 7):05d}", uid=f"{pod}-uid",
+                   owner=(vmi, vmi_uid))
+    for container in body["spec"]["containers"]:
+        for table in container["resources"].values():
+            table.pop(RESOURCE)
+    return api.create_now(resource_path("", "v1", "pods", namespace=namespace), body)
+
+
+def plain_vm_started(api: FakeApi, clock: FakeClock, n: int, rep: int) -> object:
+    """A VM without GPUs running: its VMI lists the launcher."""
+    namespace, vmi, pod, vmi_uid = _plain_vm(rep)
+    node_name = f"node-{_free_node(n, rep, 7):05d}"
+    return api.create_now(resource_path("kubevirt.io", "v1", "virtualmachineinstances", namespace=namespace),
+                          {"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
+                           "metadata": {"name": vmi, "uid": vmi_uid}, "spec": {"domain": {"devices": {}}},
+                           "status": {"phase": "Running", "nodeName": node_name,
+                                      "activePods": {f"{pod}-uid": node_name}}})
+
+
 KINDS: Final = (
     Kind("nothing a decision reads (a Node heartbeat)", heartbeat),
     Kind("one Node label changed", node_label),
@@ -529,6 +592,10 @@ KINDS: Final = (
     Kind("answer pass, one new order", new_order, answer=True),
     Kind("a VM stopped (its VMI gone after its launcher)", vm_stopped, prepare=launcher_gone),
     Kind("a tenant quota changed", quota_changed),
+    Kind("a GPUNode report naming a new GPU", report_named),
+    Kind("a GPUClass's resource name changed", class_renamed),
+    Kind("a tenant namespace created", namespace_created),
+    Kind("a VM without GPUs started", plain_vm_started, prepare=plain_launcher),
 )
 
 

@@ -31,7 +31,7 @@ from cozygpu.model.catalog import catalog, order_refusal
 from cozygpu.model.placement import Bind, KeepPending, PassPlan, plan_pass
 from cozygpu.model.snapshot import Snapshot
 from cozygpu.model.tenants import ancestry
-from cozygpu.views.live import ViewMemo, build_snapshot
+from cozygpu.views.build import ViewMemo, build_snapshot
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 STAMP = (NOW - timedelta(seconds=30)).isoformat()

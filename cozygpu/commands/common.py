@@ -35,7 +35,7 @@ from cozygpu.kube import Client, errors, resource_path
 from cozygpu.kube.config import source_for
 from cozygpu.model.snapshot import Snapshot
 from cozygpu.views import specs
-from cozygpu.views.live import build_snapshot
+from cozygpu.views.build import build_snapshot
 
 Obj = dict[str, Any]
 

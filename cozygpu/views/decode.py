@@ -10,7 +10,7 @@ Contract:
   mutated): no I/O, no clock reads.
 - An object that cannot be read (a GPUClass with an unknown mode, a
   GPUDevice without a class or count) raises :class:`InvalidObject`; the
-  builders in ``cozygpu.views.live`` leave it out and report it. An
+  builders in ``cozygpu.views.build`` leave it out and report it. An
   unreadable *budget* is not left out: it reaches the model, which refuses
   orders under it.
 - Only ResourceQuotas named ``tenant-quota`` are budgets. Only pods that

@@ -49,7 +49,8 @@ from cozygpu.kube.client import Obj
 from cozygpu.model.capacity import DEFAULT_LAUNCHER_GRACE, DEFAULT_REPORT_STALE_AFTER
 from cozygpu.model.snapshot import DeviceKey, Snapshot
 from cozygpu.views import specs
-from cozygpu.views.live import DEFAULT_SLICE, InvalidHandler, LiveSnapshot, Source
+from cozygpu.views.build import DEFAULT_SLICE, InvalidHandler
+from cozygpu.views.live import LiveSnapshot, Source
 
 
 class Assumed:

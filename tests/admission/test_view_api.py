@@ -24,7 +24,7 @@ from cozygpu.devcluster.plane import ControlPlane
 from cozygpu.kube import Client
 from cozygpu.model.snapshot import Snapshot
 from cozygpu.views import specs
-from cozygpu.views.live import build_snapshot
+from cozygpu.views.build import build_snapshot
 from tests.admission.harness import admission
 from tests.binder.world import NODES, World, stamp
 from tests.support.waiting import eventually

@@ -89,7 +89,7 @@ def test_on_a_node_over_its_capacity_the_view_weighs_every_set_held_there() -> N
     # set asking (d1) keeps its node. A view of d1's set alone would make d1 the one to leave.
     world = World()
     seed(world)
-    for step in (("report", "n1", 2, 2, 0),
+    for step in (("report", "n1", 2, 2, 0, "both"),
                  ("device", "d0", "tenant-a", "a", 2, "Bound", "n1", None, False, False, False),
                  ("device", "d1", "tenant-a", "a", 1, "Bound", "n1", None, False, False, False)):
         apply(world, step)
@@ -120,7 +120,7 @@ def test_an_order_kept_pending_is_judged_again_when_room_for_its_name_comes_not_
     assert ("tenant-b", "waits") not in last.acted
 
     # Room for B only (another name) and a label: the order would be kept for the same reason, so it is out.
-    apply(world, ("report", "n1", 4, 3, 0))
+    apply(world, ("report", "n1", 4, 3, 0, "both"))
     apply(world, ("node", "n2", True, False, True, 1))
     third = world.live.snapshot(now=world.now, sources=world.sources())
     view, plan = plan_cycle(third, last)

@@ -123,7 +123,7 @@ def test_the_reports_judged_again_are_those_the_change_log_may_have_moved() -> N
 
 def test_a_dra_class_says_whether_its_offer_is_published_and_what_keeps_devices_out() -> None:
     from cozygpu.devcluster import dra_driver
-    from cozygpu.views.live import build_snapshot
+    from cozygpu.views.build import build_snapshot
 
     name = f"deviceclass.resource.kubernetes.io/{dra_driver.DEVICE_CLASS}"
     dra_class = {"metadata": {"name": "dra"}, "spec": {"mode": "Passthrough", "resourceName": name, "source": {

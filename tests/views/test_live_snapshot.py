@@ -33,12 +33,15 @@ from cozygpu.model.derive.nodes import NodeLedger
 from cozygpu.model.dra import DeviceRef
 from cozygpu.model.snapshot import Snapshot
 from cozygpu.views import live as live_module
-from cozygpu.views.live import LIVE_KINDS, LiveSnapshot, Source, build_snapshot
+from cozygpu.views.build import build_snapshot
+from cozygpu.views.live import LIVE_KINDS, LiveSnapshot, Source
 
 Obj = dict[str, Any]
 T0 = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
 STALE = timedelta(minutes=5)
 RESOURCES = ("nvidia.com/A", "nvidia.com/B")
+#: A name no class or report has at first: one that comes and goes moves the effective names.
+NEW = "nvidia.com/NEW"
 NODES = ("n1", "n2", "n3")
 NAMESPACES = ("tenant-root", "tenant-a", "tenant-a-b", "tenant-c", "default")
 VMIS = ("vm1", "vm2")
@@ -125,8 +128,15 @@ def pod(name: str, namespace: str, *, resource: str, units: int, node_name: str 
             "status": {"phase": phase}}
 
 
-def quota(namespace: str, total: int) -> Obj:
-    return {"metadata": meta(keys.TENANT_QUOTA_NAME, namespace), "spec": {"hard": {keys.QUOTA_TOTAL: str(total)}}}
+def quota(namespace: str, total: int, raw: Mapping[str, int] | None = None) -> Obj:
+    hard = {keys.QUOTA_TOTAL: str(total), **{f"requests.{name}": str(n) for name, n in (raw or {}).items()}}
+    return {"metadata": meta(keys.TENANT_QUOTA_NAME, namespace), "spec": {"hard": hard}}
+
+
+def kubevirt(names: tuple[str, ...], vendor: str = "10de:2330") -> Obj:
+    """A KubeVirt CR whose ``permittedHostDevices`` lists ``names`` as PCI devices of ``vendor``."""
+    table = {"pciHostDevices": [{"pciVendorSelector": vendor, "resourceName": name} for name in names]}
+    return {"metadata": meta("kubevirt", "kubevirt"), "spec": {"configuration": {"permittedHostDevices": table}}}
 
 
 def key_of(obj: Obj) -> tuple[str, str]:
@@ -263,15 +273,22 @@ steps = st.one_of(
     st.tuples(st.just("delete device"), names(DEVICES), names(DEVICE_NAMESPACES)),
     st.tuples(st.just("node"), names(NODES), st.booleans(), st.booleans(), st.booleans(), st.integers(0, 3)),
     st.tuples(st.just("delete node"), names(NODES)),
-    st.tuples(st.just("report"), names(NODES), st.integers(0, 5), st.integers(0, 3), st.integers(0, 10)),
+    st.tuples(st.just("report"), names(NODES), st.integers(0, 5), st.integers(0, 3), st.integers(0, 10),
+              names(("both", "A", "new"))),
     st.tuples(st.just("drop report"), names(NODES)),
     st.tuples(st.just("vmi"), names(VMIS), names(NAMESPACES[1:3]), st.booleans(), names((None, *NODES))),
-    st.tuples(st.just("pod"), names(PODS), names(NAMESPACES[1:3]), names(RESOURCES), st.integers(0, 2),
+    st.tuples(st.just("pod"), names(PODS), names(NAMESPACES[1:3]), names((*RESOURCES, NEW, "cpu")), st.integers(0, 2),
               names((None, *NODES)), names(("Running", "Succeeded")), names((None, *VMIS)), st.booleans(),
               st.integers(0, 40)),
     st.tuples(st.just("quota"), names(NAMESPACES[:3]), st.integers(0, 8)),
+    st.tuples(st.just("raw quota"), names(NAMESPACES[:3]), names((*RESOURCES, NEW)), st.integers(0, 4)),
     st.tuples(st.just("drop quota"), names(NAMESPACES[:3])),
     st.tuples(st.just("class"), names(("a", "b")), st.booleans()),
+    st.tuples(st.just("class named"), names(("a", "b", "x")), names((*RESOURCES, NEW)), st.booleans()),
+    st.tuples(st.just("drop class"), names(("a", "b", "x"))),
+    st.tuples(st.just("namespace"), names((*NAMESPACES, "tenant-a-x", "tenant-z")), st.booleans()),
+    st.tuples(st.just("drop namespace"), names((*NAMESPACES, "tenant-a-x", "tenant-z"))),
+    st.tuples(st.just("kubevirt"), names(((), (RESOURCES[0],), (RESOURCES[0], NEW), None)), st.booleans()),
     st.tuples(st.just("claim"), names(CLAIMS), names(DEVICE_NAMESPACES[:3]), names(NODES),
               st.sets(st.integers(0, 2), max_size=2), st.booleans()),
     st.tuples(st.just("drop claim"), names(CLAIMS), names(DEVICE_NAMESPACES[:3])),
@@ -302,9 +319,10 @@ def apply(world: World, step: tuple[Any, ...]) -> None:
     elif what == "drop report":  # the GPUNode deleted: a later report is a new node's first
         world.put(keys.GPUNODE_KIND, None, ("", step[1]))
     elif what == "report":
-        _, name, a_units, b_units, minutes_ago = step
-        world.put(keys.GPUNODE_KIND, report(name, {RESOURCES[0]: a_units, RESOURCES[1]: b_units},
-                                            reported=world.now - timedelta(minutes=minutes_ago)))
+        _, name, a_units, b_units, minutes_ago, served = step
+        units = {"both": {RESOURCES[0]: a_units, RESOURCES[1]: b_units}, "A": {RESOURCES[0]: a_units},
+                 "new": {RESOURCES[0]: a_units, NEW: b_units}}[served]
+        world.put(keys.GPUNODE_KIND, report(name, units, reported=world.now - timedelta(minutes=minutes_ago)))
     elif what == "vmi":
         _, name, namespace, running, node_name = step
         world.put("VirtualMachineInstance", vmi(name, namespace, uid=f"vmi-uid-{name}",
@@ -316,10 +334,25 @@ def apply(world: World, step: tuple[Any, ...]) -> None:
                              created=world.now - timedelta(seconds=seconds_ago)))
     elif what == "quota":
         world.put("ResourceQuota", quota(step[1], step[2]))
+    elif what == "raw quota":
+        world.put("ResourceQuota", quota(step[1], 6, {step[2]: step[3]}))
     elif what == "drop quota":
         world.put("ResourceQuota", None, (step[1], keys.TENANT_QUOTA_NAME))
     elif what == "class":
         world.put(keys.GPUCLASS_KIND, gpu_class(step[1], RESOURCES[0 if step[1] == "a" else 1], selector=step[2]))
+    elif what == "class named":
+        world.put(keys.GPUCLASS_KIND, gpu_class(step[1], step[2], selector=step[3]))
+    elif what == "drop class":
+        world.put(keys.GPUCLASS_KIND, None, ("", step[1]))
+    elif what == "namespace":
+        world.put("Namespace", {"metadata": meta(step[1], labels={"team": "x"} if step[2] else {})})
+    elif what == "drop namespace":
+        world.put("Namespace", None, ("", step[1]))
+    elif what == "kubevirt":
+        if step[1] is None:
+            world.put("KubeVirt", None, ("kubevirt", "kubevirt"))
+        else:
+            world.put("KubeVirt", kubevirt(step[1], "10de:2330" if step[2] else "15b3:101e"))
     elif what == "claim":
         _, name, namespace, node_name, devices, held = step
         world.put("ResourceClaim", claim(name, namespace, node_name, tuple(sorted(devices)), held=held))
@@ -399,7 +432,7 @@ def running_vm() -> World:
     return world
 
 
-def test_a_vmi_change_is_an_update_and_a_launcher_asking_for_no_gpu_coming_or_going_is_a_rebuild() -> None:
+def test_a_vmi_change_is_an_update_even_when_its_launcher_asks_for_no_gpu() -> None:
     world = running_vm()
     # A VMI starting (no launcher yet), one moving node with the same pod, and one going: updates, never a rebuild.
     steps: tuple[Callable[[], None], ...] = (
@@ -420,7 +453,8 @@ def test_a_vmi_change_is_an_update_and_a_launcher_asking_for_no_gpu_coming_or_go
     world.put("VirtualMachineInstance", vmi("vm1", "tenant-a", uid="vmi-uid-vm1", active=("p1",), node_name="n1"))
     assert_same(world)
     assert world.live.last_step == "update of 0 device(s) and 1 VMI(s) and 1 pod(s)"
-    # A launcher asking for no GPU is held only while a VMI lists it: which pods the snapshot holds changes.
+    # A launcher asking for no GPU (a VM without GPUs) is held only while a VMI lists it: the pod is found by
+    # its UID, and which pods the snapshot holds changes in an update (each such VM start rebuilt the model).
     plain = pod("p2", "tenant-a", resource=RESOURCES[0], units=1, node_name="n1", phase="Running")
     plain["spec"]["containers"] = [{"resources": {"limits": {"cpu": "1"}}}]
     world.put("Pod", plain)
@@ -428,10 +462,12 @@ def test_a_vmi_change_is_an_update_and_a_launcher_asking_for_no_gpu_coming_or_go
     world.put("VirtualMachineInstance", vmi("vm1", "tenant-a", uid="vmi-uid-vm1", active=("p1", "p2"),
                                             node_name="n1"))
     assert_same(world)
-    assert world.live.last_step == "rebuild"
+    assert world.live.last_step == "update of 0 device(s) and 1 VMI(s) and 1 pod(s)"
+    assert pod_uid("tenant-a", "p2") in world.live.snapshot(now=world.now, sources=world.sources()).pods
     world.put("VirtualMachineInstance", vmi("vm1", "tenant-a", uid="vmi-uid-vm1", active=("p1",), node_name="n1"))
     assert_same(world)
-    assert world.live.last_step == "rebuild"
+    assert world.live.last_step == "update of 0 device(s) and 1 VMI(s) and 1 pod(s)"
+    assert pod_uid("tenant-a", "p2") not in world.live.snapshot(now=world.now, sources=world.sources()).pods
 
 
 def test_a_vm_stop_whose_launcher_goes_before_its_vmi_stops_listing_it_is_an_update() -> None:
@@ -444,10 +480,14 @@ def test_a_vm_stop_whose_launcher_goes_before_its_vmi_stops_listing_it_is_an_upd
     world.put("VirtualMachineInstance", None, ("tenant-a", "vm1"))
     assert_same(world)
     assert world.live.last_step == "update of 0 device(s) and 1 VMI(s)"
-    # A pod a VMI starts listing before the pod is seen may be one the snapshot would hold only then: rebuilt.
+    # A pod a VMI starts listing before the pod is seen is taken when it comes: the model holds it then.
     world.put("VirtualMachineInstance", vmi("vm1", "tenant-a", uid="vmi-uid-vm1", active=("p9",), node_name="n1"))
     assert_same(world)
-    assert world.live.last_step == "rebuild"
+    assert world.live.last_step == "update of 0 device(s) and 1 VMI(s)"
+    plain = pod("p9", "tenant-a", resource="cpu", units=1, node_name="n1", phase="Running")
+    world.put("Pod", plain)
+    assert_same(world)
+    assert world.live.last_step == "update of 0 device(s) and 1 pod(s)"
 
 
 def test_a_claimed_launchers_window_opens_with_its_vmis_devices_and_closes_with_time() -> None:
@@ -487,35 +527,35 @@ def test_the_launcher_of_a_vmi_seen_ending_stays_its_holds_past_the_window_until
     assert world.live.snapshot(now=world.now, sources=world.sources()).capacity["n1"][RESOURCES[0]].window == 0
 
 
-def test_a_report_that_keeps_its_names_is_an_update_of_that_node_and_new_names_are_a_rebuild() -> None:
+def test_a_report_is_an_update_of_that_node_whatever_its_names() -> None:
     world = World()
     seed(world)
     assert_same(world)
-    for step in (("report", "n1", 4, 2, 1),   # its time moved: the agent's heartbeat
-                 ("report", "n2", 1, 2, 0),   # fewer units of a name it serves
-                 ("report", "n3", 4, 2, 7)):  # a report gone stale
+    for step in (("report", "n1", 4, 2, 1, "both"),   # its time moved: the agent's heartbeat
+                 ("report", "n2", 1, 2, 0, "both"),   # fewer units of a name it serves
+                 ("report", "n3", 4, 2, 7, "both")):  # a report gone stale
         apply(world, step)
         assert_same(world)
         assert world.live.last_step == "update of 0 device(s) and 1 report(s)"
-    apply(world, ("report", "n1", 4, 0, 0))  # it serves no B any more: the effective names may change
+    apply(world, ("report", "n1", 4, 0, 0, "A"))  # it serves no B any more: the effective names may change
     assert_same(world)
-    assert world.live.last_step == "rebuild"
+    assert world.live.last_step == "update of 0 device(s) and 1 report(s)"
 
 
-def test_a_new_nodes_first_report_of_known_names_is_an_update_and_of_a_new_name_a_rebuild() -> None:
+def test_a_new_nodes_first_report_is_an_update_whatever_its_names() -> None:
     """A fleet growing by thousands of nodes of one GPU kind must not rebuild the model per node."""
     world = World()
     seed(world)
     apply(world, ("drop report", "n3"))
     assert_same(world)
-    apply(world, ("report", "n3", 4, 2, 0))  # n3 again: names every other node serves
+    apply(world, ("report", "n3", 4, 2, 0, "both"))  # n3 again: names every other node serves
     assert_same(world)
     assert world.live.last_step == "update of 0 device(s) and 1 report(s)"
     apply(world, ("drop report", "n3"))
     assert_same(world)
     world.put(keys.GPUNODE_KIND, report("n3", {"example.com/NEW_GPU": 2}, reported=world.now))
     assert_same(world)
-    assert world.live.last_step == "rebuild", "a name no one had: the effective GPU names grow"
+    assert world.live.last_step == "update of 0 device(s) and 1 report(s)", "a name no one had: the names grow"
 
 
 async def verify(world: World) -> str | None:
@@ -562,7 +602,7 @@ async def test_a_rebuild_runs_in_slices_and_takes_what_changed_during_them() -> 
         apply(world, ("device", f"bulk-{i}", "tenant-a", "a", 1, "Bound", NODES[i % len(NODES)], None, False,
                       False, False))
     assert_same(world)
-    world.put(keys.GPUCLASS_KIND, gpu_class("a", RESOURCES[1]))  # another resource name: a rebuild
+    world.replace_store("Node")  # a relist: a rebuild
     ticks = 0
     changed = False
 
@@ -593,14 +633,14 @@ async def test_reports_and_nodes_changed_by_the_many_are_taken_in_slices(monkeyp
                                                                          names_change: bool) -> None:
     """A fleet's agents reporting at once: ``refreshed`` takes the noted reports and Node views a chunk an
     update, with the loop let go between (one update of 5,000 held it about 0.2 s); the result is the
-    reference's, and a report whose names changed mid-way still ends in a rebuild."""
+    reference's, whether or not a report's names changed."""
     monkeypatch.setattr(live_module, "NODE_CHUNK", 1)
     world = World()
     seed(world)
     apply(world, ("device", "d0", "tenant-a", "a", 1, "Bound", "n1", None, False, False, False))
     assert_same(world)
     for name in NODES:
-        apply(world, ("report", name, 3, 2, 1))  # what each serves moved; names kept
+        apply(world, ("report", name, 3, 2, 1, "both"))  # what each serves moved; names kept
     apply(world, ("node", "n2", True, True, True, 1))  # cordoned
     if names_change:
         world.put(keys.GPUNODE_KIND, report("n3", {RESOURCES[0]: 4}, reported=world.now))
@@ -618,10 +658,7 @@ async def test_reports_and_nodes_changed_by_the_many_are_taken_in_slices(monkeyp
         snapshot = await world.live.refreshed(now=world.now, sources=world.sources(), budget=0)
         ticker.cancel()
     assert ticks >= 2, "the loop ran between the chunks"
-    if names_change:
-        assert world.live.last_step == "rebuild" or world.live.last_step.startswith("update")
-    else:
-        assert world.live.last_step == "update of 1 device(s)", "the nodes came before, a chunk an update"
+    assert world.live.last_step == "update of 1 device(s)", "the nodes came before, a chunk an update"
     live, reference = normal(snapshot), normal(world.reference())
     for name in reference:
         assert live[name] == reference[name], name
@@ -670,15 +707,15 @@ def test_a_class_that_keeps_its_resource_name_is_an_update_that_judges_the_sets_
     assert changes is not None
     assert {"n1", "n2", "n3"} <= changes.nodes
     assert RESOURCES[0] in changes.names
-    # Another resource name moves the units its holds count under: a rebuild.
+    # Another resource name moves the units its holds count under: still an update.
     world.put(keys.GPUCLASS_KIND, gpu_class("a", RESOURCES[1], selector=True))
     assert_same(world)
-    assert world.live.last_step == "rebuild"
+    assert world.live.last_step == "update of 0 device(s) and 1 class(es)"
 
 
 def test_each_rebuild_says_why() -> None:
     """The reasons a live model gives for building again (the rebuilds metric's label): a first build, a
-    change a view reads that takes a rebuild, a store listed again, a report's names changed."""
+    change of the DRA offers, a store listed again."""
     reasons: list[str] = []
     world = World()
     world.live = LiveSnapshot(report_stale_after=STALE, on_rebuild=reasons.append)
@@ -688,14 +725,16 @@ def test_each_rebuild_says_why() -> None:
     assert_same(world)  # an update: no reason given
     world.put(keys.GPUCLASS_KIND, gpu_class("a", RESOURCES[0], selector=True))  # an update: no reason
     assert_same(world)
-    world.put(keys.GPUCLASS_KIND, gpu_class("a", RESOURCES[1]))  # another resource name
+    world.put(keys.GPUCLASS_KIND, gpu_class("a", RESOURCES[1]))  # another resource name: an update too
     assert_same(world)
     world.replace_store("Node")
     assert_same(world)
-    world.put(keys.GPUNODE_KIND, report("n1", {RESOURCES[0]: 4}, reported=world.now))  # one name fewer
+    world.put("ResourceSlice", dra_driver.resource_slice("n3", "uid-n3", 2), ("", dra_driver.slice_name("n3")))
     assert_same(world)
-    assert reasons == ["first build", f"{keys.GPUCLASS_KIND} changed", "Node listed again",
-                       f"{keys.GPUNODE_KIND} changed"]
+    world.put(keys.GPUCLASS_KIND, None, ("", "c"))  # the DRA class gone
+    assert_same(world)
+    assert reasons == ["first build", "Node listed again", "ResourceSlice changed",
+                       f"{keys.GPUCLASS_KIND} selling DRA units changed"]
 
 
 def test_a_nodes_first_real_report_after_its_empty_gpunode_is_an_update() -> None:
@@ -714,7 +753,7 @@ def test_a_nodes_first_real_report_after_its_empty_gpunode_is_an_update() -> Non
     assert world.live.last_step.startswith("update"), world.live.last_step
     world.put(keys.GPUNODE_KIND, report("n4", {RESOURCES[0]: 2, "example.com/new": 1}, reported=world.now))
     assert_same(world)
-    assert reasons == ["first build", "a GPUNode report's names changed"], "a name no one knew is a rebuild still"
+    assert reasons == ["first build"], "a name no one knew is an update too"
 
 
 async def test_a_rebuild_left_half_way_is_done_again() -> None:
@@ -723,7 +762,7 @@ async def test_a_rebuild_left_half_way_is_done_again() -> None:
     for i in range(2 * STEP):
         apply(world, ("device", f"bulk-{i}", "tenant-a", "a", 1, "Bound", "n1", None, False, False, False))
     assert_same(world)
-    world.put(keys.GPUCLASS_KIND, gpu_class("a", RESOURCES[1]))  # another resource name: a rebuild
+    world.replace_store("Node")  # a relist: a rebuild
     task = asyncio.create_task(world.live.refreshed(now=world.now, sources=world.sources(), budget=0))
     for _ in range(3):
         await asyncio.sleep(0)
@@ -754,3 +793,72 @@ def test_a_tenants_own_claim_of_a_sold_device_class_counts_against_its_raw_budge
     assert DRA_RESOURCE not in snapshot.capacity["n1"], "the claim's GPUs, the node's two, are no one's to place"
     assert snapshot.capacity["n2"][DRA_RESOURCE].served == 2, "the hold's GPU stays served: its device holds it"
     assert_same(world)
+
+
+def test_a_name_that_comes_or_goes_is_an_update_that_derives_what_reads_it_again() -> None:
+    """A node's report naming a GPU no one named, a class of that name, KubeVirt's table listing it: each
+    moves the effective names (R-MOD-9), and the pods asking for the name and the budgets naming it are
+    derived again, in an update (each rebuilt the whole model)."""
+    reasons: list[str] = []
+    world = World()
+    world.live = LiveSnapshot(report_stale_after=STALE, on_rebuild=reasons.append)
+    seed(world)
+    world.put("ResourceQuota", quota("tenant-a", 6, {NEW: 1}))
+    world.put("Pod", pod("p3", "tenant-a", resource=NEW, units=2, node_name="n1", phase="Running"))
+    assert_same(world)
+    before = world.live.snapshot(now=world.now, sources=world.sources())
+    assert NEW not in before.effective_names
+    steps: tuple[tuple[Callable[[], None], str], ...] = (
+        (lambda: world.put(keys.GPUNODE_KIND, report("n3", {RESOURCES[0]: 4, NEW: 2}, reported=world.now)),
+         "update of 0 device(s) and 1 report(s)"),
+        (lambda: world.put(keys.GPUNODE_KIND, report("n3", {RESOURCES[0]: 4}, reported=world.now)),
+         "update of 0 device(s) and 1 report(s)"),
+        (lambda: world.put(keys.GPUCLASS_KIND, gpu_class("x", NEW)), "update of 0 device(s) and 1 class(es)"),
+        (lambda: world.put(keys.GPUCLASS_KIND, None, ("", "x")), "update of 0 device(s) and 1 class(es)"),
+        (lambda: world.put("KubeVirt", kubevirt((RESOURCES[0], NEW))), "update of 0 device(s) and 1 KubeVirt table(s)"),
+        (lambda: world.put("KubeVirt", kubevirt((RESOURCES[0],))), "update of 0 device(s) and 1 KubeVirt table(s)"),
+    )
+    for i, (step, expected) in enumerate(steps):
+        step()
+        assert_same(world)
+        assert world.live.last_step == expected
+        after = world.live.snapshot(now=world.now, sources=world.sources())
+        named = i % 2 == 0
+        assert (NEW in after.effective_names) is named
+        assert (NEW in after.budgets["tenant-a"].raw) is named
+        usage = after.subtree_usage.get("tenant-a")
+        assert (usage.raw.get(NEW, 0) if usage is not None else 0) == (2 if named else 0)
+        changes = after.changes_since(before)
+        assert changes is not None
+        assert NEW in changes.names
+        before = after
+    assert reasons == ["first build"]
+
+
+def test_a_class_renamed_added_or_gone_and_a_namespace_are_updates() -> None:
+    """A class that sells another resource name moves the units its devices hold to that name; a class that
+    comes or goes, and a namespace that comes or goes, are updates too."""
+    reasons: list[str] = []
+    world = World()
+    world.live = LiveSnapshot(report_stale_after=STALE, on_rebuild=reasons.append)
+    seed(world)
+    apply(world, ("device", "d0", "tenant-a", "a", 2, "Bound", "n1", None, False, False, False))
+    assert_same(world)
+    world.put(keys.GPUCLASS_KIND, gpu_class("a", RESOURCES[1]))
+    assert_same(world)
+    assert world.live.last_step == "update of 0 device(s) and 1 class(es)"
+    snapshot = world.live.snapshot(now=world.now, sources=world.sources())
+    assert snapshot.capacity["n1"][RESOURCES[1]].held == 2
+    assert snapshot.capacity["n1"][RESOURCES[0]].held == 0
+    world.put(keys.GPUCLASS_KIND, None, ("", "a"))
+    assert_same(world)
+    assert "a" not in world.live.snapshot(now=world.now, sources=world.sources()).availability
+    world.put(keys.GPUCLASS_KIND, gpu_class("a", RESOURCES[0]))
+    assert_same(world)
+    world.put("Namespace", {"metadata": meta("tenant-a-x")})
+    assert_same(world)
+    assert world.live.last_step == "update of 0 device(s) and 1 namespace(s)"
+    world.put("Namespace", None, ("", "tenant-c"))
+    assert_same(world)
+    assert world.live.last_step == "update of 0 device(s) and 1 namespace(s)"
+    assert reasons == ["first build"]

@@ -11,11 +11,11 @@ The parts, each owning its state: ``devices`` (the device index),
 ``usage`` (tenant usage, R-MOD-4), ``nodes`` (the node ledger and report
 clock, R-MOD-7), ``availability`` (classes and their availability, R-MOD-8,
 R-MOD-12), ``launching`` (the launcher index and pods' contributions,
-R-MOD-5/6); ``core`` routes each object's contribution to them. A
-from-scratch build first sets what an update cannot change (the classes,
-report freshness and the effective names, R-MOD-9; budgets, R-MOD-2/3; the
-launcher index), then adds every device's and pod's contribution and
-refreshes every node touched, as an update does for the few it changes.
+R-MOD-5/6), ``names`` (the effective names, R-MOD-9); ``contributions``
+routes each object's contribution to them and ``core`` orders a change's
+steps. A from-scratch build adds every object's contribution to an empty
+model and refreshes every node touched, as an update does for the few it
+changes.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 
 from cozygpu.model import capacity as cap
-from cozygpu.model.derive.core import ModelTables
+from cozygpu.model.derive.core import KEEP, ModelTables
 from cozygpu.model.derive.shared import STEP, drain
 from cozygpu.model.snapshot import (
     DeviceView,
@@ -39,7 +39,7 @@ from cozygpu.model.snapshot import (
     VMIView,
 )
 
-__all__ = ["STEP", "ModelTables", "derive_snapshot", "drain"]
+__all__ = ["KEEP", "STEP", "ModelTables", "derive_snapshot", "drain"]
 
 
 def derive_snapshot(

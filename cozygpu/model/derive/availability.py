@@ -76,18 +76,41 @@ class ClassIndex:
         for name, entry in sorted(entries.items()):
             self.moved(node, name, entry.served, entry, serving(name))
 
-    def reclassed(self, classes: Mapping[str, GPUClassView], capacity: Mapping[str, Mapping[str, NodeCapacity]],
-                  serving: Callable[[str], Sequence[str]]) -> None:
-        """Classes replaced (each keeps its resource name; copies: a snapshot handed out keeps its own):
-        each one's availability made again, from empty, node by node over the nodes serving its name;
-        those nodes and the name are logged."""
-        self.classes = {**self.classes, **classes}
+    def put(self, name: str, gpu_class: GPUClassView | None) -> None:
+        """Class ``name`` replaced by ``gpu_class`` (None: gone), in copies (a snapshot handed out keeps its
+        own); its availability starts empty and is made by ``remake`` once the nodes are refreshed."""
+        self.classes = dict(self.classes)
+        before = self.classes.pop(name, None)
+        if before is not None:
+            self.classes_of[before.resource_name] = [c for c in self.classes_of[before.resource_name]
+                                                     if c.name != name]
+            if not self.classes_of[before.resource_name]:
+                del self.classes_of[before.resource_name]
+            del self.resource_of[name]
+            touch(self._stamp.log.names, before.resource_name, self._stamp.generation)
+        self._free.pop(name, None)
+        if gpu_class is None:
+            self.availability.pop(name, None)
+            self._moved.discard(name)
+            return
+        self.classes[name] = gpu_class
+        self.resource_of[name] = gpu_class.resource_name
+        self.classes_of[gpu_class.resource_name].append(gpu_class)
+        self._free[name] = _Free()
+        self._moved.add(name)
+
+    def remake(self, names: Iterable[str], capacity: Mapping[str, Mapping[str, NodeCapacity]],
+               serving: Callable[[str], Sequence[str]]) -> None:
+        """The availability of the classes ``names`` made again, from empty, node by node over the nodes
+        serving each one's resource name; those nodes and the name are logged."""
         stamp = self._stamp
-        for gpu_class in classes.values():
+        for class_name in names:
+            gpu_class = self.classes.get(class_name)
+            if gpu_class is None:
+                continue
             name = gpu_class.resource_name
-            self.classes_of[name] = [gpu_class if c.name == gpu_class.name else c for c in self.classes_of[name]]
-            self._free[gpu_class.name] = _Free()
-            self._moved.add(gpu_class.name)
+            self._free[class_name] = _Free()
+            self._moved.add(class_name)
             nodes = serving(name)
             for node in nodes:
                 self._available(gpu_class, node, 0, capacity.get(node, {}).get(name), nodes)

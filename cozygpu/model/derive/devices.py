@@ -29,6 +29,8 @@ class DeviceIndex:
         self.by_node: MutableMapping[str, tuple[DeviceKey, ...]] = {}
         self.by_vmi: MutableMapping[VmiKey, tuple[DeviceKey, ...]] = {}
         self.class_held: MutableMapping[str, int] = {}
+        #: Class -> its devices (a class's change takes their contributions away and adds them again).
+        self.of_class: dict[str, set[DeviceKey]] = {}
         #: Class -> (units, how many stopped holds hold that many), by units: compaction's bound (R-BIND-11).
         self.stopped_sizes: MutableMapping[str, tuple[tuple[int, int], ...]] = {}
 
@@ -54,6 +56,7 @@ class DeviceIndex:
         name = resource or ""
         if sign > 0:
             self.devices[key] = device
+            self.of_class.setdefault(device.class_name, set()).add(key)
             if device.phase is not Phase.BOUND:
                 self.unsettled.add(key)
                 self._unsettled_by_name.setdefault(name, set()).add(key)
@@ -61,6 +64,11 @@ class DeviceIndex:
             self.track_waiting(key, device)
         else:
             self.devices.pop(key, None)
+            of_class = self.of_class.get(device.class_name)
+            if of_class is not None:
+                of_class.discard(key)
+                if not of_class:
+                    del self.of_class[device.class_name]
             if key in self.unsettled:
                 self.unsettled.discard(key)
                 of_name = self._unsettled_by_name[name]

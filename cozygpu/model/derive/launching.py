@@ -100,6 +100,8 @@ class LauncherIndex:
         #: (namespace, name) -> the UID of the pod of that name the snapshot holds (a pod's update finds it).
         self.pod_keys: dict[tuple[str, str], str] = {}
         self._parts: dict[str, PodPart] = {}
+        #: Resource name -> UIDs of the pods asking for it (a name that comes or goes re-derives those).
+        self.asking: defaultdict[str, set[str]] = defaultdict(set)
         #: VMI key -> UIDs of the pods that claim it: a change of its devices may open or close their window.
         self.claimants: defaultdict[VmiKey, set[str]] = defaultdict(set)
         #: Pod UID -> when its launcher window closes (R-MOD-7): the snapshot is true until the first.
@@ -116,12 +118,19 @@ class LauncherIndex:
         """A pod the model holds (its contribution is ``part``'s)."""
         self.pods[pod.uid] = pod
         self.pod_keys[(pod.namespace, pod.name)] = pod.uid
+        for name in pod.requests:
+            self.asking[name].add(pod.uid)
         if pod.claims_vmi is not None:
             self.claimants[(pod.namespace, pod.claims_vmi[0])].add(pod.uid)
 
     def drop(self, pod: PodView) -> None:
         del self.pods[pod.uid]
         del self.pod_keys[(pod.namespace, pod.name)]
+        for name in pod.requests:
+            asking = self.asking[name]
+            asking.discard(pod.uid)
+            if not asking:
+                del self.asking[name]
         if pod.claims_vmi is not None:
             self.claimants[(pod.namespace, pod.claims_vmi[0])].discard(pod.uid)
 
@@ -140,6 +149,10 @@ class LauncherIndex:
                 self.window_closes[pod.uid] = part.closes
                 heapq.heappush(self._window_heap, (part.closes, pod.uid))
         return part
+
+    def asking_for(self, names: Iterable[str]) -> list[PodView]:
+        """The pods asking for any of ``names``, sorted by UID."""
+        return [self.pods[uid] for uid in sorted({uid for name in names for uid in self.asking.get(name, ())})]
 
     def due(self, now: datetime) -> list[PodView]:
         """The pods whose launcher window closed by ``now`` (each to be derived again)."""

@@ -82,6 +82,12 @@ class NodeLedger:
                                    if i.fresh and i.last_report is not None]
                 heapq.heapify(self._deadlines)
 
+    def unreport(self, name: str) -> None:
+        """Node ``name``'s report gone (its GPUNode deleted, or unreadable)."""
+        if name in self.inventories:
+            del self.inventories[name]
+            self.touched.add(name)
+
     def expire(self, now: datetime) -> None:
         """The reports whose time ran out by ``now`` turn stale, each touching its one node (R-MOD-7)."""
         deadlines = self._deadlines

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, MutableMapping
 
-from cozygpu.model.budgets import read_budgets
+from cozygpu.model.budgets import REQUESTS_PREFIX, read_budgets
 from cozygpu.model.derive.shared import Stamp, Tally, cow
 from cozygpu.model.snapshot import NamespaceView, Phase, TenantBudgets, Usage
 from cozygpu.model.tenants import is_tenant_namespace, parent_namespace
@@ -121,7 +121,9 @@ class TenantUsage:
     """The usage of every tenant subtree (accepted and pending), the budgets, and the namespace tree."""
 
     def __init__(self, namespaces: Iterable[NamespaceView] = ()) -> None:
-        self.namespaces = {n.name: n for n in namespaces}
+        self.namespaces: MutableMapping[str, NamespaceView] = {n.name: n for n in namespaces}
+        #: Tenant -> its ``tenant-quota`` ``spec.hard`` (its raw budgets are read again when names move).
+        self._hard: dict[str, Mapping[str, object]] = {}
         self.budgets: dict[str, TenantBudgets] = {}
         self.subtree: MutableMapping[str, Usage] = {}
         self.pending: MutableMapping[str, Usage] = {}
@@ -137,7 +139,16 @@ class TenantUsage:
 
     def share(self) -> None:
         """The maps a Snapshot holds, as ``CowMap``s from now on."""
-        self.subtree, self.pending = cow(self.subtree), cow(self.pending)
+        self.subtree, self.pending, self.namespaces = cow(self.subtree), cow(self.pending), cow(self.namespaces)
+
+    def namespace(self, name: str, view: NamespaceView | None) -> None:
+        """A namespace's new view (None: gone); the tree is made again when it came or went."""
+        self._moved |= (name in self.namespaces) != (view is not None)
+        if view is None:
+            self.namespaces.pop(name, None)
+        else:
+            self.namespaces[name] = view
+        self._moved = True
 
     def device(self, namespace: str, class_name: str, resource: str | None, count: int, phase: Phase,
                deleting: bool, sign: int) -> None:
@@ -197,12 +208,21 @@ class TenantUsage:
                 continue
             if hard is None:
                 budgets.pop(namespace, None)
+                self._hard.pop(namespace, None)
             else:
                 budgets[namespace] = read_budgets(namespace, hard, names)
+                self._hard[namespace] = hard
         if budgets.keys() != self.budgets.keys():
             self._moved = True
         self.budgets = budgets
         stamp.log.usage = stamp.generation
+
+    def renamed(self, moved: frozenset[str], names: frozenset[str], stamp: Stamp) -> None:
+        """Names came or went (R-MOD-9): the budgets of the tenants whose quota names one, read again."""
+        hit = {namespace: hard for namespace, hard in self._hard.items()
+               if any(key.startswith(REQUESTS_PREFIX) and key[len(REQUESTS_PREFIX):] in moved for key in hard)}
+        if hit:
+            self.budgeted(hit, names, stamp)
 
     def settle(self, stamp: Stamp) -> None:
         """The touched subtrees' Usage made again (a change of the accepted one is logged), and the tree."""

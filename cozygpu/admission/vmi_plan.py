@@ -58,7 +58,8 @@ from cozygpu.model.naming import template_device_name
 from cozygpu.model.placement import order_check, place_set
 from cozygpu.model.refusals import Refusal
 from cozygpu.model.snapshot import DeviceView, Snapshot
-from cozygpu.views.decode import resource_claim_view, vmi_view
+from cozygpu.views.decode_dra import resource_claim_view
+from cozygpu.views.decode_pods import vmi_view
 
 #: Names of the ``gpus`` entries the webhook adds: ``cozygpu-gpu0``, ``cozygpu-gpu1``, ...
 ENTRY_PREFIX: Final = "cozygpu-gpu"

@@ -59,7 +59,7 @@ from cozygpu.passes.driver import Lane, Progress
 from cozygpu.passes.keyed import KeyQueue
 from cozygpu.passes.writes import Writes
 from cozygpu.views import specs
-from cozygpu.views.decode import resource_claim_view
+from cozygpu.views.decode_dra import resource_claim_view
 from cozygpu.views.readmodel import ReadModel
 
 __all__ = ["LANES", "Binder", "BinderConfig"]

@@ -10,7 +10,7 @@ Contract:
 - ``device_plan`` is pure and plans one device (a hold claim is named after
   its GPUDevice, so a device key names both): from the snapshot and the DRA
   tracker of the same instant (``LiveSnapshot.dra``) it returns
-  ``model.dra.claim_plan``'s step for that device (a claim under a VM,
+  ``model.dra_claims.claim_plan``'s step for that device (a claim under a VM,
   ``in_use``, is never moved), or the release of its hold claim when the
   device no longer holds (deleted, unless a VMI it is attached to still
   exists: R-BIND-7). What it costs is the device's node's units, not the
@@ -49,7 +49,9 @@ from cozygpu.api import meta
 from cozygpu.binder.patcher import Verb, Write
 from cozygpu.binder.reconciler import devices_touched
 from cozygpu.kube import resource_path
-from cozygpu.model.dra import ClaimAction, ClaimStep, DeviceRef, DraTracker, DraUnits, claim_plan
+from cozygpu.model.dra import DeviceRef, DraUnits
+from cozygpu.model.dra_claims import ClaimAction, ClaimStep, claim_plan
+from cozygpu.model.dra_tracker import DraTracker
 from cozygpu.model.snapshot import Changes, DeviceKey, DeviceView, Snapshot
 from cozygpu.views import specs
 

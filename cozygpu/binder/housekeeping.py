@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterable, Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from cozygpu import keys
 from cozygpu.api import meta
@@ -45,18 +45,24 @@ from cozygpu.cache.errors import KindNotServed, NotSynced
 from cozygpu.cache.store import Event
 from cozygpu.kube.client import Obj
 from cozygpu.model import ledger as ledger_model
-from cozygpu.model.dra import ClaimStep, DeviceRef
+from cozygpu.model.dra import DeviceRef
+from cozygpu.model.dra_claims import ClaimStep
 from cozygpu.model.snapshot import Changes, DeviceKey, GPUClassView, Snapshot
 from cozygpu.passes.driver import Progress
 from cozygpu.passes.keyed import KeyQueue
 from cozygpu.passes.writes import Writes
 from cozygpu.views import specs
-from cozygpu.views.decode import resource_claim_view
+from cozygpu.views.decode_dra import resource_claim_view
 
 log = get_logger("cozygpu.binder")
 
 #: Stops a pass between two writes when true (the driver: a lane before this one is due).
 Stop = Callable[[], bool]
+
+
+def _idle_rule(gpu_class: GPUClassView | None) -> tuple[timedelta | None, timedelta] | None:
+    """What a hold's ledger reads of its class (R-LEDGER-2): its idle-hold limit and warning."""
+    return (gpu_class.idle_hold_limit, gpu_class.idle_hold_warning) if gpu_class is not None else None
 
 
 def _never() -> bool:
@@ -68,8 +74,9 @@ class AttachmentsWork:
     once VMIs are served (``binder.attachments``), device by device.
 
     Its keys are devices: those the model's change log names (a device, or its VMI or launcher), the devices
-    whose ``AttachmentVerified`` is False (from the device events), every attached device after a rebuild and
-    at a term's start. An attachment waiting for its VMI is looked at again when its grace ends.
+    whose ``AttachmentVerified`` is False (from the device events), every attached device when the log cannot
+    say what moved (a first build, a DRA input rebuilt) and at a term's start. An attachment waiting for its
+    VMI is looked at again when its grace ends.
     """
 
     def __init__(self, context: Context) -> None:
@@ -150,7 +157,8 @@ class LedgerWork:
     """Keeps each hold's ledger and applies its class's idle-hold rule (``binder.ledger``), hold by hold.
 
     Its keys are holds: those the model's change log names (a device, or its VMI or launcher), every hold of
-    a class whose view changed, every hold after a rebuild and at a term's start; each judged hold is looked
+    a class whose idle-hold rule changed, every hold when the log cannot say what moved and
+    at a term's start; each judged hold is looked
     at again at its next deadline (its warning, then its release).
     """
 
@@ -173,8 +181,9 @@ class LedgerWork:
             return
         self.queue.add_all(sorted(devices_touched(snapshot, changes)))
         if classes is not None and classes is not snapshot.classes:
-            moved = {name for name, view in snapshot.classes.items() if classes.get(name) != view}
-            if moved:  # an idle-hold rule may have changed: its holds are judged again (a class changes rarely)
+            moved = {name for name, view in snapshot.classes.items()
+                     if _idle_rule(classes.get(name)) != _idle_rule(view)}
+            if moved:  # an idle-hold rule changed: its holds are judged again (a class's rule changes rarely)
                 self.queue.add_all(sorted(key for key, device in snapshot.devices.items()
                                           if device.class_name in moved and device.holds_units))
 
@@ -343,7 +352,8 @@ class ReportsWork:
     """GPUClass status and GPUNode conditions (``binder.reports``), report by report.
 
     Its keys are reports: those the model's change log may have moved (``reports.keys_changed``), a GPUNode
-    or GPUClass whose object changed, every one after a rebuild and at a term's start. One report is written
+    or GPUClass whose object changed, every one when the log cannot say what moved and
+    at a term's start. One report is written
     at most every ``report_every``: a change within it is judged again when it is over.
     """
 
@@ -405,7 +415,8 @@ class ClaimsWork:
     Its keys are devices (a hold claim is named after its GPUDevice): those the model's change log names (a
     device, the devices of a VMI it names, the devices on a node whose DRA units a claim took or freed:
     ``claims.keys_changed``), the device of a hold claim that changed, came or went (its events), and every
-    DRA hold and hold claim after a rebuild (a slice, DeviceClass, DeviceTaintRule or DRA class that moved)
+    DRA hold and hold claim when the log cannot say what moved (a slice, DeviceClass, DeviceTaintRule, claim
+    store or DRA class rebuilt)
     and at a term's start. Devices judged in one pass never share a unit (``claims.device_plan``'s
     ``chosen``); a pass after the writes waits for the cache to show them, so the next one's tracker holds
     them.

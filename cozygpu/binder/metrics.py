@@ -124,7 +124,7 @@ class BinderMetrics:
 
     def _count_devices(self, snapshot: Snapshot, last: Snapshot | None, changes: Changes | None) -> None:
         counts = self._device_counts
-        if last is None or changes is None or snapshot.classes is not last.classes:
+        if last is None or changes is None:
             counts.clear()
             for device in snapshot.devices.values():
                 key = (device.class_name, device.phase.value)

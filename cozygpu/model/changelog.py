@@ -35,7 +35,8 @@ class ChangeLog:
     what changed since, at the cost of what changed, instead of comparing
     every node and device. Each key is in the log once, with the generation
     of its last touch; the log is shared by every snapshot of one model (a
-    rebuild clears it and says so), so asking the newest snapshot about an
+    rebuild logs what differs from the model before it, or says anything may
+    have changed), so asking the newest snapshot about an
     old generation also names keys touched after the snapshot one holds: a
     superset, never less.
     """

@@ -27,28 +27,29 @@ from cozygpu import keys
 from cozygpu.cache.collector import collector_paused
 from cozygpu.model.capacity import DEFAULT_LAUNCHER_GRACE, DEFAULT_REPORT_STALE_AFTER
 from cozygpu.model.derive import STEP, ModelTables, drain
-from cozygpu.model.dra import DraTracker, with_rule_taints
+from cozygpu.model.dra import with_rule_taints
+from cozygpu.model.dra_tracker import DraTracker
 from cozygpu.model.snapshot import Snapshot, VMIView
 from cozygpu.views.decode import (
     InvalidObject,
     Obj,
     as_map,
     as_str,
-    asks_extended,
-    device_class_selectors,
-    device_taint_rule_view,
     device_view,
     gpu_class_view,
     namespace_view,
     node_inventory,
     node_view,
     permitted_host_devices,
-    pod_view,
+    tenant_quotas,
+)
+from cozygpu.views.decode_dra import (
+    device_class_selectors,
+    device_taint_rule_view,
     resource_claim_view,
     resource_slice_view,
-    tenant_quotas,
-    vmi_view,
 )
+from cozygpu.views.decode_pods import asks_extended, pod_view, vmi_view
 
 #: How long a slice of a rebuild runs before the event loop is let go (``in_slices``).
 DEFAULT_SLICE = 0.004
@@ -162,10 +163,11 @@ def build_snapshot(
 
 
 def deriving(tables: ModelTables, now: datetime, objects: Mapping[str, Sequence[Obj]],
-             on_invalid: InvalidHandler | None,
-             memo: ViewMemo | None) -> Generator[None, None, tuple[Snapshot, DraTracker]]:
+             on_invalid: InvalidHandler | None, memo: ViewMemo | None,
+             everything: bool = False) -> Generator[None, None, tuple[Snapshot, DraTracker]]:
     """Every object converted (through ``memo`` when given) and derived by ``tables``, in steps; and the DRA
-    tracker of those objects."""
+    tracker of those objects. ``everything``: the change log says anything may have changed
+    (``ModelTables.rebuilding``)."""
     with collector_paused():  # tens of thousands of acyclic, long-lived views
         views: dict[str, list[Any]] = {}
         for kind, convert in _VIEWS.items():
@@ -183,7 +185,7 @@ def deriving(tables: ModelTables, now: datetime, objects: Mapping[str, Sequence[
             inventories=views[keys.GPUNODE_KIND], pods=views["Pod"], vmis=views["VirtualMachineInstance"],
             namespaces=views["Namespace"], quotas=tenant_quotas(objects.get("ResourceQuota", ())),
             permitted=permitted_host_devices(objects.get("KubeVirt", ())), dra=dra.served(),
-            dra_raw=dra.raw_by_namespace, dra_problems=dra.problems, dra_groups=dra.groups())
+            dra_raw=dra.raw_by_namespace, dra_problems=dra.problems, dra_groups=dra.groups(), everything=everything)
         if memo is not None:
             memo.forget_unseen()
         return snapshot, dra

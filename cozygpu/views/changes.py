@@ -20,20 +20,21 @@ from cozygpu.views.decode import (
     Obj,
     as_map,
     as_str,
-    asks_extended,
-    device_taint_rule_view,
     gpu_class_view,
     namespace_view,
     node_inventory,
     node_view,
     permitted_host_devices,
-    pod_view,
-    resource_claim_view,
-    resource_slice_view,
-    vmi_view,
 )
+from cozygpu.views.decode_dra import device_taint_rule_view, resource_claim_view, resource_slice_view
+from cozygpu.views.decode_pods import asks_extended, pod_view, vmi_view
 
 Key = tuple[str, str]
+
+#: The kinds the DRA offers and claims are derived from (with a class selling DRA units): a rebuild for one of
+#: them tells the readers of the change log that anything may have changed (the claims work then judges every
+#: hold on the devices the slices name, which no snapshot field shows one by one).
+DRA_KINDS = frozenset({"ResourceSlice", "DeviceClass", "DeviceTaintRule", "ResourceClaim"})
 
 
 class ChangeNotes:
@@ -73,11 +74,15 @@ class ChangeNotes:
         self._by_kind: dict[str, set[Key]] = {"Node": self.nodes, "Pod": self.pods, "ResourceQuota": self.quotas,
                                                keys.GPUNODE_KIND: self.reports, "Namespace": self.namespaces}
         self.rebuild = True
+        #: Whether the next rebuild's change log says anything may have changed (a DRA input moved), rather
+        #: than what differs from the model before it.
+        self.everything = True
         #: Why ``rebuild`` was set (the first build's reason is the stores being new).
         self.why = "first build"
 
-    def rebuild_for(self, why: str) -> None:
+    def rebuild_for(self, why: str, *, everything: bool = False) -> None:
         self.rebuild, self.why = True, why
+        self.everything |= everything
 
     def note(self, kind: str, old: Obj | None, new: Obj | None) -> None:
         """Note one change (``old`` None when added, ``new`` None when deleted)."""
@@ -101,7 +106,7 @@ class ChangeNotes:
         elif (noted := self._by_kind.get(kind)) is not None:
             noted.add(key_of(new or old or EMPTY_OBJECT))
         else:  # a DRA slice, DeviceClass or taint rule: the DRA offers are derived from them all
-            self.rebuild_for(f"{kind} changed")
+            self.rebuild_for(f"{kind} changed", everything=True)
 
     def matters(self, kind: str, old: Obj | None, new: Obj | None) -> bool:
         """Whether a change of an object of ``kind`` (not a device or VMI) moves anything a decision reads.
@@ -128,10 +133,10 @@ class ChangeNotes:
         try:
             views = [gpu_class_view(obj) for obj in (old, new) if obj is not None]
         except ValueError:
-            self.rebuild_for(f"{keys.GPUCLASS_KIND} unreadable")
+            self.rebuild_for(f"{keys.GPUCLASS_KIND} unreadable", everything=True)
             return
         if any(view.dra is not None for view in views):
-            self.rebuild_for(f"{keys.GPUCLASS_KIND} selling DRA units changed")
+            self.rebuild_for(f"{keys.GPUCLASS_KIND} selling DRA units changed", everything=True)
             return
         self.classes.add(key_of(new or old or EMPTY_OBJECT))
 

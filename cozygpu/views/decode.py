@@ -27,9 +27,6 @@ from cozygpu import keys
 from cozygpu.api.times import parse_time
 from cozygpu.base.durations import parse_duration
 from cozygpu.model.capacity import served_units
-from cozygpu.model.cel import CelError, DeviceAttrs
-from cozygpu.model.dra import ClaimView, DeviceRef, SliceDevice, SliceView, TaintRule
-from cozygpu.model.pods import InitContainer, PodResources, container_requests, pod_requests, whole_requests
 from cozygpu.model.snapshot import (
     Attachment,
     BindAnswer,
@@ -44,18 +41,14 @@ from cozygpu.model.snapshot import (
     Mode,
     NamespaceView,
     NodeInventory,
-    NodeSelectorTerm,
     NodeView,
     OnCordon,
     PciHostDevice,
     PermittedHostDevices,
     Phase,
-    PodPhase,
-    PodView,
     SelectorRequirement,
     Taint,
     Toleration,
-    VMIView,
 )
 
 Obj = Mapping[str, Any]
@@ -63,14 +56,13 @@ Obj = Mapping[str, Any]
 EMPTY_OBJECT: Mapping[str, Any] = {}
 _PHASES = {p.value: p for p in Phase}
 _PENDING = Phase.PENDING
-_POD_PHASES = {p.value: p for p in PodPhase}
 
 
 class InvalidObject(ValueError):
     """An object the snapshot cannot use."""
 
 
-def _is_map(value: object) -> TypeGuard[Mapping[str, Any]]:
+def is_map(value: object) -> TypeGuard[Mapping[str, Any]]:
     # dict first and None next: the cache's objects are dicts, a missing field
     # is None, and the Mapping ABC check is slow for everything else.
     if isinstance(value, dict):
@@ -79,10 +71,10 @@ def _is_map(value: object) -> TypeGuard[Mapping[str, Any]]:
 
 
 def as_map(value: object) -> Mapping[str, Any]:
-    return value if _is_map(value) else EMPTY_OBJECT
+    return value if is_map(value) else EMPTY_OBJECT
 
 
-def _list(value: object) -> list[Any]:
+def as_list(value: object) -> list[Any]:
     return value if isinstance(value, list) else []
 
 
@@ -90,11 +82,11 @@ def as_str(value: object) -> str:
     return value if type(value) is str else ""
 
 
-def _int(value: object) -> int | None:
+def as_int(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def _tolerations(items: object) -> tuple[Toleration, ...]:
+def tolerations(items: object) -> tuple[Toleration, ...]:
     if not items:  # the common case: none set
         return ()
     return tuple(
@@ -104,16 +96,28 @@ def _tolerations(items: object) -> tuple[Toleration, ...]:
             value=as_str(t.get("value")),
             effect=as_str(t.get("effect")),
         )
-        for t in _list(items)
-        if _is_map(t)
+        for t in as_list(items)
+        if is_map(t)
+    )
+
+
+def requirements(items: object) -> tuple[SelectorRequirement, ...]:
+    return tuple(
+        SelectorRequirement(
+            key=as_str(e.get("key")),
+            operator=as_str(e.get("operator")),
+            values=tuple(str(v) for v in as_list(e.get("values"))),
+        )
+        for e in as_list(items)
+        if is_map(e)
     )
 
 
 def _selector(value: object) -> LabelSelector | None:
-    if not _is_map(value):
+    if not is_map(value):
         return None
     labels = tuple(sorted((str(k), str(v)) for k, v in as_map(value.get("matchLabels")).items()))
-    return LabelSelector(match_labels=labels, match_expressions=_requirements(value.get("matchExpressions")))
+    return LabelSelector(match_labels=labels, match_expressions=requirements(value.get("matchExpressions")))
 
 
 def gpu_class_view(obj: Obj) -> GPUClassView:
@@ -143,11 +147,11 @@ def gpu_class_view(obj: Obj) -> GPUClassView:
         model=as_str(spec.get("model")),
         profile=as_str(spec.get("profile")),
         memory=str(spec.get("memory") or ""),
-        max_count=_int(spec.get("maxCount")),
+        max_count=as_int(spec.get("maxCount")),
         node_selector=_selector(spec.get("nodeSelector")),
         on_cordon=on_cordon,
         compaction=compaction,
-        tolerations=_tolerations(spec.get("tolerations")),
+        tolerations=tolerations(spec.get("tolerations")),
         deleting=bool(meta.get("deletionTimestamp")),
         dra=_dra_source(as_map(spec.get("source")).get("dra")),
         idle_hold_limit=_duration(spec.get("idleHoldLimit"), "spec.idleHoldLimit"),
@@ -171,13 +175,13 @@ def _duration(value: object, field: str) -> timedelta | None:
 
 def _dra_source(value: object) -> DraSource | None:
     """``spec.source.dra``; None when the class's units come from device plugins."""
-    if not _is_map(value):
+    if not is_map(value):
         return None
     device_class = as_str(value.get("deviceClassName"))
     if not device_class:
         raise InvalidObject("spec.source.dra needs deviceClassName")
     selectors = tuple(as_str(as_map(as_map(selector).get("cel")).get("expression"))
-                      for selector in _list(value.get("selectors")))
+                      for selector in as_list(value.get("selectors")))
     if any(not expression for expression in selectors):
         raise InvalidObject("spec.source.dra.selectors: each selector needs cel.expression")
     return DraSource(device_class=device_class, selectors=selectors,
@@ -203,7 +207,7 @@ def device_view(obj: Obj) -> DeviceView:
         raise InvalidObject("a GPUDevice needs spec.className and an integer spec.count")
     attachment = None
     raw_attachment = status.get("attachment")
-    if raw_attachment is not None and _is_map(raw_attachment) and raw_attachment.get("vmi"):
+    if raw_attachment is not None and is_map(raw_attachment) and raw_attachment.get("vmi"):
         attachment = Attachment(
             vmi=as_str(raw_attachment.get("vmi")),
             uid=as_str(raw_attachment.get("uid")),
@@ -212,14 +216,14 @@ def device_view(obj: Obj) -> DeviceView:
         )
     request = None
     raw_request = status.get("bindRequest")
-    if raw_request is not None and _is_map(raw_request) and raw_request.get("id"):
+    if raw_request is not None and is_map(raw_request) and raw_request.get("id"):
         request = BindRequest(
             id=as_str(raw_request.get("id")), vmi=as_str(raw_request.get("vmi")),
             time=parse_time(raw_request.get("time")),
         )
     answer = None
     raw_answer = status.get("bindAnswer")
-    if raw_answer is not None and _is_map(raw_answer) and raw_answer.get("id"):
+    if raw_answer is not None and is_map(raw_answer) and raw_answer.get("id"):
         answer = BindAnswer(
             id=as_str(raw_answer.get("id")),
             result=as_str(raw_answer.get("result")),
@@ -244,7 +248,7 @@ def device_view(obj: Obj) -> DeviceView:
         attachment=attachment,
         bind_request=request,
         bind_answer=answer,
-        template=labels is not None and _is_map(labels) and keys.TEMPLATE_DEVICE_LABEL in labels,
+        template=labels is not None and is_map(labels) and keys.TEMPLATE_DEVICE_LABEL in labels,
         deleting=bool(meta.get("deletionTimestamp")),
         created=parse_time(meta.get("creationTimestamp")),
         ledger=_ledger(status) if "heldSince" in status else _NO_LEDGER,
@@ -266,17 +270,17 @@ def node_inventory(obj: Obj) -> NodeInventory:
     meta = as_map(obj.get("metadata"))
     status = as_map(obj.get("status"))
     entries: list[tuple[str, int]] = []
-    for device in _list(status.get("devices")):
-        if _is_map(device):
+    for device in as_list(status.get("devices")):
+        if is_map(device):
             name, allocatable = device.get("resourceName"), device.get("allocatable")
             if type(allocatable) is not int:
-                allocatable = _int(allocatable) or 0
+                allocatable = as_int(allocatable) or 0
             entries.append((name if type(name) is str else "", allocatable))
     agent = as_map(status.get("agent"))
     return NodeInventory(
         name=as_str(meta.get("name")),
         served=served_units(entries),
-        resource_names=frozenset(n for n in _list(status.get("resourceNames")) if isinstance(n, str) and n),
+        resource_names=frozenset(n for n in as_list(status.get("resourceNames")) if isinstance(n, str) and n),
         last_report=parse_time(agent.get("lastReport")),
     )
 
@@ -285,13 +289,13 @@ def node_view(obj: Obj) -> NodeView:
     meta = as_map(obj.get("metadata"))
     spec = as_map(obj.get("spec"))
     ready = False
-    for condition in _list(as_map(obj.get("status")).get("conditions")):
-        if _is_map(condition) and condition.get("type") == "Ready":
+    for condition in as_list(as_map(obj.get("status")).get("conditions")):
+        if is_map(condition) and condition.get("type") == "Ready":
             ready = condition.get("status") == "True"
     taints = tuple(
         Taint(key=as_str(t.get("key")), value=as_str(t.get("value")), effect=as_str(t.get("effect")))
-        for t in _list(spec.get("taints"))
-        if _is_map(t)
+        for t in as_list(spec.get("taints"))
+        if is_map(t)
     )
     return NodeView(
         name=as_str(meta.get("name")),
@@ -299,168 +303,6 @@ def node_view(obj: Obj) -> NodeView:
         unschedulable=bool(spec.get("unschedulable")),
         ready=ready,
         taints=taints,
-    )
-
-
-def _extended(section: Mapping[str, Any]) -> Mapping[str, Any]:
-    return {k: v for k, v in section.items() if "/" in k}
-
-
-def _requests(container: Mapping[str, Any], *, extended_only: bool) -> dict[str, Any]:
-    resources = as_map(container.get("resources"))
-    requests, limits = as_map(resources.get("requests")), as_map(resources.get("limits"))
-    if extended_only:
-        requests, limits = _extended(requests), _extended(limits)
-    return container_requests(requests, limits)
-
-
-def pod_resources(spec: Mapping[str, Any], *, extended_only: bool = False) -> PodResources:
-    """The parts of a pod spec the scheduler's arithmetic reads. Raises QuantityError on a bad quantity.
-
-    With ``extended_only`` only extended resources (``domain/name``) are
-    read: all a snapshot needs, and far fewer quantities to parse.
-    """
-    containers = tuple(_requests(c, extended_only=extended_only) for c in _list(spec.get("containers")) if _is_map(c))
-    inits = tuple(
-        InitContainer(requests=_requests(c, extended_only=extended_only), sidecar=c.get("restartPolicy") == "Always")
-        for c in _list(spec.get("initContainers"))
-        if _is_map(c)
-    )
-    overhead, pod_level = as_map(spec.get("overhead")), as_map(as_map(spec.get("resources")).get("requests"))
-    if extended_only:
-        overhead, pod_level = _extended(overhead), EMPTY_OBJECT
-    return PodResources(
-        containers=containers,
-        init_containers=inits,
-        overhead=container_requests(overhead, EMPTY_OBJECT),
-        pod_level=container_requests(pod_level, EMPTY_OBJECT),
-    )
-
-
-def asks_extended(spec: Mapping[str, Any]) -> bool:
-    """Whether a pod spec requests or limits an extended resource (``domain/name``) in any container."""
-    for field in ("containers", "initContainers"):
-        for container in _list(spec.get(field)):
-            if not _is_map(container):
-                continue
-            resources = as_map(container.get("resources"))
-            for section in ("requests", "limits"):
-                if any("/" in name for name in as_map(resources.get(section))):
-                    return True
-    return False
-
-
-def _whole(value: object) -> int | None:
-    """A quantity that is a plain whole number (``2``, ``"2"``), else None (left to ``parse_quantity``)."""
-    if type(value) is int:
-        return value
-    if type(value) is str and value.isdigit() and value.isascii():
-        return int(value)
-    return None
-
-
-def _plain_requests(spec: Mapping[str, Any]) -> dict[str, int] | None:
-    """The extended requests of a plain pod without Fractions, or None when it is not plain.
-
-    Plain: no init containers, no overhead, and every extended quantity a
-    whole number. Most GPU pods are (a launcher is one container with
-    ``limits: {nvidia.com/X: "1"}``), and for them the scheduler's arithmetic
-    is just the sum over containers of each one's request, or its limit when
-    it sets no request. Anything else returns None and takes the general path
-    (``pod_resources`` -> ``pod_requests`` -> ``whole_requests``), which gives
-    the same answer on plain pods and reports bad quantities.
-    """
-    if spec.get("initContainers") or spec.get("overhead"):
-        return None
-    total: dict[str, int] = {}
-    for container in _list(spec.get("containers")):
-        if not _is_map(container):
-            continue
-        resources = as_map(container.get("resources"))
-        merged: dict[str, int] = {}
-        for section in (as_map(resources.get("limits")), as_map(resources.get("requests"))):  # a request wins
-            for name, value in section.items():
-                if "/" in name:
-                    amount = _whole(value)
-                    if amount is None:
-                        return None
-                    merged[name] = amount
-        for name, amount in merged.items():
-            total[name] = total.get(name, 0) + amount
-    return {name: amount for name, amount in total.items() if amount > 0}
-
-
-def pod_view(obj: Obj) -> PodView:
-    meta = as_map(obj.get("metadata"))
-    spec = as_map(obj.get("spec"))
-    status = as_map(obj.get("status"))
-    requests = _plain_requests(spec)
-    if requests is None:
-        requests = whole_requests(pod_requests(pod_resources(spec, extended_only=True))) if asks_extended(spec) else {}
-    return PodView(
-        namespace=as_str(meta.get("namespace")),
-        name=as_str(meta.get("name")),
-        uid=as_str(meta.get("uid")),
-        node_name=as_str(spec.get("nodeName")) or None,
-        phase=_POD_PHASES.get(as_str(status.get("phase")), PodPhase.PENDING),
-        requests=requests,
-        claims_vmi=_claimed_vmi(meta.get("ownerReferences")),
-        created=parse_time(meta.get("creationTimestamp")),
-    )
-
-
-def _claimed_vmi(owners: object) -> tuple[str, str] | None:
-    """The (name, UID) of a controller ownerReference to a KubeVirt VMI: what the pod claims to launch."""
-    for owner in _list(owners):
-        if (isinstance(owner, Mapping) and owner.get("controller") is True
-                and owner.get("kind") == "VirtualMachineInstance"
-                and as_str(owner.get("apiVersion")).startswith("kubevirt.io/")):
-            return as_str(owner.get("name")), as_str(owner.get("uid"))
-    return None
-
-
-def vmi_view(obj: Obj) -> VMIView:
-    meta = as_map(obj.get("metadata"))
-    spec = as_map(obj.get("spec"))
-    status = as_map(obj.get("status"))
-    return VMIView(
-        namespace=as_str(meta.get("namespace")),
-        name=as_str(meta.get("name")),
-        uid=as_str(meta.get("uid")),
-        phase=as_str(status.get("phase")),
-        node_name=as_str(status.get("nodeName")) or None,
-        active_pods=frozenset(map(str, as_map(status.get("activePods")))),
-        tolerations=_tolerations(spec.get("tolerations")),
-        node_selector={str(k): str(v) for k, v in as_map(spec.get("nodeSelector")).items()},
-        node_affinity=_required_node_affinity(spec.get("affinity")),
-    )
-
-
-def _requirements(items: object) -> tuple[SelectorRequirement, ...]:
-    return tuple(
-        SelectorRequirement(
-            key=as_str(e.get("key")),
-            operator=as_str(e.get("operator")),
-            values=tuple(str(v) for v in _list(e.get("values"))),
-        )
-        for e in _list(items)
-        if _is_map(e)
-    )
-
-
-def _required_node_affinity(affinity: object) -> tuple[NodeSelectorTerm, ...] | None:
-    """``nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms``; None when not set."""
-    node_affinity = as_map(as_map(affinity).get("nodeAffinity"))
-    required = as_map(node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution"))
-    if not required:
-        return None
-    return tuple(
-        NodeSelectorTerm(
-            match_expressions=_requirements(term.get("matchExpressions")),
-            match_fields=_requirements(term.get("matchFields")),
-        )
-        for term in _list(required.get("nodeSelectorTerms"))
-        if _is_map(term)
     )
 
 
@@ -476,18 +318,18 @@ def permitted_host_devices(kubevirts: Iterable[Obj]) -> PermittedHostDevices | N
     configured = False
     for obj in kubevirts:
         table = as_map(as_map(obj.get("spec")).get("configuration")).get("permittedHostDevices")
-        if not _is_map(table):
+        if not is_map(table):
             continue
         configured = True
-        for entry in _list(table.get("pciHostDevices")):
-            if _is_map(entry):
+        for entry in as_list(table.get("pciHostDevices")):
+            if is_map(entry):
                 pci.append(
                     PciHostDevice(
                         selector=as_str(entry.get("pciVendorSelector")), resource_name=as_str(entry.get("resourceName"))
                     )
                 )
-        for entry in _list(table.get("mediatedDevices")):
-            if _is_map(entry):
+        for entry in as_list(table.get("mediatedDevices")):
+            if is_map(entry):
                 mediated.append(
                     MediatedDevice(
                         selector=as_str(entry.get("mdevNameSelector")), resource_name=as_str(entry.get("resourceName"))
@@ -506,74 +348,3 @@ def tenant_quotas(quotas: Iterable[Obj]) -> dict[str, Mapping[str, Any]]:
     return found
 
 
-def resource_slice_view(obj: Obj) -> SliceView:
-    """A ResourceSlice (``resource.k8s.io/v1``): its pool, node and devices; a device whose attributes or
-    capacity cannot be read is kept with why (a selector cannot match it, as in the allocator)."""
-    meta, spec = as_map(obj.get("metadata")), as_map(obj.get("spec"))
-    driver, pool = as_str(spec.get("driver")), as_map(spec.get("pool"))
-    if not driver or not as_str(pool.get("name")):
-        raise InvalidObject("a ResourceSlice needs spec.driver and spec.pool.name")
-    devices: list[SliceDevice] = []
-    for device in _list(spec.get("devices")):
-        if not _is_map(device) or not as_str(device.get("name")):
-            continue
-        taint = next((f"{as_str(t.get('key'))}={as_str(t.get('value'))}:{t.get('effect')}"
-                      for t in _list(device.get("taints")) if _is_map(t)
-                      and t.get("effect") in ("NoSchedule", "NoExecute")), "")
-        try:
-            devices.append(SliceDevice(name=device["name"], attrs=DeviceAttrs.from_slice_device(driver, device),
-                                       taint=taint))
-        except CelError as error:
-            devices.append(SliceDevice(name=device["name"], attrs=None, problem=str(error), taint=taint))
-    return SliceView(name=as_str(meta.get("name")), driver=driver, pool=as_str(pool.get("name")),
-                     generation=_int(pool.get("generation")) or 0,
-                     slice_count=_int(pool.get("resourceSliceCount")) or 1,
-                     node=as_str(spec.get("nodeName")), devices=tuple(devices))
-
-
-def device_taint_rule_view(obj: Obj) -> TaintRule | None:
-    """A DeviceTaintRule (``resource.k8s.io/v1``, 1.37): None when it keeps nothing off its devices (effect
-    ``None``, or no selector: a rule without one selects no device)."""
-    meta, spec = as_map(obj.get("metadata")), as_map(obj.get("spec"))
-    taint, selector = as_map(spec.get("taint")), spec.get("deviceSelector")
-    if taint.get("effect") not in ("NoSchedule", "NoExecute") or not _is_map(selector):
-        return None
-
-    def field(name: str) -> str | None:
-        value = selector.get(name)
-        return value if isinstance(value, str) else None
-
-    return TaintRule(name=as_str(meta.get("name")),
-                     taint=f"{as_str(taint.get('key'))}={as_str(taint.get('value'))}:{taint.get('effect')}",
-                     driver=field("driver"), pool=field("pool"), device=field("device"))
-
-
-def device_class_selectors(obj: Obj) -> tuple[str, ...]:
-    """A DeviceClass's CEL selectors (``spec.selectors[].cel.expression``), in order; a selector of another
-    kind is refused (the allocator would not know it either)."""
-    out: list[str] = []
-    for at, selector in enumerate(_list(as_map(obj.get("spec")).get("selectors"))):
-        expression = as_map(as_map(selector).get("cel")).get("expression")
-        if not isinstance(expression, str):
-            raise InvalidObject(f"selector {at} of the DeviceClass has no cel.expression")
-        out.append(expression)
-    return tuple(out)
-
-
-def resource_claim_view(obj: Obj) -> ClaimView:
-    """A ResourceClaim: the devices its allocation holds, the allocation's node, and the GPUDevice that
-    owns it (its controller reference of our group), if one does."""
-    meta, status = as_map(obj.get("metadata")), as_map(obj.get("status"))
-    allocation = as_map(status.get("allocation"))
-    allocated = tuple(
-        DeviceRef(as_str(result.get("driver")), as_str(result.get("pool")), as_str(result.get("device")))
-        for result in _list(as_map(allocation.get("devices")).get("results")) if _is_map(result))
-    names = {value for term in _list(as_map(allocation.get("nodeSelector")).get("nodeSelectorTerms"))
-             if _is_map(term) for field in _list(term.get("matchFields"))
-             if _is_map(field) and field.get("key") == "metadata.name" and field.get("operator") == "In"
-             for value in _list(field.get("values")) if isinstance(value, str)}
-    holder = next((as_str(ref.get("name")) for ref in _list(meta.get("ownerReferences"))
-                   if _is_map(ref) and ref.get("controller") is True and ref.get("kind") == keys.GPUDEVICE_KIND
-                   and ref.get("apiVersion") == keys.API_VERSION), "")
-    return ClaimView(namespace=as_str(meta.get("namespace")), name=as_str(meta.get("name")), allocated=allocated,
-                     node=next(iter(names)) if len(names) == 1 else "", holder=holder)

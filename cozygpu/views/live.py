@@ -25,7 +25,8 @@ from cozygpu import keys
 from cozygpu.cache.store import Event
 from cozygpu.model.capacity import DEFAULT_LAUNCHER_GRACE, DEFAULT_REPORT_STALE_AFTER
 from cozygpu.model.derive import KEEP, ModelTables, drain
-from cozygpu.model.dra import ClaimView, DraTracker
+from cozygpu.model.dra import ClaimView
+from cozygpu.model.dra_tracker import DraTracker
 from cozygpu.model.snapshot import (
     DeviceView,
     GPUClassView,
@@ -44,23 +45,21 @@ from cozygpu.views.build import (
     differences,
     in_slices,
 )
-from cozygpu.views.changes import ChangeNotes, Key
+from cozygpu.views.changes import DRA_KINDS, ChangeNotes, Key
 from cozygpu.views.decode import (
     Obj,
     as_map,
     as_str,
-    asks_extended,
     device_view,
     gpu_class_view,
     namespace_view,
     node_inventory,
     node_view,
     permitted_host_devices,
-    pod_view,
-    resource_claim_view,
     tenant_quotas,
-    vmi_view,
 )
+from cozygpu.views.decode_dra import resource_claim_view
+from cozygpu.views.decode_pods import asks_extended, pod_view, vmi_view
 from cozygpu.views.specs import SNAPSHOT_SPECS
 
 #: Node and report changes beyond this many are taken by ``refreshed`` in updates of this many each,
@@ -331,19 +330,22 @@ class LiveSnapshot:
         identities = _identities(sources)
         if self._on_rebuild is not None:
             self._on_rebuild(why or self._rebuild_reason(identities, now) or "asked")
+        notes = self._notes
+        everything = notes.everything or any(
+            identities.get(kind) is not self._identities.get(kind) for kind in (*DRA_KINDS, keys.GPUCLASS_KIND))
         self._identities = identities
         objects = {kind: list(source.objects()) if source is not None else [] for kind, source in sources.items()}
-        notes = self._notes
-        notes.rebuild = False
+        notes.rebuild = notes.everything = False
         notes.forget()
         notes.listed_pods(objects.get("Pod", ()))
         done = False
         try:
-            snapshot, self.dra = yield from deriving(self._tables, now, objects, self._on_invalid, self._memo)
+            snapshot, self.dra = yield from deriving(self._tables, now, objects, self._on_invalid, self._memo,
+                                                     everything)
             done = True
         finally:
             if not done:  # left half-way (cancelled, or a view raised): the tables are not a snapshot's
-                notes.rebuild_for("a rebuild cut short")
+                notes.rebuild_for("a rebuild cut short", everything=everything)
         self.last_step = "rebuild"
         return snapshot
 

@@ -19,9 +19,11 @@ from cozygpu.binder.claims import device_plan, keys_changed
 from cozygpu.cache.frozen import FrozenDict, freeze
 from cozygpu.cache.store import Event
 from cozygpu.devcluster import dra_driver
-from cozygpu.model.dra import ClaimAction, DeviceRef, DraTracker, claim_plan
+from cozygpu.model.dra import DeviceRef
+from cozygpu.model.dra_claims import ClaimAction, claim_plan
+from cozygpu.model.dra_tracker import DraTracker
 from cozygpu.model.snapshot import DeviceKey, Phase, Snapshot
-from cozygpu.views.decode import resource_claim_view
+from cozygpu.views.decode_dra import resource_claim_view
 from tests.binder.test_claims_keys import CLAIM, NS, Harness, dra_world
 from tests.binder.test_claims_keys import hold as gpu_device
 

@@ -40,7 +40,7 @@ from cozygpu.passes.driver import Progress
 from cozygpu.passes.keyed import BASE
 from cozygpu.passes.writes import Writes
 from cozygpu.views import specs
-from cozygpu.views.decode import resource_claim_view
+from cozygpu.views.decode_dra import resource_claim_view
 from tests.views.test_live_snapshot import World, device, key_of
 
 NS = "tenant-a"

@@ -24,7 +24,7 @@ def test_each_keyed_works_key_whose_time_comes_asks_for_its_lane() -> None:
     binder = Binder(cache, client, BinderConfig(identity="t"), clock=clock)
     driver = binder_driver(binder, cache, registry=CollectorRegistry(), clock=clock)
     queues = binder.queues()
-    assert {lane.value for lane in queues} == {"attachments", "ledger", "finalizers", "usage", "reports"}
+    assert {lane.value for lane in queues} == {"claims", "attachments", "ledger", "finalizers", "usage", "reports"}
     for lane, queue in queues.items():
         assert not driver.pending(lane)
         queue.add_after(("tenant-a", "d"), 2.0)

@@ -10,11 +10,13 @@ from hypothesis import strategies as hst
 
 from cozygpu.devcluster import dra_driver
 from cozygpu.model.derive import ModelTables
-from cozygpu.model.dra import ClaimAction, ClaimView, DeviceRef, DraTracker, claim_plan
+from cozygpu.model.dra import ClaimView, DeviceRef
+from cozygpu.model.dra_claims import ClaimAction, claim_plan
+from cozygpu.model.dra_tracker import DraTracker
 from cozygpu.model.placement import Bind, order_check, plan_pass
 from cozygpu.model.refusals import Reason
 from cozygpu.model.snapshot import DeviceView, DraSource, GPUClassView, Phase, Snapshot
-from cozygpu.views.decode import resource_slice_view
+from cozygpu.views.decode_dra import resource_slice_view
 from tests.model.factories import NOW, device, gpu_class, node
 
 PCIE = "resource.kubernetes.io/pcieRoot"

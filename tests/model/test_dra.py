@@ -17,24 +17,24 @@ from cozygpu.model.catalog import catalog, refusal_for
 from cozygpu.model.cel import DeviceAttrs
 from cozygpu.model.derive import ModelTables
 from cozygpu.model.dra import (
-    ClaimAction,
     ClaimView,
     DeviceRef,
-    DraTracker,
     DraUnits,
     SliceDevice,
     SliceView,
     choose_devices,
-    claim_plan,
     current_slices,
     dra_served,
     offer_units,
     taken_devices,
     with_rule_taints,
 )
+from cozygpu.model.dra_claims import ClaimAction, claim_plan
+from cozygpu.model.dra_tracker import DraTracker
 from cozygpu.model.refusals import Reason
 from cozygpu.model.snapshot import DeviceView, DraSource, GPUClassView, Phase, Snapshot
-from cozygpu.views.decode import device_taint_rule_view, gpu_class_view, resource_claim_view, resource_slice_view
+from cozygpu.views.decode import gpu_class_view
+from cozygpu.views.decode_dra import device_taint_rule_view, resource_claim_view, resource_slice_view
 from tests.model.factories import NOW, device, gpu_class, inventory, node
 
 VFIO_CLASS = tuple(s["cel"]["expression"] for s in dra_driver.device_class()["spec"]["selectors"])

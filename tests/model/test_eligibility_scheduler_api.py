@@ -18,7 +18,8 @@ from typing import Any
 from cozygpu.devcluster import nodes
 from cozygpu.kube import Client, resource_path
 from cozygpu.model.eligibility import node_problem
-from cozygpu.views.decode import node_view, vmi_view
+from cozygpu.views.decode import node_view
+from cozygpu.views.decode_pods import vmi_view
 from tests.support.planes import Fleet
 
 NAMESPACES = resource_path("", "v1", "namespaces")

@@ -12,7 +12,7 @@ from cozygpu.model.catalog import order_refusal
 from cozygpu.model.pods import pod_requests, whole_requests
 from cozygpu.model.snapshot import Attachment, Mode, OnCordon, Phase, PodPhase, Taint, Toleration
 from cozygpu.views.build import ViewMemo, build_snapshot
-from cozygpu.views.decode import pod_resources
+from cozygpu.views.decode_pods import pod_resources
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 H100 = "nvidia.com/GH100_H100_SXM5_80GB"

@@ -150,6 +150,8 @@ class World:
         self.stores: dict[str, dict[tuple[str, str], Obj]] = {kind: {} for kind in LIVE_KINDS}
         self.identities: dict[str, object] = {kind: object() for kind in LIVE_KINDS}
         self.live = LiveSnapshot(report_stale_after=STALE)
+        #: The watch is down: stores change and the live model is told nothing.
+        self.deaf = False
         self.now = T0
         #: The live snapshot the last check saw: the next one's change log must name what changed since.
         self.previous: Snapshot | None = None
@@ -165,7 +167,8 @@ class World:
             del self.stores[kind][key]
         else:
             self.stores[kind][key] = obj
-        self.live.changed(kind, old, obj)
+        if not self.deaf:
+            self.live.changed(kind, old, obj)
 
     def replace_store(self, kind: str) -> None:
         """The kind was served again: a new store, and no events for what was there before."""
@@ -297,6 +300,18 @@ steps = st.one_of(
     st.tuples(st.just("time"), st.integers(0, 4)),
     st.tuples(st.just("tick"), st.integers(0, 40)),
     st.tuples(st.just("replace"), names(LIVE_KINDS)),
+    # A change the watch missed, seen by the relist that follows (the rebuild's change log names it).
+    st.tuples(st.just("unseen"), st.one_of(
+        st.tuples(st.just("device"), names(DEVICES), names(DEVICE_NAMESPACES), names(("a", "b")),
+                  st.integers(1, 3), names(("Pending", "Bound")), names((None, *NODES)), names((None, *VMIS)),
+                  st.booleans(), st.booleans(), st.booleans()),
+        st.tuples(st.just("pod"), names(PODS), names(NAMESPACES[1:3]), names(RESOURCES), st.integers(0, 2),
+                  names((None, *NODES)), names(("Running", "Succeeded")), names((None, *VMIS)), st.booleans(),
+                  st.integers(0, 40)),
+        st.tuples(st.just("vmi"), names(VMIS), names(NAMESPACES[1:3]), st.booleans(), names((None, *NODES))),
+        st.tuples(st.just("report"), names(NODES), st.integers(0, 5), st.integers(0, 3), st.integers(0, 10),
+                  names(("both", "A", "new"))),
+        st.tuples(st.just("quota"), names(NAMESPACES[:3]), st.integers(0, 8)))),
     st.tuples(st.just("check")),
 )
 
@@ -373,6 +388,13 @@ def apply(world: World, step: tuple[Any, ...]) -> None:
         world.now += timedelta(seconds=step[1])
     elif what == "replace":
         world.replace_store(step[1])
+    elif what == "unseen":
+        kind = {"device": keys.GPUDEVICE_KIND, "pod": "Pod", "vmi": "VirtualMachineInstance",
+                "report": keys.GPUNODE_KIND, "quota": "ResourceQuota"}[step[1][0]]
+        world.deaf = True
+        apply(world, step[1])
+        world.deaf = False
+        world.replace_store(kind)
     else:
         assert_same(world)
 
@@ -862,3 +884,49 @@ def test_a_class_renamed_added_or_gone_and_a_namespace_are_updates() -> None:
     assert_same(world)
     assert world.live.last_step == "update of 0 device(s) and 1 namespace(s)"
     assert reasons == ["first build"]
+
+
+def test_a_rebuild_logs_what_it_changed_so_the_next_cycle_plans_only_that() -> None:
+    """A relist rebuilds the model; its change log names what differs from the model before (a device
+    changed while the watch was down), not "everything", so the next cycle plans only that."""
+    world = World()
+    seed(world)
+    apply(world, ("device", "d0", "tenant-a", "a", 1, "Bound", "n1", None, False, False, False))
+    apply(world, ("device", "d1", "tenant-a", "a", 1, "Bound", "n2", None, False, False, False))
+    assert_same(world)
+    before = world.live.snapshot(now=world.now, sources=world.sources())
+    world.replace_store(keys.GPUDEVICE_KIND)
+    assert_same(world)
+    assert world.live.last_step == "rebuild"
+    quiet = world.live.snapshot(now=world.now, sources=world.sources()).changes_since(before)
+    assert quiet is not None, "a rebuild keeps the log"
+    assert (quiet.devices, quiet.nodes, quiet.vmis, quiet.names, quiet.usage) == (frozenset(), frozenset(),
+                                                                                  frozenset(), frozenset(), False)
+    # The watch down: d1 moved to n3, seen only by the relist.
+    moved_away = device("d1", "tenant-a", class_name="a", count=1, phase="Bound", node_name="n3", vmi=None,
+                        uid="an-old-uid", deleting=False, request=None)
+    world.deaf = True  # the watch is down
+    world.put(keys.GPUDEVICE_KIND, moved_away)
+    world.deaf = False
+    world.replace_store(keys.GPUDEVICE_KIND)
+    assert_same(world)
+    assert world.live.last_step == "rebuild"
+    moved = world.live.snapshot(now=world.now, sources=world.sources()).changes_since(before)
+    assert moved is not None
+    assert moved.devices == {("tenant-a", "d1")}
+    assert moved.nodes == {"n2", "n3"}
+    assert moved.names == {RESOURCES[0]}
+
+
+def test_a_rebuild_names_the_vm_whose_launcher_changed_unseen() -> None:
+    world = running_vm()
+    before = world.live.snapshot(now=world.now, sources=world.sources())
+    world.deaf = True  # the watch is down: the launcher finishes
+    world.put("Pod", pod("p1", "tenant-a", resource=RESOURCES[0], units=2, node_name="n1", phase="Succeeded"))
+    world.deaf = False
+    world.replace_store("Pod")
+    assert_same(world)
+    assert world.live.last_step == "rebuild"
+    changes = world.live.snapshot(now=world.now, sources=world.sources()).changes_since(before)
+    assert changes is not None
+    assert changes.vmis == {("tenant-a", "vm1")}

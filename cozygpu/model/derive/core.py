@@ -10,8 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Generator, Iterable, Mapping
 from datetime import datetime, timedelta
+from typing import Any
 
 from cozygpu.model import capacity as cap
+from cozygpu.model.changelog import ChangeLog
 from cozygpu.model.derive.contributions import Parts
 from cozygpu.model.derive.shared import STEP, Stamp, drain, frozen
 from cozygpu.model.snapshot import (
@@ -110,16 +112,63 @@ class ModelTables:
         dra_raw: Mapping[str, Mapping[str, int]] | None = None,
         dra_problems: Mapping[str, tuple[str, ...]] | None = None,
         dra_groups: Mapping[str, Mapping[str, tuple[DraGroup, ...]]] | None = None,
+        everything: bool = False,
     ) -> Generator[None, None, Snapshot]:
         """``rebuild`` as steps: it yields after every ``STEP`` items derived, so a caller on an event loop
         can let the loop go between them; its value is the Snapshot. Nothing but the caller may touch the
         model until it is done (``current`` stays the last snapshot meanwhile). ``dra``: node -> the
         units DRA-sourced offers serve there, by resource name (``cap.node_capacity``); ``dra_raw``:
         namespace -> the units of DRA-sourced names its own claims hold (raw use, counted against its budgets
-        as a raw pod's; not on the node: the node's DRA units leave those devices out already)."""
+        as a raw pod's; not on the node: the node's DRA units leave those devices out already).
+
+        The change log names what differs from the model before (a relist or a drift repair changes little,
+        and the next cycle plans only that); with ``everything``, or on a first build, it says anything may
+        have changed (``Snapshot.changes_since`` is None)."""
         stamp = self._stamp
         stamp.generation += 1
-        stamp.log.rebuilt(stamp.generation)
+        before, kept = (None if everything else self._snapshot), stamp.log
+        if before is None:
+            kept.rebuilt(stamp.generation)
+        else:
+            stamp.log = ChangeLog()  # the derivation's own touches: what differs from ``before`` is logged after
+        try:
+            yield from self._adding(now=now, classes=classes, devices=devices, nodes=nodes,
+                                    inventories=inventories, pods=pods, vmis=vmis, namespaces=namespaces,
+                                    quotas=quotas, permitted=permitted, dra=dra, dra_raw=dra_raw,
+                                    dra_problems=dra_problems, dra_groups=dra_groups)
+        finally:
+            stamp.log = kept
+        after = self._emit(now)
+        logged = before is None
+        try:
+            if before is not None:
+                yield from logged_differences(before, after, stamp)
+                logged = True
+        finally:
+            if not logged:  # cut short: a reader must judge everything again
+                kept.rebuilt(stamp.generation)
+        return after
+
+    def _adding(
+        self,
+        *,
+        now: datetime,
+        classes: Iterable[GPUClassView],
+        devices: Iterable[DeviceView],
+        nodes: Iterable[NodeView],
+        inventories: Iterable[NodeInventory],
+        pods: Iterable[PodView],
+        vmis: Iterable[VMIView],
+        namespaces: Iterable[NamespaceView],
+        quotas: Mapping[str, Mapping[str, object]] | None,
+        permitted: PermittedHostDevices | None,
+        dra: Mapping[str, Mapping[str, int]] | None,
+        dra_raw: Mapping[str, Mapping[str, int]] | None,
+        dra_problems: Mapping[str, tuple[str, ...]] | None,
+        dra_groups: Mapping[str, Mapping[str, tuple[DraGroup, ...]]] | None,
+    ) -> Generator[None, None, None]:
+        """Every contribution added to an empty model, in steps."""
+        stamp = self._stamp
         # The empty model with the classes, Node views, VMIs and namespaces; then every contribution added,
         # as ``update`` adds a new object's.
         self._parts = parts = self._empty(classes, nodes, vmis, namespaces)
@@ -149,7 +198,6 @@ class ModelTables:
             parts.usage.claimed(namespace, amounts)
         yield
         yield from parts.settling()
-        return self._emit(now)
 
     def update(self, *, now: datetime, devices: Mapping[DeviceKey, DeviceView | None],
                vmis: Mapping[VmiKey, VMIView | None] | None = None,
@@ -297,3 +345,51 @@ class ModelTables:
             log=self._stamp.log,
         )
         return self._snapshot
+
+
+def logged_differences(before: Snapshot, after: Snapshot, stamp: Stamp) -> Generator[None, None, None]:
+    """A rebuild's change log: what differs between the model before it and after it, touched as an update
+    would have touched it (a relist or a drift repair changes little, and the next cycle plans only that);
+    in steps of ``STEP`` keys."""
+    log, generation = stamp.log, stamp.generation
+    targets: tuple[tuple[str, dict[Any, int]], ...] = (
+        ("devices", log.devices), ("released", log.devices), ("nodes", log.nodes), ("inventories", log.nodes),
+        ("capacity", log.nodes), ("dra_groups", log.nodes), ("vmis", log.vmis), ("rooms", log.names),
+        ("serving", log.names))
+    for field, target in targets:
+        old, new = getattr(before, field), getattr(after, field)
+        for i, key in enumerate(old.keys() | new.keys(), 1):
+            if old.get(key) != new.get(key):
+                touch(target, key, generation)
+            if i % STEP == 0:
+                yield
+    for i, uid in enumerate(before.pods.keys() | after.pods.keys(), 1):  # a launcher's, or a claimant's VMI
+        pods = [p for p in (before.pods.get(uid), after.pods.get(uid)) if p is not None]
+        if len(pods) == 1 or pods[0] != pods[1]:
+            for snapshot in (before, after):
+                vmi = snapshot.launchers.get(uid)
+                if vmi is not None:
+                    touch(log.vmis, vmi, generation)
+            for pod in pods:
+                if pod.claims_vmi is not None:
+                    touch(log.vmis, (pod.namespace, pod.claims_vmi[0]), generation)
+        if i % STEP == 0:
+            yield
+    names = set(before.effective_names ^ after.effective_names)
+    for class_name in before.classes.keys() | after.classes.keys() | before.availability.keys() | \
+            after.availability.keys():
+        old_class, new_class = before.classes.get(class_name), after.classes.get(class_name)
+        if (old_class != new_class or before.permitted != after.permitted
+                or before.availability.get(class_name) != after.availability.get(class_name)):
+            for gpu_class in (old_class, new_class):
+                if gpu_class is not None:
+                    names.add(gpu_class.resource_name)
+                    if old_class != new_class:  # who it may use: the sets on its nodes, judged again
+                        for node in after.serving.get(gpu_class.resource_name, ()):
+                            touch(log.nodes, node, generation)
+    for name in sorted(names):
+        touch(log.names, name, generation)
+    yield
+    if any(getattr(before, field) != getattr(after, field)
+           for field in ("subtree_usage", "pending_usage", "budgets", "children", "namespaces")):
+        log.usage = generation

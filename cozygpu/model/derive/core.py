@@ -132,10 +132,35 @@ class ModelTables:
         else:
             stamp.log = ChangeLog()  # the derivation's own touches: what differs from ``before`` is logged after
         try:
-            yield from self._adding(now=now, classes=classes, devices=devices, nodes=nodes,
-                                    inventories=inventories, pods=pods, vmis=vmis, namespaces=namespaces,
-                                    quotas=quotas, permitted=permitted, dra=dra, dra_raw=dra_raw,
-                                    dra_problems=dra_problems, dra_groups=dra_groups)
+            # The empty model with the classes, Node views, VMIs and namespaces; then every contribution added,
+            # as ``update`` adds a new object's.
+            self._parts = parts = self._empty(classes, nodes, vmis, namespaces)
+            parts.now = now
+            for i, inventory in enumerate(inventories, 1):
+                parts.report(inventory.name, inventory, now)
+                if i % STEP == 0:
+                    yield
+            parts.put_permitted(permitted)
+            parts.names.settle()
+            self._dra_problems = dict(dra_problems or {})
+            parts.usage.budgeted(quotas or {}, parts.names.names, stamp)
+            yield
+            for name, served in (dra or {}).items():
+                parts.ledger.dra(name, served)
+            for name, groups in (dra_groups or {}).items():
+                parts.ledger.groups(name, groups)
+            for i, device in enumerate(devices, 1):
+                parts.put_device(device.key, device, set())
+                if i % STEP == 0:
+                    yield
+            for i, pod in enumerate(pods, 1):
+                parts.add_pod(pod)
+                if i % STEP == 0:
+                    yield
+            for namespace, amounts in (dra_raw or {}).items():
+                parts.usage.claimed(namespace, amounts)
+            yield
+            yield from parts.settling()
         finally:
             stamp.log = kept
         after = self._emit(now)
@@ -148,56 +173,6 @@ class ModelTables:
             if not logged:  # cut short: a reader must judge everything again
                 kept.rebuilt(stamp.generation)
         return after
-
-    def _adding(
-        self,
-        *,
-        now: datetime,
-        classes: Iterable[GPUClassView],
-        devices: Iterable[DeviceView],
-        nodes: Iterable[NodeView],
-        inventories: Iterable[NodeInventory],
-        pods: Iterable[PodView],
-        vmis: Iterable[VMIView],
-        namespaces: Iterable[NamespaceView],
-        quotas: Mapping[str, Mapping[str, object]] | None,
-        permitted: PermittedHostDevices | None,
-        dra: Mapping[str, Mapping[str, int]] | None,
-        dra_raw: Mapping[str, Mapping[str, int]] | None,
-        dra_problems: Mapping[str, tuple[str, ...]] | None,
-        dra_groups: Mapping[str, Mapping[str, tuple[DraGroup, ...]]] | None,
-    ) -> Generator[None, None, None]:
-        """Every contribution added to an empty model, in steps."""
-        stamp = self._stamp
-        # The empty model with the classes, Node views, VMIs and namespaces; then every contribution added,
-        # as ``update`` adds a new object's.
-        self._parts = parts = self._empty(classes, nodes, vmis, namespaces)
-        parts.now = now
-        for i, inventory in enumerate(inventories, 1):
-            parts.report(inventory.name, inventory, now)
-            if i % STEP == 0:
-                yield
-        parts.put_permitted(permitted)
-        parts.names.settle()
-        self._dra_problems = dict(dra_problems or {})
-        parts.usage.budgeted(quotas or {}, parts.names.names, stamp)
-        yield
-        for name, served in (dra or {}).items():
-            parts.ledger.dra(name, served)
-        for name, groups in (dra_groups or {}).items():
-            parts.ledger.groups(name, groups)
-        for i, device in enumerate(devices, 1):
-            parts.put_device(device.key, device, set())
-            if i % STEP == 0:
-                yield
-        for i, pod in enumerate(pods, 1):
-            parts.add_pod(pod)
-            if i % STEP == 0:
-                yield
-        for namespace, amounts in (dra_raw or {}).items():
-            parts.usage.claimed(namespace, amounts)
-        yield
-        yield from parts.settling()
 
     def update(self, *, now: datetime, devices: Mapping[DeviceKey, DeviceView | None],
                vmis: Mapping[VmiKey, VMIView | None] | None = None,

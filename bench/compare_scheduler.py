@@ -32,7 +32,9 @@ watch it holds open:
   (checked after, untimed; a stopped hold may have moved since B bound it,
   which is counted and printed); and, from the same sample, "C-admit": the
   create → the API server's answer to it (webhook, bind request, the binder's
-  answer, the mutation).
+  answer, the mutation); and C's steps after that answer, through a watch of
+  the launcher pods: → the stand-in's launcher pod created → placed
+  (kube-scheduler's ``spec.nodeName``) → Running (kwok) → the VMI Running seen.
 
 One at a time, in rounds that rotate the order (F A B C, A B C F, ...) so the
 machine's noise falls on all four alike; then a burst of each (created at once),
@@ -144,11 +146,16 @@ DRA_TEMPLATE = "vfio-gpu"
 RECORDS = "compare-binder-passes.json"
 #: The lane of the binder's placement work (``binder.binder.PLACEMENT``); every other lane is housekeeping.
 PLACEMENT = "placement"
+#: C's steps, from the same sample, seen through a watch of the launcher pods: the answer → the stand-in's
+#: launcher pod created → kube-scheduler's nodeName → kwok's Running → the VMI Running seen.
+C_STEPS = ("C-launch", "C-place", "C-run", "C-seen")
 LABELS = {"floor": "floor (ConfigMap → watch)", "A": "A kube-scheduler", "B": "B binder", "C": "C VM start",
           ADMIT: "C-admit: VMI create → admission answer",
+          "C-launch": "C step: answer → launcher pod created", "C-place": "C step: → placed (kube-scheduler)",
+          "C-run": "C step: → pod Running (kwok)", "C-seen": "C step: → VMI Running seen",
           "A-DRA": "A-DRA kube-scheduler (claim)", "B-DRA": "B-DRA binder (Bound)", HOLD: "B-DRA hold claim allocated"}
 #: What one sample of a system times, when more than its own figure.
-FIGURES = {"C": ("C", ADMIT), "B-DRA": ("B-DRA", HOLD)}
+FIGURES = {"C": ("C", ADMIT, *C_STEPS), "B-DRA": ("B-DRA", HOLD)}
 #: The ratios printed: each of the binder's figures over kube-scheduler's of the same kind.
 RATIOS = (("B", "A"), ("C", "A"), (ADMIT, "A"), ("B-DRA", "A-DRA"), (HOLD, "A-DRA"))
 
@@ -398,8 +405,11 @@ class Seen:
     ``keep``, that object is left in ``found`` under its key, for the caller to take)."""
 
     def __init__(self, client: Client, path: str, done: Callable[[dict[str, Any]], bool],
-                 params: dict[str, str] | None = None, *, keep: bool = False) -> None:
+                 params: dict[str, str] | None = None, *, keep: bool = False,
+                 on_event: Callable[[dict[str, Any], float], None] | None = None) -> None:
         self.client, self.path, self.done, self.params, self.keep = client, path, done, params or {}, keep
+        #: Told every object the watch delivers, with when it was seen.
+        self.on_event = on_event
         self.waiting: dict[tuple[str, str], asyncio.Future[float]] = {}
         self.found: dict[tuple[str, str], dict[str, Any]] = {}
         self.synced = asyncio.Event()
@@ -434,6 +444,8 @@ class Seen:
                     else:
                         self.live.add(key)
                     self.changed.set()
+                    if self.on_event is not None:
+                        self.on_event(obj, now)
                     future = self.waiting.get(key)
                     if future is not None and not future.done() and self.done(obj):
                         if self.keep:
@@ -489,6 +501,11 @@ class Bench:
         self.pods = Seen(admin, resource_path("", "v1", "pods", namespace=PODS_NS), pod_bound)
         self.devices = Seen(admin, ALL_DEVICES, device_bound, {"labelSelector": f"{BENCH_LABEL}=order"}, keep=True)
         self.vmis = Seen(admin, ALL_VMIS, vmi_running, keep=True)
+        #: (namespace, VMI) -> when its launcher pod was first seen created, placed and Running (C's steps).
+        self.launched: dict[tuple[str, str], dict[str, float]] = {}
+        self.launchers = Seen(admin, resource_path("", "v1", "pods"), lambda _: False,
+                              {"labelSelector": f"{keys.KUBEVIRT_LAUNCHER_LABEL}={keys.KUBEVIRT_LAUNCHER_VALUE}"},
+                              on_event=self.launcher_seen)
         self.dra = bool(getattr(args, "dra", False))
         #: The systems of the rounds' rotation and the bursts, and every figure they time (B-DRA's: two).
         self.systems = SYSTEMS + (DRA_SYSTEMS if self.dra else ())
@@ -498,7 +515,22 @@ class Bench:
         self.claims = Seen(admin, RESOURCE_CLAIMS, claim_allocated)
 
     def watches(self) -> list[Seen]:
-        return [self.floor, self.pods, self.devices, self.vmis] + ([self.dra_pods, self.claims] if self.dra else [])
+        return [self.floor, self.pods, self.devices, self.vmis, self.launchers] + (
+            [self.dra_pods, self.claims] if self.dra else [])
+
+    def launcher_seen(self, pod: dict[str, Any], now: float) -> None:
+        """Note when a launcher pod was first seen created, placed and Running, by the VMI it launches."""
+        meta = pod.get("metadata") or {}
+        vmi = next((ref.get("name") for ref in meta.get("ownerReferences") or ()
+                    if ref.get("kind") == "VirtualMachineInstance"), None)
+        if vmi is None:
+            return
+        times = self.launched.setdefault((meta.get("namespace", ""), vmi), {})
+        times.setdefault("created", now)
+        if (pod.get("spec") or {}).get("nodeName"):
+            times.setdefault("placed", now)
+        if (pod.get("status") or {}).get("phase") == "Running":
+            times.setdefault("running", now)
 
     def name(self, prefix: str) -> str:
         self.counter += 1
@@ -704,7 +736,12 @@ class Bench:
                              f" {namespace}/{device} is Bound")
         if held_on != node:
             self.moved += 1
-        return {"C": (sent, at), ADMIT: (sent, answered)}
+        launched = self.launched.pop((namespace, name), {})
+        created = launched.get("created", answered)
+        placed = launched.get("placed", created)
+        running = launched.get("running", placed)
+        return {"C": (sent, at), ADMIT: (sent, answered), "C-launch": (answered, created), "C-place": (created, placed),
+                "C-run": (placed, running), "C-seen": (running, at)}
 
     async def a_dra_one(self, client: Client) -> Times:
         name = self.name("dra-pod")
@@ -1066,7 +1103,7 @@ def picture(results: dict[int, dict[str, Any]], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     sizes = list(results)
-    systems = list(results[sizes[0]]["one"])
+    systems = [s for s in results[sizes[0]]["one"] if s not in C_STEPS]
     figure, axes = plt.subplots(1, len(sizes), figsize=(max(4.2, 0.75 * len(systems)) * len(sizes), 4.2),
                                 sharey=True, squeeze=False)
     colours = {"floor": "#9e9e9e", "A": "#1f77b4", "B": "#2ca02c", "C": "#d62728", ADMIT: "#ff9896",

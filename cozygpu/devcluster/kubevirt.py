@@ -40,7 +40,10 @@ What it imitates:
   claim renders neither: KubeVirt's DRA admitter refuses it.
 - **VMI status** (lifecycle.go): ``activePods`` is ``{uid: spec.nodeName}``
   over every pod controlled by the VMI, whatever its phase (``""`` while
-  unscheduled). Phases: ``""`` → ``Pending`` → (pod created) ``Scheduling`` →
+  unscheduled). An unprocessed VMI (phase ``""`` or ``Pending``) gets its pod in
+  its first pass, before its finalizer and its ``Pending`` are written (virt-api's
+  mutator writes both at creation, and virt-controller creates the pod in its first
+  sync). Phases: ``""`` → ``Pending`` → (pod created) ``Scheduling`` →
   (pod Running on its node) ``Scheduled`` with ``status.nodeName`` →
   ``Running`` (virt-handler's step, taken at once) ; a pod that Succeeded or
   Failed makes the VMI Succeeded or Failed, and a VMI that had a pod and lost
@@ -420,11 +423,9 @@ class KubeVirtStandIn:
             elif VMI_FINALIZER in finalizers:
                 await self._finalizers(vmi, [f for f in finalizers if f != VMI_FINALIZER])
             return
-        if VMI_FINALIZER not in finalizers:
-            vmi = await self._finalizers(vmi, [*finalizers, VMI_FINALIZER])
-            meta = vmi["metadata"]
         refusal: errors.ApiError | None = None
-        if not owned and (vmi.get("status") or {}).get("phase") == "Pending":
+        phase = (vmi.get("status") or {}).get("phase") or ""
+        if not owned and phase in ("", "Pending"):  # unprocessed: its pod first, as virt-controller's sync
             try:
                 created = await self._client.create(_collection(self.pods, meta["namespace"]), launcher_pod(vmi))
             except errors.ApiError as err:
@@ -435,6 +436,10 @@ class KubeVirtStandIn:
             else:
                 self._refused.pop(key, None)
                 owned = (await self._seen(self.pods, created)).by_index(CONTROLLER, meta["uid"])
+        if VMI_FINALIZER not in finalizers:  # virt-api's mutator adds it at creation; here, the first pass
+            vmi = await self._finalizers(vmi, [*finalizers, VMI_FINALIZER])
+        if not phase:  # and makes the VMI Pending at creation
+            vmi = await self._write_status(vmi, {"activePods": {}, "phase": "Pending"}, self._refused.get(key))
         await self._write_status(vmi, desired_status(vmi, owned), self._refused.get(key))
         if refusal is not None:
             raise refusal
@@ -448,14 +453,15 @@ class KubeVirtStandIn:
         await self._seen(self.vmis, written)
         return written
 
-    async def _write_status(self, vmi: Mapping[str, Any], wanted: Obj, refused: str | None) -> None:
-        """Merge-patch the status fields that differ, preconditioned on the VMI's resourceVersion."""
+    async def _write_status(self, vmi: Mapping[str, Any], wanted: Obj, refused: str | None) -> Mapping[str, Any]:
+        """Merge-patch the status fields that differ, preconditioned on the VMI's resourceVersion; the VMI as
+        written (``vmi`` when nothing differed)."""
         status = vmi.get("status") or {}
         conditions = [c for c in status.get("conditions") or () if c.get("type") != "Synchronized"]
         wanted["conditions"] = conditions + _synchronized(refused)
         patch: Obj = {k: v for k, v in wanted.items() if status.get(k) != v}
         if not patch:
-            return
+            return vmi
         if "activePods" in patch:  # a merge patch keeps map keys it does not name: null the ones gone
             gone = set(status.get("activePods") or {}) - set(wanted["activePods"])
             patch["activePods"] = {**wanted["activePods"], **dict.fromkeys(gone)}
@@ -463,6 +469,7 @@ class KubeVirtStandIn:
         path = f"{_collection(self.vmis, meta['namespace'])}/{meta['name']}/status"
         written = await self._client.merge_patch(path, {"status": patch}, resource_version=meta["resourceVersion"])
         await self._seen(self.vmis, written)
+        return written
 
     async def _delete(self, spec: KindSpec, obj: Mapping[str, Any]) -> None:
         meta = obj["metadata"]

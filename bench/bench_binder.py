@@ -1,4 +1,4 @@
-"""Binder bench: answer latency, full-pass duration, a storm of requests, new orders, controller RSS.
+"""Binder bench: answer latency, housekeeping-pass duration, a storm of requests, new orders, controller RSS.
 
     python bench/bench_binder.py [--quick] [--keep] [--attach DIR] [--profile]
 
@@ -19,19 +19,19 @@ taken through its own watch of GPUDevices:
   (no pass running) and during a housekeeping pass (written the moment one
   starts; passes never overlap, but a housekeeping work stops between writes
   when placement is due);
-- "full pass": one housekeeping work's pass (attachments, finalizers, usage,
+- "housekeeping pass": one housekeeping work's pass (attachments, finalizers, usage,
   reports, verify; each its own lane on the driver), its duration on the
-  binder process's own clock; the "answer pass" is the placement work's;
+  binder process's own clock; the "placement pass" is the placement work's;
 - a storm: 200 requests written at once;
 - new orders: a Pending GPUDevice created → Bound seen in the watch, by the
   very next placement cycle (the binder process says which lane bound it);
 - controller RSS after all this;
 - where an answer's time goes: write → the binder's cache sees it → the
-  answer pass starts → snapshot → plan → writes → the answer seen here.
-  ``--profile`` adds a cProfile of the idle answer passes and of five full
+  placement pass starts → snapshot → plan → writes → the answer seen here.
+  ``--profile`` adds a cProfile of the idle placement passes and of five housekeeping
   passes that write nothing, both last (it slows them).
 
-Targets: answer p99 <= 50 ms, full pass <= 150 ms, RSS <= 300 MB. Figures are
+Targets: answer p99 <= 50 ms, housekeeping pass <= 150 ms, RSS <= 300 MB. Figures are
 printed with their ratio to the target, never asserted. The machine is shared:
 read the spread, not one number.
 """
@@ -60,7 +60,7 @@ from cozygpu import keys  # noqa: E402
 from cozygpu.kube import Client, resource_path  # noqa: E402
 
 ANSWER_P99_TARGET_MS = 50.0
-FULL_PASS_TARGET_MS = 150.0
+HOUSEKEEPING_PASS_TARGET_MS = 150.0
 RSS_TARGET_MB = 300.0
 RESOURCE = "nvidia.com/GH100_H100_SXM5_80GB"
 CLASS = "h100"
@@ -175,8 +175,8 @@ async def run_binder(kubeconfig: str, *, profile: bool) -> None:
     seen_at: dict[str, float] = {}
     profiler = cProfile.Profile() if profile else None
     profiling = False
-    full_profiler = cProfile.Profile() if profile else None
-    profiling_full = False
+    housekeeping_profiler = cProfile.Profile() if profile else None
+    profiling_housekeeping = False
 
     def timed_async(name: str, fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
         async def wrapper(*args: Any, **kw: Any) -> Any:
@@ -228,28 +228,28 @@ async def run_binder(kubeconfig: str, *, profile: bool) -> None:
                 if profiler is not None and profiling:
                     profiler.disable()
                 current["ended"] = time.monotonic()
-                emit(lane="answer", **current)
+                emit(lane="placement", **current)
 
         def housekeeping(work: str, run: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
-            async def full(writes: Any, stop: Any) -> Any:
-                return await timed_full(work, lambda: run(writes, stop), writes)
-            return full
+            async def housekeeping(writes: Any, stop: Any) -> Any:
+                return await timed_housekeeping(work, lambda: run(writes, stop), writes)
+            return housekeeping
 
-        async def timed_full(work: str, run: Callable[[], Awaitable[Any]], writes: Any) -> Any:
-            """A housekeeping work's pass: the bench's "full" lane (every work but placement)."""
+        async def timed_housekeeping(work: str, run: Callable[[], Awaitable[Any]], writes: Any) -> Any:
+            """A housekeeping work's pass: the bench's "housekeeping" lane (every work but placement)."""
             nonlocal current
             current = {"started": time.monotonic()}
             nodes_rv = cache.informer(known.NODES).resource_version
-            emit(lane="full", phase="start", work=work)
-            if full_profiler is not None and profiling_full:
-                full_profiler.enable()
+            emit(lane="housekeeping", phase="start", work=work)
+            if housekeeping_profiler is not None and profiling_housekeeping:
+                housekeeping_profiler.enable()
             try:
                 return await run()
             finally:
-                if full_profiler is not None and profiling_full:
-                    full_profiler.disable()
+                if housekeeping_profiler is not None and profiling_housekeeping:
+                    housekeeping_profiler.disable()
                 current["ended"] = time.monotonic()
-                emit(lane="full", phase="end", work=work, duration=current["ended"] - current["started"],
+                emit(lane="housekeeping", phase="end", work=work, duration=current["ended"] - current["started"],
                      nodes_rv=nodes_rv, wrote=len(writes.as_dict()), **{
                          k: v for k, v in current.items() if k in ("snapshot", "plan", "writes", "binds")})
 
@@ -271,20 +271,21 @@ async def run_binder(kubeconfig: str, *, profile: bool) -> None:
                 order = json.loads(line) if line else {"do": "stop"}
                 if order["do"] == "profile":
                     profiling = bool(order["on"])
-                elif order["do"] == "profile_full":
-                    profiling_full = bool(order["on"])
+                elif order["do"] == "profile_housekeeping":
+                    profiling_housekeeping = bool(order["on"])
                 elif order["do"] == "report":
                     gc.collect()
                     rss, peak = rss_mb()
-                    text = full_text = ""
-                    if profiler is not None and full_profiler is not None:
+                    text = housekeeping_text = ""
+                    if profiler is not None and housekeeping_profiler is not None:
                         out = io.StringIO()
                         pstats.Stats(profiler, stream=out).sort_stats("cumulative").print_stats(25)
                         text = out.getvalue()
                         out = io.StringIO()
-                        pstats.Stats(full_profiler, stream=out).sort_stats("cumulative").print_stats(40)
-                        full_text = out.getvalue()
-                    emit(lane="report", rss=rss, peak=peak, seen=seen_at, profile=text, profile_full=full_text)
+                        pstats.Stats(housekeeping_profiler, stream=out).sort_stats("cumulative").print_stats(40)
+                        housekeeping_text = out.getvalue()
+                    emit(lane="report", rss=rss, peak=peak, seen=seen_at, profile=text,
+                         profile_housekeeping=housekeeping_text)
                 else:
                     break
             task.cancel()
@@ -339,13 +340,13 @@ class Child:
     def __init__(self, process: asyncio.subprocess.Process, poke: Callable[[], Awaitable[str]]) -> None:
         self.process = process
         self.poke = poke
-        self.answer_passes: list[dict[str, Any]] = []
-        self.full_passes: list[dict[str, Any]] = []
-        self.full_started = asyncio.Event()
-        self.full_ended = asyncio.Event()
+        self.placement_passes: list[dict[str, Any]] = []
+        self.housekeeping_passes: list[dict[str, Any]] = []
+        self.housekeeping_started = asyncio.Event()
+        self.housekeeping_ended = asyncio.Event()
         self.reports: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
         self.synced: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
-        self.running_full = False
+        self.running_housekeeping = False
 
     async def read(self) -> None:
         assert self.process.stdout is not None
@@ -355,15 +356,15 @@ class Child:
             except ValueError:
                 continue
             lane = fields.get("lane")
-            if lane == "answer":
-                self.answer_passes.append(fields)
-            elif lane == "full" and fields["phase"] == "start":
-                self.running_full = True
-                self.full_started.set()
-            elif lane == "full":
-                self.running_full = False
-                self.full_passes.append(fields)
-                self.full_ended.set()
+            if lane == "placement":
+                self.placement_passes.append(fields)
+            elif lane == "housekeeping" and fields["phase"] == "start":
+                self.running_housekeeping = True
+                self.housekeeping_started.set()
+            elif lane == "housekeeping":
+                self.running_housekeeping = False
+                self.housekeeping_passes.append(fields)
+                self.housekeeping_ended.set()
             elif lane == "synced":
                 self.synced.set_result(fields)
             elif lane == "report":
@@ -375,18 +376,18 @@ class Child:
         await self.process.stdin.drain()
 
     async def quiet(self, timeout: float = 600) -> None:
-        """Poke a full pass (a Node label), then wait until one ends that wrote nothing."""
+        """Poke a housekeeping pass (a Node label), then wait until one ends that wrote nothing."""
         async with asyncio.timeout(timeout):
-            self.full_ended.clear()
+            self.housekeeping_ended.clear()
             poked = int(await self.poke())
             while True:
-                await self.full_ended.wait()
-                self.full_ended.clear()
-                last = self.full_passes[-1]
+                await self.housekeeping_ended.wait()
+                self.housekeeping_ended.clear()
+                last = self.housekeeping_passes[-1]
                 # A pass whose snapshot held the poke and that wrote nothing.
                 if int(last["nodes_rv"] or 0) >= poked and not last["wrote"]:
                     await asyncio.sleep(0.05)
-                    if not self.running_full:
+                    if not self.running_housekeeping:
                         return
 
 
@@ -439,7 +440,7 @@ async def measure(admin: Client, child: Child, size: dict[str, int], *, profile:
         n, attached = size["requests"], min(size["vmis"], size["devices"])
         free = [(f"tenant-b{i % TENANTS}", f"gpu-{i}") for i in range(attached, size["devices"])]
         pick = iter(free * 4)
-        idle_gap = max(0.05, 2 * statistics.median(p["duration"] for p in child.full_passes[-3:]))
+        idle_gap = max(0.05, 2 * statistics.median(p["duration"] for p in child.housekeeping_passes[-3:]))
 
         async def one(kind: str) -> float:
             key = next(pick)
@@ -448,18 +449,18 @@ async def measure(admin: Client, child: Child, size: dict[str, int], *, profile:
             return (seen - sent) * 1000
 
         async def after_follow_up() -> None:
-            """Each answer's write is a device event, so a full pass follows it: let it end first."""
+            """Each answer's write is a device event, so a housekeeping pass follows it: let it end first."""
             async with asyncio.timeout(max(5.0, 10 * idle_gap)):
-                child.full_ended.clear()
-                await child.full_ended.wait()
+                child.housekeeping_ended.clear()
+                await child.housekeeping_ended.wait()
             await asyncio.sleep(0.02)
 
         async def idle_requests(count: int, kind: str) -> list[float]:
             latencies = []
             for _ in range(count):
-                while child.running_full:
-                    child.full_ended.clear()
-                    await child.full_ended.wait()
+                while child.running_housekeeping:
+                    child.housekeeping_ended.clear()
+                    await child.housekeeping_ended.wait()
                 latencies.append(await one(kind))
                 with contextlib.suppress(TimeoutError):
                     await after_follow_up()
@@ -467,18 +468,18 @@ async def measure(admin: Client, child: Child, size: dict[str, int], *, profile:
 
         print(f"  measuring: {n} idle requests", flush=True)
         results["idle"] = await idle_requests(n, "idle")
-        print(f"  idle: {summary(results['idle'])}; now {n} during a full pass", flush=True)
+        print(f"  idle: {summary(results['idle'])}; now {n} during a housekeeping pass", flush=True)
 
         during = []
         nodes = resource_path("", "v1", "nodes")
         for i in range(n):
-            while child.running_full:
-                child.full_ended.clear()
-                await child.full_ended.wait()
-            child.full_started.clear()
+            while child.running_housekeeping:
+                child.housekeeping_ended.clear()
+                await child.housekeeping_ended.wait()
+            child.housekeeping_started.clear()
             await admin.merge_patch(f"{nodes}/node-{i % size['nodes']}",
                                     {"metadata": {"labels": {"bench": uuid.uuid4().hex[:8]}}})
-            await child.full_started.wait()
+            await child.housekeeping_started.wait()
             during.append(await one("during"))
         results["during"] = during
         print(f"  during: {summary(during)}; now a storm of {size['storm']}", flush=True)
@@ -491,34 +492,35 @@ async def measure(admin: Client, child: Child, size: dict[str, int], *, profile:
         print(f"  storm: {summary(results['storm'])}; now {size['orders']} new orders", flush=True)
 
         await child.quiet()
-        orders, lanes = [], {"answer": 0, "full": 0}
+        orders, lanes = [], {"placement": 0, "housekeeping": 0}
         for i in range(size["orders"]):
             await child.quiet()
             namespace, name = f"tenant-b{i % TENANTS}", f"new-{uuid.uuid4().hex[:8]}"
-            answers_before = sum(p.get("binds", 0) for p in child.answer_passes)
+            answers_before = sum(p.get("binds", 0) for p in child.placement_passes)
             seen = watcher.expect(f"{namespace}/{name}")
             sent = time.monotonic()
             await admin.create(resource_path(*DEVICES, namespace=namespace), {
                 "apiVersion": keys.API_VERSION, "kind": keys.GPUDEVICE_KIND,
                 "metadata": {"name": name}, "spec": {"className": CLASS, "count": 1}})
             orders.append((await asyncio.wait_for(seen, timeout=120) - sent) * 1000)
-            await asyncio.sleep(0.05)  # the answer pass's line may come just after the watch event
-            lanes["answer" if sum(p.get("binds", 0) for p in child.answer_passes) > answers_before else "full"] += 1
+            await asyncio.sleep(0.05)  # the placement pass's line may come just after the watch event
+            placed = sum(p.get("binds", 0) for p in child.placement_passes) > answers_before
+            lanes["placement" if placed else "housekeeping"] += 1
         results["orders"], results["order_lanes"] = orders, lanes
         if profile:  # last, so that its overhead is in no figure above
             await child.send(do="profile", on=True)
             results["profiled"] = await idle_requests(min(n, 40), "profiled")
             await child.send(do="profile", on=False)
             await child.quiet()
-            await child.send(do="profile_full", on=True)
+            await child.send(do="profile_housekeeping", on=True)
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(120):
-                    for i in range(5):  # full passes that write nothing, each after a Node label change
-                        child.full_ended.clear()
+                    for i in range(5):  # housekeeping passes that write nothing, each after a Node label change
+                        child.housekeeping_ended.clear()
                         await admin.merge_patch(f"{nodes}/node-{i}",
                                                 {"metadata": {"labels": {"bench": uuid.uuid4().hex[:8]}}})
-                        await child.full_ended.wait()
-            await child.send(do="profile_full", on=False)
+                        await child.housekeeping_ended.wait()
+            await child.send(do="profile_housekeeping", on=False)
         await child.send(do="report")
         results["report"] = await child.reports.get()
     return results
@@ -527,7 +529,7 @@ async def measure(admin: Client, child: Child, size: dict[str, int], *, profile:
 def where_the_time_goes(results: dict[str, Any], child: Child) -> None:
     seen_by_binder: dict[str, float] = results["report"]["seen"]
     by_request: dict[str, dict[str, Any]] = {}
-    for record in child.answer_passes:
+    for record in child.placement_passes:
         for request_id in record.get("answers", ()):
             by_request.setdefault(request_id, record)
     steps: dict[str, list[float]] = {k: [] for k in (
@@ -606,7 +608,7 @@ async def drive(args: argparse.Namespace) -> None:
         if not args.keep:
             plane.stop()
 
-    full = [p["duration"] * 1000 for p in child.full_passes if not p["wrote"]]
+    quiet = [p["duration"] * 1000 for p in child.housekeeping_passes if not p["wrote"]]
     print()
     print(f"cluster: {size['nodes']} nodes, {size['nodes'] * GPUS_PER_NODE} GPUs, {size['devices']} devices,"
           f" {size['vmis']} running VMIs")
@@ -617,8 +619,9 @@ async def drive(args: argparse.Namespace) -> None:
     storm = results["storm"]
     print(f"storm of {len(storm)} at once: {summary(storm)}; last answer {results['storm_total']:.0f} ms after the"
           " first write")
-    print(f"full pass (writing nothing): {summary(full)}   p50 {ratio(percentile(full, 50), FULL_PASS_TARGET_MS)}")
-    parts = {k: statistics.median(p.get(k, 0.0) for p in child.full_passes if not p["wrote"]) * 1000
+    print(f"housekeeping pass (writing nothing): {summary(quiet)}"
+          f"   p50 {ratio(percentile(quiet, 50), HOUSEKEEPING_PASS_TARGET_MS)}")
+    parts = {k: statistics.median(p.get(k, 0.0) for p in child.housekeeping_passes if not p["wrote"]) * 1000
              for k in ("snapshot", "plan", "writes")}
     print("  of which (median): " + ", ".join(f"{k} {v:.1f} ms" for k, v in parts.items()))
     orders = results["orders"]
@@ -626,17 +629,17 @@ async def drive(args: argparse.Namespace) -> None:
     report = results["report"]
     print(f"controller RSS: {report['rss']:.0f} MB (peak {report['peak']:.0f} MB)"
           f"   {ratio(report['rss'], RSS_TARGET_MB)}")
-    answer_passes = [p for p in child.answer_passes if p.get("answers")]
-    per_pass = [len(p["answers"]) for p in answer_passes]
-    print(f"answer passes: {len(answer_passes)} answered {sum(per_pass)} requests (max {max(per_pass)} in one;"
+    placement_passes = [p for p in child.placement_passes if p.get("answers")]
+    per_pass = [len(p["answers"]) for p in placement_passes]
+    print(f"placement passes: {len(placement_passes)} answered {sum(per_pass)} requests (max {max(per_pass)} in one;"
           " the storm's are the big ones)")
     where_the_time_goes(results, child)
     if report.get("profile"):
-        print("cProfile of the idle answer passes (cumulative):")
+        print("cProfile of the idle placement passes (cumulative):")
         print(report["profile"])
-    if report.get("profile_full"):
-        print("cProfile of five full passes writing nothing (cumulative):")
-        print(report["profile_full"])
+    if report.get("profile_housekeeping"):
+        print("cProfile of five housekeeping passes writing nothing (cumulative):")
+        print(report["profile_housekeeping"])
     if args.keep:
         print(f"control plane left running; reuse it with --attach {plane.directory}")
 
@@ -646,7 +649,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="a tenth of the cluster, 40 requests, 20 orders")
     parser.add_argument("--keep", action="store_true", help="leave the control plane running")
     parser.add_argument("--attach", help="reuse a populated control plane left by --keep")
-    parser.add_argument("--profile", action="store_true", help="cProfile the idle answer passes")
+    parser.add_argument("--profile", action="store_true", help="cProfile the idle placement passes")
     parser.add_argument("--requests", type=int, help="requests one at a time, idle and during (default 200)")
     parser.add_argument("--orders", type=int, help="new orders one at a time (default 50)")
     parser.add_argument("--binder", metavar="KUBECONFIG", help=argparse.SUPPRESS)

@@ -161,6 +161,7 @@ async def run_binder(kubeconfig: str, *, profile: bool) -> None:
     from cozygpu.base.clock import LoopClock
     from cozygpu.binder import cycle, place
     from cozygpu.binder.binder import Binder, BinderConfig
+    from cozygpu.binder.context import Context
     from cozygpu.binder.loop import binder_driver
     from cozygpu.binder.metrics import BinderMetrics
     from cozygpu.cache import Cache
@@ -178,13 +179,15 @@ async def run_binder(kubeconfig: str, *, profile: bool) -> None:
     housekeeping_profiler = cProfile.Profile() if profile else None
     profiling_housekeeping = False
 
-    def timed_async(name: str, fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+    # Each pass starts a new ``current``: the probes below look it up when they are called.
+    def probe(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def wrapper(*args: Any, **kw: Any) -> Any:
+            return timed(current, name, fn)(*args, **kw)
+        return wrapper
+
+    def probe_async(name: str, fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
         async def wrapper(*args: Any, **kw: Any) -> Any:
-            started = time.monotonic()
-            try:
-                return await fn(*args, **kw)
-            finally:
-                current[name] = current.get(name, 0.0) + time.monotonic() - started
+            return await timed_async(current, name, fn)(*args, **kw)
         return wrapper
 
     real_plan_pass = getattr(cycle, "plan_pass")  # noqa: B009 - patched below, so looked up by name
@@ -199,15 +202,15 @@ async def run_binder(kubeconfig: str, *, profile: bool) -> None:
 
     # The binder's module globals, timed where the binder calls them (the bench's probes, nothing else).
     setattr(cycle, "plan_pass", plan_pass)  # noqa: B010
-    setattr(place, "plan_writes", timed(current, "plan_writes", getattr(place, "plan_writes")))  # noqa: B009,B010
-    setattr(place, "write_sets", timed_async("writes", getattr(place, "write_sets")))  # noqa: B009,B010
+    setattr(place, "plan_writes", probe("plan_writes", getattr(place, "plan_writes")))  # noqa: B009,B010
+    setattr(place, "write_sets", probe_async("writes", getattr(place, "write_sets")))  # noqa: B009,B010
 
     async with await Client.from_kubeconfig(kubeconfig) as client:
         cache = Cache(client, registry=registry)
         binder = Binder(cache, client, BinderConfig(identity="bench", report_stale_after=timedelta(hours=6)),
                         clock=LoopClock(), metrics=BinderMetrics.on(registry))
-        context = getattr(binder, "_context")  # noqa: B009 - the works' shared context, timed where they call it
-        context.snapshot = timed(current, "snapshot", context.snapshot)
+        # The works' shared context, timed where they call it (its class: a slotted instance takes no attribute).
+        setattr(Context, "snapshot", probe_async("snapshot", Context.snapshot))  # noqa: B010
 
         def seen(event: Any) -> None:
             request = ((event.obj.get("status") or {}).get("bindRequest") or {}).get("id")
@@ -255,7 +258,7 @@ async def run_binder(kubeconfig: str, *, profile: bool) -> None:
 
         # The driver's lanes call these (``Binder.lanes`` reads the works' ``run`` when the driver is built).
         binder.placement.run = answer  # type: ignore[method-assign]
-        for work in ("attachments", "finalizers", "usage", "reports", "verifier"):
+        for work in ("claims", "attachments", "ledger", "finalizers", "usage", "reports", "verifier"):
             each = getattr(binder, work)
             each.run = housekeeping(work, each.run)
         driver = binder_driver(binder, cache, registry=registry)
@@ -397,6 +400,17 @@ def timed(into: dict[str, Any], name: str, fn: Callable[..., Any]) -> Callable[.
         started = time.monotonic()
         try:
             return fn(*args, **kw)
+        finally:
+            into[name] = into.get(name, 0.0) + time.monotonic() - started
+    return wrapper
+
+
+def timed_async(into: dict[str, Any], name: str, fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+    """``timed`` for a coroutine function: the seconds until its coroutine is done, not made."""
+    async def wrapper(*args: Any, **kw: Any) -> Any:
+        started = time.monotonic()
+        try:
+            return await fn(*args, **kw)
         finally:
             into[name] = into.get(name, 0.0) + time.monotonic() - started
     return wrapper

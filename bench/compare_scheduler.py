@@ -109,7 +109,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.agent_cadence import AgentCadence  # noqa: E402
-from bench.bench_binder import percentile, timed  # noqa: E402
+from bench.bench_binder import percentile, timed, timed_async  # noqa: E402
 from bench.bench_cache import bounded  # noqa: E402
 from cozygpu import keys  # noqa: E402
 from cozygpu.kube import Client, errors, resource_path  # noqa: E402
@@ -286,7 +286,7 @@ def instrument(records: list[dict[str, Any]]) -> None:
     setattr(place, "plan_writes", timed(current, "plan_writes", getattr(place, "plan_writes")))  # noqa: B009,B010
     setattr(place, "write_sets", write_sets)  # noqa: B010
     setattr(claims, "allocations_after", allocations_after)  # noqa: B010
-    setattr(Context, "snapshot", timed(current, "snapshot", Context.snapshot))  # noqa: B010
+    setattr(Context, "snapshot", timed_async(current, "snapshot", Context.snapshot))  # noqa: B010
     setattr(Context, "send", send)  # noqa: B010
     works: dict[str, Any] = {PLACEMENT: place.PlacementWork, "claims": housekeeping.ClaimsWork,
                               "attachments": housekeeping.AttachmentsWork,

@@ -38,7 +38,8 @@ def test_the_side_by_side_bench_runs_at_a_tiny_size_and_prints_every_row(tmp_pat
     table = out[out.index("## the table"):]
     for label in ("floor (ConfigMap → watch)", "A kube-scheduler", "B binder", "C VM start",
                   "C step: answer → launcher pod created", "C step: → placed (kube-scheduler)",
-                  "C step: → pod Running (kwok)", "C step: → VMI Running seen", "A-DRA kube-scheduler (claim)", "B-DRA binder (Bound)", "B-DRA hold claim allocated"):
+                  "C step: → pod Running (kwok)", "C step: → VMI Running seen", "A-DRA kube-scheduler (claim)",
+                  "B-DRA binder (Bound)", "B-DRA hold claim allocated"):
         burst = r"[0-9]+( \([0-9]+ refused\))?"
         row = rf"\| 10 \| {re.escape(label)} \| 8 \|( {NUMBER}+ \|){{4}} {burst} \| {NUMBER}+ / {NUMBER}+ \|"
         assert re.search(row, table), (label, table[:2000])

@@ -200,7 +200,7 @@ class VMIWebhook:
             await asyncio.shield(writes.undo(request_id, self._cache))
             raise
         try:
-            failure = await self._wait(plan, request_id)
+            failure = await self._await_answers(plan, request_id)
         except BaseException:
             await asyncio.shield(writes.undo(request_id, self._cache))
             raise
@@ -209,7 +209,7 @@ class VMIWebhook:
         await asyncio.shield(writes.undo(request_id, self._cache))
         return Verdict.refuse(failure)
 
-    async def _wait(self, plan: StartPlan, request_id: str) -> Refusal | None:
+    async def _await_answers(self, plan: StartPlan, request_id: str) -> Refusal | None:
         """None when every member's answer is Succeeded on one node (and each DRA member's claim shows its
         allocation there); else why not. Woken by GPUDevice events and, with DRA members, by their claims'."""
         started = time.perf_counter()

@@ -389,7 +389,7 @@ def test_the_wait_is_woken_by_the_claims_allocation_and_allows() -> None:
         hook = webhook(cache)
         cache.put(specs.GPU_DEVICES, answered("gpu-a", "r1"))
         cache.put(specs.RESOURCE_CLAIMS, hold(node_name=None))
-        waiting = asyncio.create_task(hook._wait(dra_plan(DRA_A), "r1"))
+        waiting = asyncio.create_task(hook._await_answers(dra_plan(DRA_A), "r1"))
         await asyncio.sleep(0)
         assert not waiting.done()
         (watched, when, _trigger), = cache.triggers
@@ -410,7 +410,7 @@ def test_a_claim_never_allocated_on_its_node_within_the_bind_wait_is_refused_wit
         hook = webhook(cache, bind_wait=0.05)
         cache.put(specs.GPU_DEVICES, answered("gpu-a", "r1"))
         cache.put(specs.RESOURCE_CLAIMS, hold(devices=1))
-        refusal = await hook._wait(dra_plan(DRA_A), "r1")
+        refusal = await hook._await_answers(dra_plan(DRA_A), "r1")
         assert refusal == claim_not_allocated(NAMESPACE, "gpu-a", vmi_subject="VMI tenant-a/vm", node="n1",
                                               seen="holds 1 device(s), not 2", wait=0.05)
 

@@ -27,7 +27,7 @@ class FakeReviewer:
         self.in_flight = 0
         self.most_in_flight = 0
 
-    async def _wait(self) -> None:
+    async def _through_gate(self) -> None:
         self.in_flight += 1
         self.most_in_flight = max(self.most_in_flight, self.in_flight)
         try:
@@ -40,7 +40,7 @@ class FakeReviewer:
 
     async def token(self, token: str) -> reviews.TokenAnswer:
         self.asked.append("token")
-        await self._wait()
+        await self._through_gate()
         name = self.users.get(token)
         if name is None:
             return reviews.TokenAnswer(None, "invalid bearer token")
@@ -48,7 +48,7 @@ class FakeReviewer:
 
     async def access(self, user: reviews.User) -> reviews.AccessAnswer:
         self.asked.append("access")
-        await self._wait()
+        await self._through_gate()
         if self.access_failure is not None:
             raise self.access_failure
         if user.name in self.allowed:

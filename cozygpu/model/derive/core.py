@@ -351,10 +351,10 @@ def logged_differences(before: Snapshot, after: Snapshot, stamp: Stamp) -> Gener
         if i % STEP == 0:
             yield
     names = set(before.effective_names ^ after.effective_names)
-    for class_name in before.classes.keys() | after.classes.keys() | before.availability.keys() | \
-            after.availability.keys():
+    permission_moved = before.permitted != after.permitted
+    for class_name in before.classes.keys() | after.classes.keys():  # availability is by class, of these
         old_class, new_class = before.classes.get(class_name), after.classes.get(class_name)
-        if (old_class != new_class or before.permitted != after.permitted
+        if (old_class != new_class or permission_moved
                 or before.availability.get(class_name) != after.availability.get(class_name)):
             for gpu_class in (old_class, new_class):
                 if gpu_class is not None:

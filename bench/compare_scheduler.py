@@ -115,8 +115,11 @@ from cozygpu import keys  # noqa: E402
 from cozygpu.kube import Client, errors, resource_path  # noqa: E402
 
 RESOURCE = "nvidia.com/GH100_H100_SXM5_80GB"
-#: The controller's event-loop lag histogram (``cozygpu/runtime/looplag.py``).
+#: The controller's event-loop lag histograms (``cozygpu/runtime/looplag.py``): how late its ticker woke, the
+#: part of it the loop's thread waited for a CPU (the machine's other processes), and the rest, its own.
 LAG = "cozygpu_event_loop_lag_seconds"
+CPU_WAIT = "cozygpu_event_loop_cpu_wait_seconds"
+BUSY_LAG = "cozygpu_event_loop_busy_lag_seconds"
 #: How long each garbage collection held the controller, by generation (``cozygpu/runtime/gcpauses.py``).
 GC = "cozygpu_gc_pause_seconds"
 #: How often each read model (the binder's, the webhooks') was built again, by why.
@@ -860,10 +863,10 @@ async def metrics_of(target: tuple[str, str]) -> dict[str, float]:
     return out
 
 
-def loop_lag(*spans: tuple[dict[str, float], dict[str, float]]) -> dict[str, float]:
-    """The controller's event-loop lag over spans, each between two scrapes (its ticker wakes every
-    0.1 s): how many wake-ups, and the bucket bounds (ms) under which 99 % and all of them fell."""
-    prefix = f"{LAG}_bucket{{le="
+def loop_lag(*spans: tuple[dict[str, float], dict[str, float]], family: str = LAG) -> dict[str, float]:
+    """One of the controller's event-loop lag histograms over spans, each between two scrapes (its ticker
+    wakes every 0.1 s): how many wake-ups, and the bucket bounds (ms) under which 99 % and all of them fell."""
+    prefix = f"{family}_bucket{{le="
     counts: dict[float, float] = {}
     for before, after in spans:
         for key in after:
@@ -1205,17 +1208,24 @@ async def drive(plane: Any, args: argparse.Namespace, sizes: list[int], run_star
                       f" ({reports['due']:.2f} due), {reports['failed']} failed over the run; C's VMs started"
                       f" on a hold moved since B saw it Bound: {bench.moved}", flush=True)
                 ended = await metrics_of(metrics_url)
-                lag, growth_lag = loop_lag((grown, stopped), (resumed, ended)), loop_lag((grown_from, grown))
+                run_spans = ((grown, stopped), (resumed, ended))
+                lag, growth_lag = loop_lag(*run_spans), loop_lag((grown_from, grown))
+                busy_lag, cpu_wait = loop_lag(*run_spans, family=BUSY_LAG), loop_lag(*run_spans, family=CPU_WAIT)
                 for what, figures in (("the fleet's growth", growth_lag),
                                       ("the run: samples, bursts, agents' reports (not the SIGSTOP)", lag)):
                     print(f"    controller event-loop lag over N={n}, {what}: {figures['ticks']:.0f} wake-ups, "
                           f"p99 under {figures['p99_ms']:g} ms, max under {figures['max_ms']:g} ms", flush=True)
+                print(f"      of which the loop's own (the lag less its thread's wait for a CPU): p99 under "
+                      f"{busy_lag['p99_ms']:g} ms, max under {busy_lag['max_ms']:g} ms; its thread's wait for a CPU"
+                      f" per wake-up: p99 under {cpu_wait['p99_ms']:g} ms, max under {cpu_wait['max_ms']:g} ms; "
+                      f"{load()}", flush=True)
                 print(f"    read-model rebuilds over N={n}, the fleet's growth: {rebuilds(grown_from, grown)}; "
                       f"the run: {rebuilds(grown, ended)}", flush=True)
                 print(f"    garbage collections over N={n}, the fleet's growth: {gc_pauses((grown_from, grown))}; "
                       f"the run: {gc_pauses((grown, stopped), (resumed, ended))}", flush=True)
                 results[n] = {"one": one, "burst": bursts, "shares": shares(before, after_one), "frozen": frozen,
-                              "percent": percent, "scored": scored, "lag": lag,
+                              "percent": percent, "scored": scored, "lag": lag, "busy_lag": busy_lag,
+                              "cpu_wait": cpu_wait,
                               "growth_lag": growth_lag, "reports": reports}
                 loads[n] = (start_load, load())
                 print("\n".join(table({n: results[n]})), flush=True)

@@ -6,12 +6,25 @@ every answer at once. The ticker sleeps ``interval`` and observes how much
 later than asked it woke into ``cozygpu_event_loop_lag_seconds``: a stall of
 half a second shows as one observation of about 0.5 s, whoever caused it.
 
+A loop is also late when its thread is ready to run but the machine's CPUs are
+busy with other processes. Where the kernel tells (Linux: the thread's
+run-queue wait in ``/proc/thread-self/schedstat``), each tick also observes
+that wait (``cozygpu_event_loop_cpu_wait_seconds``) and the lag less it
+(``cozygpu_event_loop_busy_lag_seconds``): the loop's own lateness, what this
+process's work caused. The wait is the tick's whole window (interval and
+lag), so the busy figure is the lag's lower bound when the thread also waited
+before the tick was due.
+
 Contract: ``run()`` lives until cancelled; it costs one wake-up per
-``interval`` (0.1 s by default) and never raises. Time is the injected clock's.
+``interval`` (0.1 s by default) and a read of an in-memory kernel counter
+(about 2 µs; procfs never waits on a disk) where there is one; it never
+raises. Time is the injected clock's; so is the wait (``cpu_wait``).
 """
 
 from __future__ import annotations
 
+import os
+from collections.abc import Callable
 from typing import Final
 
 from prometheus_client import CollectorRegistry, Histogram
@@ -20,22 +33,60 @@ from cozygpu.base.clock import Clock, LoopClock
 
 #: Seconds: from a millisecond (a loop that keeps up) to seconds (a loop held by one long stretch).
 LAG_BUCKETS: Final = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+SCHEDSTAT: Final = "/proc/thread-self/schedstat"
+
+
+def runqueue_wait() -> Callable[[], float] | None:
+    """The calling thread's total run-queue wait in seconds, as a reader, or None where the kernel does not
+    tell. The counter is the thread's that calls this (call it on the loop's thread)."""
+    try:
+        fd = os.open(SCHEDSTAT, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+
+    def waited() -> float:
+        # "<on-CPU ns> <run-queue wait ns> <timeslices>"
+        return int(os.pread(fd, 64, 0).split()[1]) / 1e9
+
+    try:
+        waited()
+    except (OSError, IndexError, ValueError):
+        os.close(fd)
+        return None
+    return waited
 
 
 class LoopLag:
     """The ticker (see the module docstring)."""
 
-    def __init__(self, registry: CollectorRegistry, *, interval: float = 0.1, clock: Clock | None = None) -> None:
+    def __init__(self, registry: CollectorRegistry, *, interval: float = 0.1, clock: Clock | None = None,
+                 cpu_wait: Callable[[], float] | None = None) -> None:
         if interval <= 0:
             raise ValueError("the ticker's interval must be positive")
         self._interval = interval
         self._clock: Clock = clock if clock is not None else LoopClock()
+        #: The loop thread's run-queue wait so far; None: read the kernel's from ``run()``'s thread.
+        self._cpu_wait = cpu_wait
         self.lag = Histogram("cozygpu_event_loop_lag_seconds", "How much later than asked the event loop woke a "
                              "ticker that sleeps 0.1 s", buckets=LAG_BUCKETS, registry=registry)
+        self.cpu_wait = Histogram(
+            "cozygpu_event_loop_cpu_wait_seconds", "How long the event loop's thread was ready to run but waited "
+            "for a CPU over each tick of the lag ticker (Linux)", buckets=LAG_BUCKETS, registry=registry)
+        self.busy_lag = Histogram(
+            "cozygpu_event_loop_busy_lag_seconds", "The lag ticker's lateness less the time the loop's thread "
+            "waited for a CPU meanwhile: the loop's own lateness (Linux)", buckets=LAG_BUCKETS, registry=registry)
 
     async def run(self) -> None:
         clock, interval = self._clock, self._interval
+        waited = self._cpu_wait if self._cpu_wait is not None else runqueue_wait()
+        before = waited() if waited is not None else 0.0
         while True:
             due = clock.now() + interval
             await clock.sleep(interval)
-            self.lag.observe(max(clock.now() - due, 0.0))
+            late = max(clock.now() - due, 0.0)
+            self.lag.observe(late)
+            if waited is not None:
+                now = waited()
+                wait, before = max(now - before, 0.0), now
+                self.cpu_wait.observe(wait)
+                self.busy_lag.observe(max(late - wait, 0.0))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 
 from prometheus_client import CollectorRegistry
 
@@ -36,3 +37,50 @@ async def test_a_loop_that_keeps_up_shows_no_lag_and_a_stall_shows_as_its_length
         assert registry.get_sample_value("cozygpu_event_loop_lag_seconds_bucket", {"le": "0.25"}) == 10
     finally:
         ticker.cancel()
+
+
+async def test_the_time_spent_waiting_for_a_cpu_is_told_apart_from_the_loops_own_lateness() -> None:
+    clock, registry = FakeClock(), CollectorRegistry()
+    waited = [0.0]
+    ticker = asyncio.create_task(LoopLag(registry, interval=0.1, clock=clock, cpu_wait=lambda: waited[0]).run())
+
+    def seconds(name: str) -> float:
+        value = registry.get_sample_value(f"cozygpu_event_loop_{name}_seconds_sum")
+        assert value is not None
+        return value
+
+    try:
+        await settle()
+        # Late by 0.5 s, of which the thread waited 0.3 s for a CPU: the loop itself held it 0.2 s.
+        waited[0] = 0.3
+        clock.advance(0.6)
+        await settle()
+        assert (round(seconds("lag"), 9), round(seconds("cpu_wait"), 9), round(seconds("busy_lag"), 9)) == (
+            0.5, 0.3, 0.2)
+        # Late by 0.1 s, all of it waiting for a CPU (and more before the tick was due): no lateness of its own.
+        waited[0] = 0.5
+        clock.advance(0.2)
+        await settle()
+        assert (round(seconds("lag"), 9), round(seconds("cpu_wait"), 9), round(seconds("busy_lag"), 9)) == (
+            0.6, 0.5, 0.2)
+    finally:
+        ticker.cancel()
+
+
+def test_the_reader_gives_this_threads_run_queue_wait_in_seconds() -> None:
+    import threading
+
+    from cozygpu.runtime.looplag import runqueue_wait
+
+    waited = runqueue_wait()
+    task = f"/proc/self/task/{threading.get_native_id()}/schedstat"
+    if waited is None:  # only where the kernel keeps scheduler statistics (Linux)
+        assert not os.path.exists(task)
+        return
+
+    def field(index: int) -> float:
+        with open(task) as stats:
+            return int(stats.read().split()[index]) / 1e9
+
+    before, told, after = field(1), waited(), field(1)
+    assert before <= told <= after, "the wait (the second field), in seconds, of the calling thread"

@@ -958,16 +958,25 @@ async def start_controller(plane: Any, admin: Client, args: argparse.Namespace
     return process, f"https://127.0.0.1:{webhook_port}", (f"https://127.0.0.1:{metrics_port}/metrics", token)
 
 
-async def register_webhooks(admin: Client, plane: Any, url: str) -> None:
-    from cozygpu.admission.webhooks import configurations
+async def register_webhooks(admin: Client, plane: Any, url: str, *, hook: bool = False) -> str:
+    """The webhooks as the chart registers them on this cluster: where it serves MutatingAdmissionPolicy, the
+    order's finalizer comes from the chart's policy and the finalizer hook is left out. Says which."""
+    from cozygpu.admission.webhooks import MUTATING_POLICY_API, configurations, finalizer_policy
+    from cozygpu.devcluster import apply, chart
     from tests.admission.harness import wait_called
 
+    selector = {"matchLabels": {BENCH_LABEL: "tenant"}}
+    by_policy = not hook and MUTATING_POLICY_API in await chart.served_api_versions(admin)
+    if by_policy:
+        await apply.apply_objects(admin, list(finalizer_policy(namespace_selector=selector, name="cozygpu-compare")))
     validating, mutating = configurations(
         url, base64.b64encode(plane.ca_file.read_bytes()).decode(), timeout_seconds=15,
-        namespace_selector={"matchLabels": {BENCH_LABEL: "tenant"}}, name="cozygpu-compare")
+        namespace_selector=selector, name="cozygpu-compare", finalizer_hook=not by_policy)
     await admin.create(VALIDATING, validating)
     await admin.create(MUTATING, mutating)
     await wait_called(admin, "tenant-cmp0")
+    return ("the order's finalizer from the MutatingAdmissionPolicy (one webhook call per order)" if by_policy
+            else "the order's finalizer from its webhook (two webhook calls per order)")
 
 
 async def warm_up(bench: Bench) -> None:
@@ -1159,9 +1168,9 @@ async def drive(plane: Any, args: argparse.Namespace, sizes: list[int], run_star
             background = [asyncio.create_task(bench.reports.run(), name="agent-reports"),
                           asyncio.create_task(KubeVirtStandIn(standin_client).run(), name="kubevirt-standin")]
             controller, url, metrics_url = await start_controller(plane, admin, args)
-            await register_webhooks(admin, plane, url)
-            print(f"controller ready, webhooks called; client limit: kube-scheduler QPS {QPS:.0f} burst {BURST}"
-                  f" per clientset (its default), cozygpu "
+            finalizer = await register_webhooks(admin, plane, url, hook=args.finalizer_webhook)
+            print(f"controller ready, webhooks called, {finalizer}; client limit: kube-scheduler QPS {QPS:.0f}"
+                  f" burst {BURST} per clientset (its default), cozygpu "
                   f"{'unlimited' if args.no_qps_match else f'QPS {QPS:.0f} burst {BURST} per client'}",
                   flush=True)
             watches = [asyncio.create_task(w.run()) for w in bench.watches()]
@@ -1359,6 +1368,9 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true",
                         help="CI size: 20 and 50 nodes, 20 samples, bursts of 20, with --dra")
     parser.add_argument("--no-qps-match", action="store_true", help="run the controller without client-go's limiter")
+    parser.add_argument("--finalizer-webhook", action="store_true",
+                        help="give orders their finalizer by the webhook even where MutatingAdmissionPolicy is served "
+                             "(as on clusters before 1.36)")
     parser.add_argument("--png", help="draw the distributions here (needs the bench extra: matplotlib)")
     parser.add_argument("--json", help="write every figure here")
     parser.add_argument("--controller-log-level", default="warning", help="the controller's --log-level")

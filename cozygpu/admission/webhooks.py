@@ -3,7 +3,8 @@
 ``AdmissionWebhooks(cache, client, config).install(app)`` adds the routes:
 
     POST /validate-gpudevice     GPUDevice, validating, CREATE      (R-ADM-1)
-    POST /mutate-gpudevice       GPUDevice, mutating, CREATE        (its finalizer, R-BIND-9)
+    POST /mutate-gpudevice       GPUDevice, mutating, CREATE        (its finalizer, R-BIND-9; only
+                                 where no MutatingAdmissionPolicy can add it, see below)
     POST /mutate-vmi             VMI, mutating, CREATE, labelled    (R-ADM-2, R-ADM-3, R-ADM-5)
     POST /mutate-launcher-pod    Pod, mutating, CREATE, labelled    (R-ADM-4)
 
@@ -15,6 +16,12 @@ object selectors of R-ADM-6, ``sideEffects: NoneOnDryRun``,
 ``reinvocationPolicy: IfNeeded`` on the VMI hook, and
 ``timeoutSeconds`` from the configuration, which ``--bind-wait`` must fit
 under (``flags``).
+
+Where the cluster serves ``MUTATING_POLICY_API`` (GA and on from Kubernetes
+1.36), the order's finalizer is added by the API server itself
+(:func:`finalizer_policy`) and ``configurations(finalizer_hook=False)``
+leaves the finalizer hook out: an order's create then makes one webhook call,
+not two. Older clusters keep the hook.
 """
 
 from __future__ import annotations
@@ -44,6 +51,9 @@ DEVICE_PATH: Final = "/validate-gpudevice"
 DEVICE_MUTATE_PATH: Final = "/mutate-gpudevice"
 VMI_PATH: Final = "/mutate-vmi"
 POD_PATH: Final = "/mutate-launcher-pod"
+#: The API of the finalizer's policy; served (GA, on by default) from Kubernetes 1.36.
+MUTATING_POLICY_API: Final = "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy"
+FINALIZER_POLICY_NAME: Final = "cozygpu-device-finalizer"
 #: Configuration names: ``cozygpu-…`` sorts before KubeVirt's ``virt-api-mutator``, so it runs first.
 VALIDATING_NAME: Final = "cozygpu-webhooks"
 MUTATING_NAME: Final = "cozygpu-webhooks"
@@ -107,12 +117,13 @@ def _client_config(base_url: str, path: str, ca_bundle: str) -> dict[str, Any]:
 
 def configurations(base_url: str, ca_bundle: str, *, timeout_seconds: int,
                    namespace_selector: Mapping[str, Any] | None = None, name: str = MUTATING_NAME,
-                   ) -> tuple[dict[str, Any], dict[str, Any]]:
+                   finalizer_hook: bool = True) -> tuple[dict[str, Any], dict[str, Any]]:
     """(ValidatingWebhookConfiguration, MutatingWebhookConfiguration) calling ``base_url`` by URL.
 
     ``ca_bundle`` is the base64 PEM of the CA that signed the server's
     certificate. ``namespace_selector`` narrows every hook (a test scopes
-    them to its namespace).
+    them to its namespace). ``finalizer_hook=False`` leaves the finalizer
+    hook out, for a cluster given :func:`finalizer_policy` instead.
     """
     selector = dict(namespace_selector or {})
     refs = {"matchExpressions": [{"key": keys.DEVICE_REFS_LABEL, "operator": "Exists"}]}
@@ -131,16 +142,17 @@ def configurations(base_url: str, ca_bundle: str, *, timeout_seconds: int,
                        "resources": [keys.GPUDEVICE_PLURAL], "scope": "Namespaced"}],
         }],
     }
+    # Best effort, so it fails open: an order admitted without its finalizer gets it from the binder's
+    # finalizer work, and a mutation that cannot be made must not refuse an order the checks allow.
+    finalizers = [{"name": "gpudevice-finalizers.gpu.cozystack.io", **common, "failurePolicy": "Ignore",
+                   "clientConfig": _client_config(base_url, DEVICE_MUTATE_PATH, ca_bundle),
+                   "rules": [{"apiGroups": [keys.GROUP], "apiVersions": [keys.VERSION], "operations": ["CREATE"],
+                              "resources": [keys.GPUDEVICE_PLURAL], "scope": "Namespaced"}]}]
     mutating = {
         "apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
         "metadata": {"name": name},
         "webhooks": [
-            # Best effort, so it fails open: an order admitted without its finalizer gets it from the binder's
-            # finalizer work, and a mutation that cannot be made must not refuse an order the checks allow.
-            {"name": "gpudevice-finalizers.gpu.cozystack.io", **common, "failurePolicy": "Ignore",
-             "clientConfig": _client_config(base_url, DEVICE_MUTATE_PATH, ca_bundle),
-             "rules": [{"apiGroups": [keys.GROUP], "apiVersions": [keys.VERSION], "operations": ["CREATE"],
-                        "resources": [keys.GPUDEVICE_PLURAL], "scope": "Namespaced"}]},
+            *(finalizers if finalizer_hook else []),
             {"name": "vmis.gpu.cozystack.io", **common, "reinvocationPolicy": "IfNeeded", "objectSelector": refs,
              "clientConfig": _client_config(base_url, VMI_PATH, ca_bundle),
              "rules": [{"apiGroups": ["kubevirt.io"], "apiVersions": ["v1"], "operations": ["CREATE"],
@@ -153,3 +165,41 @@ def configurations(base_url: str, ca_bundle: str, *, timeout_seconds: int,
         ],
     }
     return validating, mutating
+
+
+def finalizer_policy(*, namespace_selector: Mapping[str, Any] | None = None, name: str = FINALIZER_POLICY_NAME,
+                     ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(MutatingAdmissionPolicy, its binding): every order created without the device finalizer gets it from
+    the API server, as the finalizer hook would give it, without a call out (the chart renders the same).
+
+    It fails open like the hook (the binder's finalizer work adds a missing
+    finalizer), leaves an order that carries it as it is, and appends to a
+    list the order brings. ``namespace_selector`` narrows the binding.
+    """
+    finalizer = keys.DEVICE_FINALIZER
+    policy = {
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingAdmissionPolicy",
+        "metadata": {"name": name},
+        "spec": {
+            "failurePolicy": "Ignore",
+            "reinvocationPolicy": "Never",
+            "matchConstraints": {"resourceRules": [{
+                "apiGroups": [keys.GROUP], "apiVersions": ["*"], "operations": ["CREATE"],
+                "resources": [keys.GPUDEVICE_PLURAL]}]},
+            "matchConditions": [{
+                "name": "finalizer-missing",
+                "expression": f"!object.metadata.?finalizers.orValue([]).exists(f, f == '{finalizer}')"}],
+            "mutations": [{"patchType": "JSONPatch", "jsonPatch": {"expression": (
+                f"has(object.metadata.finalizers) "
+                f"? [JSONPatch{{op: 'add', path: '/metadata/finalizers/-', value: '{finalizer}'}}] "
+                f": [JSONPatch{{op: 'add', path: '/metadata/finalizers', value: ['{finalizer}']}}]")}}],
+        },
+    }
+    binding: dict[str, Any] = {
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingAdmissionPolicyBinding",
+        "metadata": {"name": name},
+        "spec": {"policyName": name},
+    }
+    if namespace_selector is not None:
+        binding["spec"]["matchResources"] = {"namespaceSelector": dict(namespace_selector)}
+    return policy, binding

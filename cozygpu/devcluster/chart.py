@@ -28,12 +28,22 @@ from cozygpu.devcluster import apply, binaries
 from cozygpu.kube import Client, errors
 
 VALIDATING_ADMISSION_POLICY: Final = "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy"
+MUTATING_ADMISSION_POLICY: Final = "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy"
 VMI: Final = "kubevirt.io/v1/VirtualMachineInstance"
 GPU_KINDS: Final = tuple(
     f"{keys.API_VERSION}/{kind}" for kind in (keys.GPUCLASS_KIND, keys.GPUDEVICE_KIND, keys.GPUNODE_KIND)
 )
-#: A cluster that serves everything the chart can match: the policy API, the GPU kinds, KubeVirt's VMI.
-EVERYTHING_SERVED: Final = (VALIDATING_ADMISSION_POLICY, *GPU_KINDS, VMI)
+#: A cluster that serves everything the chart can match: the policy APIs, the GPU kinds, KubeVirt's VMI.
+EVERYTHING_SERVED: Final = (VALIDATING_ADMISSION_POLICY, MUTATING_ADMISSION_POLICY, *GPU_KINDS, VMI)
+#: Kubernetes serves MutatingAdmissionPolicy (v1) from this minor on.
+MUTATING_POLICY_MINOR: Final = (1, 36)
+
+
+def everything_served(minor: str) -> tuple[str, ...]:
+    """``EVERYTHING_SERVED`` as a cluster of ``minor`` ("1.33") has it: without MutatingAdmissionPolicy before 1.36."""
+    if tuple(map(int, minor.split("."))) >= MUTATING_POLICY_MINOR:
+        return EVERYTHING_SERVED
+    return tuple(v for v in EVERYTHING_SERVED if v != MUTATING_ADMISSION_POLICY)
 
 DEFAULT_NAMESPACE: Final = "cozy-gpu"
 DEFAULT_RELEASE: Final = "cozygpu"

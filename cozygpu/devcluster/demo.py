@@ -32,7 +32,7 @@ each long-running part a background process (pid in ``DIR/<name>.pid``, log in
 - the webhook configurations of the chart, registered by URL at the balancer
   with the plane's serving CA (``register_webhooks``), as the chart registers
   them at its Service;
-- the chart's ValidatingAdmissionPolicies and their bindings, rendered by helm
+- the chart's admission policies and their bindings, rendered by helm
   from ``manifests/`` (``chart.render``, against what the API server serves)
   and applied as they are (``install_policies``);
 - ``kubevirt``: the KubeVirt stand-in (VM → VMI → launcher pod), acting as
@@ -81,7 +81,8 @@ HOSTER_NAMES = ("nvidia.com/GH100_H100_SXM5_80GB",)
 RAW_NAMES = keys.RAW_NAMES_FORBID
 #: The chart's values the demo renders its admission policies with (the rest are the chart's defaults).
 CHART_VALUES: dict[str, Any] = {"gpu": {"enabled": True, "rawNames": RAW_NAMES, "resourceNames": list(HOSTER_NAMES)}}
-POLICY_KINDS = ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
+POLICY_KINDS = ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "MutatingAdmissionPolicy",
+                "MutatingAdmissionPolicyBinding")
 RBAC_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
 
 
@@ -344,15 +345,18 @@ async def _settings(admin: Client) -> dict[str, str]:
     return data
 
 
-async def register_webhooks(admin: Client, plane: ControlPlane, url: str) -> None:
+async def register_webhooks(admin: Client, plane: ControlPlane, url: str, rendered: list[dict[str, Any]]) -> None:
     """The chart's webhook configurations, calling ``url`` (the balancer) with the plane's serving CA.
 
     In a cluster the webhooks call the chart's Service, in front of every
     ready replica; here they call the balancer, which plays that part on
-    loopback (``cozygpu.devcluster.balancer``).
+    loopback (``cozygpu.devcluster.balancer``). Where the chart (``rendered``)
+    gives the finalizer by a MutatingAdmissionPolicy, the finalizer hook is
+    left out, as the chart leaves it out.
     """
     ca = base64.b64encode(plane.ca_file.read_bytes()).decode()
-    for body in configurations(url, ca, timeout_seconds=WEBHOOK_TIMEOUT):
+    by_policy = any(obj["kind"] == "MutatingAdmissionPolicy" for obj in rendered)
+    for body in configurations(url, ca, timeout_seconds=WEBHOOK_TIMEOUT, finalizer_hook=not by_policy):
         plural = body["kind"].lower() + "s"
         path = resource_path("admissionregistration.k8s.io", "v1", plural)
         with contextlib.suppress(errors.NotFound):
@@ -381,7 +385,7 @@ async def render_chart(admin: Client, plane: ControlPlane) -> list[dict[str, Any
 
 
 async def install_policies(admin: Client, rendered: list[dict[str, Any]]) -> list[str]:
-    """The chart's ValidatingAdmissionPolicies and bindings (of ``render_chart``), applied.
+    """The chart's admission policies and bindings (of ``render_chart``), applied.
 
     Only the policies and their bindings are applied (the controllers run as
     processes, not from the chart's Deployment; their RBAC is applied by
@@ -405,7 +409,7 @@ async def install_policies(admin: Client, rendered: list[dict[str, Any]]) -> lis
             return None
 
         await story.until(refused, f"the raw-name policy refusing a {body['kind']}", time.monotonic(), timeout=30)
-    return sorted(obj["metadata"]["name"] for obj in policies if obj["kind"] == "ValidatingAdmissionPolicy")
+    return sorted(obj["metadata"]["name"] for obj in policies if obj["kind"].endswith("AdmissionPolicy"))
 
 
 async def _leader(admin: Client) -> str:
@@ -446,7 +450,7 @@ async def run(plane: ControlPlane) -> int:
         spec, running = await asyncio.to_thread(start_replicas, plane, certs)
         leader = await _leader(admin)
         kubevirt_pid = await asyncio.to_thread(start_kubevirt, plane)
-        await register_webhooks(admin, plane, spec.url)
+        await register_webhooks(admin, plane, spec.url, rendered)
         logs = plane.directory / "logs"
         print(f"\ntwo controller replicas acting as {controller_user()[1]} (the chart's RBAC), both ready (their "
               "caches warm), both answering the webhooks:")

@@ -90,6 +90,17 @@ neither renders).
 {{- if and .Values.gpu.enabled (include "cozygpu.policies.supported" .) (include "cozygpu.policies.served" (dict "ctx" . "switch" "gpu" "kinds" (list "gpu.cozystack.io/v1alpha1/GPUNode"))) -}}true{{- end -}}
 {{- end -}}
 
+{{/*
+"true" when the order's finalizer comes from the MutatingAdmissionPolicy
+(templates/policies/device-finalizer.yaml) rather than the finalizer webhook:
+the cluster serves the v1 policy API (Kubernetes 1.36 and later; `helm
+template` must be told with --api-versions) and GPUDevices. Exactly one of
+the two renders.
+*/}}
+{{- define "cozygpu.finalizerPolicy.renders" -}}
+{{- if and .Values.gpu.enabled (.Capabilities.APIVersions.Has "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy") (include "cozygpu.policies.served" (dict "ctx" . "switch" "gpu" "kinds" (list "gpu.cozystack.io/v1alpha1/GPUDevice"))) -}}true{{- end -}}
+{{- end -}}
+
 {{/* The binding's matchResources for policies that act in tenant namespaces only. */}}
 {{- define "cozygpu.tenantMatchResources" -}}
 matchResources:

@@ -8,7 +8,14 @@ import pytest
 
 from cozygpu import keys
 from cozygpu.admission.refs import DeviceRef, TemplateRef, parse_refs
-from cozygpu.admission.webhooks import DEVICE_MUTATE_PATH, DEVICE_PATH, POD_PATH, VMI_PATH, configurations
+from cozygpu.admission.webhooks import (
+    DEVICE_MUTATE_PATH,
+    DEVICE_PATH,
+    POD_PATH,
+    VMI_PATH,
+    configurations,
+    finalizer_policy,
+)
 from cozygpu.devcluster import chart
 from cozygpu.runtime import flags
 
@@ -23,25 +30,38 @@ def without_client(hook: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in hook.items() if k not in ("clientConfig", "namespaceSelector")}
 
 
-def test_the_chart_registers_what_the_local_cluster_registers_trusting_the_serving_certificates_ca() -> None:
-    objects = chart.render(GPU_ON)
+@pytest.mark.parametrize("minor", ["1.37", "1.33"])
+def test_the_chart_registers_what_the_local_cluster_registers_trusting_the_serving_certificates_ca(minor: str) -> None:
+    by_policy = minor == "1.37"  # MutatingAdmissionPolicy is served from 1.36: it gives the finalizer there
+    objects = chart.render(GPU_ON, api_versions=chart.everything_served(minor), kube_version=minor)
     validating = of(objects, "ValidatingWebhookConfiguration", "cozygpu-webhooks")
     mutating = of(objects, "MutatingWebhookConfiguration", "cozygpu-webhooks")
-    local_validating, local_mutating = configurations("https://x", "", timeout_seconds=15)
+    local_validating, local_mutating = configurations("https://x", "", timeout_seconds=15,
+                                                      finalizer_hook=not by_policy)
     assert [without_client(h) for h in validating["webhooks"]] == [without_client(h) for h in
                                                                     local_validating["webhooks"]]
     assert [without_client(h) for h in mutating["webhooks"]] == [without_client(h) for h in local_mutating["webhooks"]]
     ca = of(objects, "Secret", "cozygpu-webhook-tls")["data"]["ca.crt"]
     hooks = [*validating["webhooks"], *mutating["webhooks"]]
     assert {h["clientConfig"]["caBundle"] for h in hooks} == {ca}
-    assert [h["clientConfig"]["service"]["path"] for h in hooks] == [DEVICE_PATH, DEVICE_MUTATE_PATH, VMI_PATH,
-                                                                     POD_PATH]
+    paths = [DEVICE_PATH, VMI_PATH, POD_PATH] if by_policy else [DEVICE_PATH, DEVICE_MUTATE_PATH, VMI_PATH, POD_PATH]
+    assert [h["clientConfig"]["service"]["path"] for h in hooks] == paths
     service = of(objects, "Service", hooks[0]["clientConfig"]["service"]["name"])
     assert service["spec"]["ports"][0]["targetPort"] == "webhook"
-    assert {(h["name"], h["failurePolicy"], h["sideEffects"]) for h in hooks if h["failurePolicy"] != "Fail"} == {
-        ("gpudevice-finalizers.gpu.cozystack.io", "Ignore", "NoneOnDryRun")}, "only the best-effort hook fails open"
+    assert {(h["name"], h["failurePolicy"], h["sideEffects"]) for h in hooks if h["failurePolicy"] != "Fail"} == (
+        set() if by_policy else {("gpudevice-finalizers.gpu.cozystack.io", "Ignore", "NoneOnDryRun")}), \
+        "only the best-effort hook fails open"
     assert {h["sideEffects"] for h in hooks} == {"NoneOnDryRun"}
-    assert mutating["webhooks"][1]["reinvocationPolicy"] == "IfNeeded"
+    assert next(h for h in mutating["webhooks"] if h["name"] == "vmis.gpu.cozystack.io")["reinvocationPolicy"] == \
+        "IfNeeded"
+    policies = [o for o in objects if o["kind"].startswith("MutatingAdmissionPolicy")]
+    if not by_policy:
+        assert policies == [], "a cluster before 1.36 serves no MutatingAdmissionPolicy: the hook gives the finalizer"
+        return
+    local_policy, local_binding = finalizer_policy()
+    assert [(o["kind"], o["metadata"]["name"], o["spec"]) for o in policies] == [
+        (o["kind"], o["metadata"]["name"], o["spec"]) for o in (local_policy, local_binding)]
+    assert local_policy["spec"]["failurePolicy"] == "Ignore", "it fails open, as the hook it replaces"
 
 
 def test_the_controller_is_told_the_timeout_the_webhooks_are_registered_with_and_accepts_its_bind_wait() -> None:

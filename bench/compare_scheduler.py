@@ -316,7 +316,9 @@ class StallProbe:
     """Where the controller's event loop was busy for long stretches: a thread samples the main thread's
     Python stack every ``every`` seconds; samples in a row with Python frames on it (the loop running
     callbacks, not waiting in its poll) make a busy stretch, and each stretch of ``at_least`` seconds is
-    kept with the cozygpu function seen most in it (the innermost cozygpu frame of each sample)."""
+    kept with the cozygpu function seen most in it (the innermost cozygpu frame of each sample), how many
+    samples it took (a stretch the probe could hardly sample is one where this process hardly ran), and how
+    long the main thread waited for a CPU in it (the kernel's run-queue wait, where Linux tells)."""
 
     def __init__(self, every: float = 0.002, at_least: float = 0.02) -> None:
         import threading
@@ -324,6 +326,7 @@ class StallProbe:
         self.every, self.at_least = every, at_least
         self.stalls: list[dict[str, Any]] = []
         self._main = threading.main_thread().ident or 0
+        self._schedstat = f"/proc/self/task/{threading.main_thread().native_id}/schedstat"
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="stall-probe", daemon=True)
 
@@ -349,18 +352,28 @@ class StallProbe:
             frame = frame.f_back
         return f"(outside cozygpu: {innermost})"
 
+    def _waited(self) -> float:
+        """The main thread's run-queue wait so far, in seconds (0 where the kernel does not tell)."""
+        try:
+            with open(self._schedstat, "rb") as stats:
+                return int(stats.read().split()[1]) / 1e9
+        except (OSError, IndexError, ValueError):
+            return 0.0
+
     def _run(self) -> None:
-        started, seen = 0.0, collections.Counter[str]()
+        started, waited, seen = 0.0, 0.0, collections.Counter[str]()
         while not self._stop.wait(self.every):
             frame = sys._current_frames().get(self._main)
             where = self._where(frame) if frame is not None else None
             now = time.monotonic()
             if where is not None:
-                started = started or now
+                if not started:
+                    started, waited = now, self._waited()
                 seen[where] += 1
                 continue
             if started and now - started >= self.at_least:
-                self.stalls.append({"at": started, "seconds": now - started, "where": seen.most_common(3)})
+                self.stalls.append({"at": started, "seconds": now - started, "where": seen.most_common(3),
+                                    "samples": sum(seen.values()), "cpu_wait": self._waited() - waited})
             started, seen = 0.0, collections.Counter()
 
 
@@ -844,10 +857,10 @@ async def metrics_of(target: tuple[str, str]) -> dict[str, float]:
               "cozygpu_binder_answer_latency_seconds", GC}
     out: dict[str, float] = {}
     for family in text_string_to_metric_families(text):
-        if family.name == LAG:
+        if family.name in (LAG, CPU_WAIT, BUSY_LAG):
             for sample in family.samples:
                 if sample.name.endswith("_bucket"):
-                    out[f"{LAG}_bucket{{le={sample.labels['le']}}}"] = sample.value
+                    out[f"{family.name}_bucket{{le={sample.labels['le']}}}"] = sample.value
             continue
         if family.name in REBUILDS:
             for sample in family.samples:
@@ -882,6 +895,32 @@ def loop_lag(*spans: tuple[dict[str, float], dict[str, float]], family: str = LA
         return next(bound for bound, count in bounds if count >= share * total) * 1000
 
     return {"ticks": total, "p99_ms": under(0.99), "max_ms": under(1.0)}
+
+
+def thread_times(pid: int) -> tuple[float, float, float]:
+    """(now, seconds on a CPU, seconds ready but waiting for one) of process ``pid``'s main thread, the one its
+    event loop runs on (the kernel's counters; zeros where it keeps none)."""
+    try:
+        with open(f"/proc/{pid}/task/{pid}/schedstat", "rb") as stats:
+            on_cpu, waiting = (int(v) / 1e9 for v in stats.read().split()[:2])
+    except (OSError, ValueError):
+        on_cpu = waiting = 0.0
+    return time.monotonic(), on_cpu, waiting
+
+
+def thread_share(*spans: tuple[tuple[float, float, float], tuple[float, float, float]]) -> str:
+    """What the loop's thread did over spans of ``thread_times`` readings, in words."""
+    wall = sum(b[0] - a[0] for a, b in spans)
+    on_cpu = sum(b[1] - a[1] for a, b in spans)
+    waiting = sum(b[2] - a[2] for a, b in spans)
+    return (f"{wall:.0f} s: on a CPU {on_cpu:.1f} s ({on_cpu / max(wall, 1e-9):.0%}), ready but waiting for a CPU "
+            f"{waiting:.1f} s ({waiting / max(wall, 1e-9):.0%})")
+
+
+def said(figures: dict[str, float]) -> str:
+    """A ``loop_lag`` result in words."""
+    return (f"{figures['ticks']:.0f} wake-ups, p99 under {figures['p99_ms']:g} ms, "
+            f"max under {figures['max_ms']:g} ms")
 
 
 def rebuilds(before: dict[str, float], after: dict[str, float]) -> str:
@@ -1182,6 +1221,7 @@ async def drive(plane: Any, args: argparse.Namespace, sizes: list[int], run_star
                     break
                 grown_from = await metrics_of(metrics_url)
                 took = await bench.grow(n)
+                grown_cpu = await asyncio.to_thread(thread_times, controller.pid)
                 grown = await metrics_of(metrics_url)  # the lag of the fleet's growth apart from the run's
                 percent, scored = nodes_to_score(n)
                 print(f"N={n}: fleet ready and reported by the binder in {took:.0f}s; kube-scheduler default"
@@ -1196,8 +1236,10 @@ async def drive(plane: Any, args: argparse.Namespace, sizes: list[int], run_star
                 one = await bench.rounds(args.samples, args.rounds)
                 after_one = await metrics_of(metrics_url)
                 bench.phase = ""
+                stopped_cpu = await asyncio.to_thread(thread_times, controller.pid)
                 stopped = await metrics_of(metrics_url)
                 frozen = await bench.frozen(controller, max(10, args.samples // 2))
+                resumed_cpu = await asyncio.to_thread(thread_times, controller.pid)
                 resumed = await metrics_of(metrics_url)  # the SIGSTOP is no lag of the controller's own
                 await bench.clear_pods()
                 bursts: dict[str, Any] = {}
@@ -1216,18 +1258,22 @@ async def drive(plane: Any, args: argparse.Namespace, sizes: list[int], run_star
                 print(f"    agents' reports over N={n}'s timing: {reports['rate']:.2f} writes/s achieved"
                       f" ({reports['due']:.2f} due), {reports['failed']} failed over the run; C's VMs started"
                       f" on a hold moved since B saw it Bound: {bench.moved}", flush=True)
+                ended_cpu = await asyncio.to_thread(thread_times, controller.pid)
                 ended = await metrics_of(metrics_url)
                 run_spans = ((grown, stopped), (resumed, ended))
                 lag, growth_lag = loop_lag(*run_spans), loop_lag((grown_from, grown))
                 busy_lag, cpu_wait = loop_lag(*run_spans, family=BUSY_LAG), loop_lag(*run_spans, family=CPU_WAIT)
-                for what, figures in (("the fleet's growth", growth_lag),
-                                      ("the run: samples, bursts, agents' reports (not the SIGSTOP)", lag)):
-                    print(f"    controller event-loop lag over N={n}, {what}: {figures['ticks']:.0f} wake-ups, "
-                          f"p99 under {figures['p99_ms']:g} ms, max under {figures['max_ms']:g} ms", flush=True)
-                print(f"      of which the loop's own (the lag less its thread's wait for a CPU): p99 under "
-                      f"{busy_lag['p99_ms']:g} ms, max under {busy_lag['max_ms']:g} ms; its thread's wait for a CPU"
-                      f" per wake-up: p99 under {cpu_wait['p99_ms']:g} ms, max under {cpu_wait['max_ms']:g} ms; "
-                      f"{load()}", flush=True)
+                print(f"    controller event-loop lag over N={n}, the fleet's growth: {said(growth_lag)}", flush=True)
+                # The run apart and in its two phases: one at a time, and the bursts of many at once.
+                for what, spans in (("the run: samples, bursts, agents' reports (not the SIGSTOP)", run_spans),
+                                    ("  one at a time (warm-up and samples)", ((grown, stopped),)),
+                                    ("  the bursts", ((resumed, ended),))):
+                    print(f"    controller event-loop lag over N={n}, {what}: {said(loop_lag(*spans))}; the loop's "
+                          f"own (less its thread's wait for a CPU): {said(loop_lag(*spans, family=BUSY_LAG))}; its "
+                          f"thread's wait for a CPU per wake-up: {said(loop_lag(*spans, family=CPU_WAIT))}",
+                          flush=True)
+                print(f"    the controller's loop thread over N={n}'s run (not the SIGSTOP), "
+                      f"{thread_share((grown_cpu, stopped_cpu), (resumed_cpu, ended_cpu))}; {load()}", flush=True)
                 print(f"    read-model rebuilds over N={n}, the fleet's growth: {rebuilds(grown_from, grown)}; "
                       f"the run: {rebuilds(grown, ended)}", flush=True)
                 print(f"    garbage collections over N={n}, the fleet's growth: {gc_pauses((grown_from, grown))}; "
@@ -1325,8 +1371,11 @@ def report(run: dict[str, Any], args: argparse.Namespace, sizes: list[int], run_
                   f" {max(spans):7.2f}")
     stalls = run.get("stalls") or []
     if stalls:
+        seconds = sum(st["seconds"] for st in stalls)
+        waited = sum(st.get("cpu_wait", 0.0) for st in stalls)
         print(f"\n## the controller's event loop busy 20 ms or more at a stretch: {len(stalls)} times over the run"
-              " (sampled every 2 ms; by the cozygpu function seen most in it: count, total / max ms)")
+              f" ({seconds * 1000:.0f} ms in all, of which its thread waited {waited * 1000:.0f} ms for a CPU; "
+              "sampled every 2 ms; by the cozygpu function seen most in it: count, total / max ms)")
         by_where: dict[str, list[float]] = {}
         for stall in stalls:
             by_where.setdefault(stall["where"][0][0] if stall["where"] else "?", []).append(stall["seconds"] * 1000)
@@ -1335,7 +1384,8 @@ def report(run: dict[str, Any], args: argparse.Namespace, sizes: list[int], run_
         print("  the longest, seconds into the run:")
         for stall in sorted(stalls, key=lambda st: -st["seconds"])[:8]:
             where = ", ".join(f"{w} ({n})" for w, n in stall["where"])
-            print(f"    {stall['at'] - run['started']:7.1f} s  {stall['seconds'] * 1000:6.0f} ms  {where}")
+            print(f"    {stall['at'] - run['started']:7.1f} s  {stall['seconds'] * 1000:6.0f} ms, waiting for a CPU "
+                  f"{stall.get('cpu_wait', 0.0) * 1000:4.0f} ms, {stall.get('samples', 0):3d} samples  {where}")
     requests = run.get("requests") or {}
     if requests:
         seconds = float(requests["seconds"])

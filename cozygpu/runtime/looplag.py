@@ -9,16 +9,15 @@ half a second shows as one observation of about 0.5 s, whoever caused it.
 A loop is also late when its thread is ready to run but the machine's CPUs are
 busy with other processes. Where the kernel tells (Linux: the thread's
 run-queue wait in ``/proc/thread-self/schedstat``), each tick also observes
-that wait (``cozygpu_event_loop_cpu_wait_seconds``) and the lag less it
+that wait from just before the tick was due to its wake-up
+(``cozygpu_event_loop_cpu_wait_seconds``) and the lag less it
 (``cozygpu_event_loop_busy_lag_seconds``): the loop's own lateness, what this
-process's work caused. The wait is the tick's whole window (interval and
-lag), so the busy figure is the lag's lower bound when the thread also waited
-before the tick was due.
+process's work caused.
 
 Contract: ``run()`` lives until cancelled; it costs one wake-up per
-``interval`` (0.1 s by default) and a read of an in-memory kernel counter
-(about 2 µs; procfs never waits on a disk) where there is one; it never
-raises. Time is the injected clock's; so is the wait (``cpu_wait``).
+``interval`` (0.1 s by default), and where the kernel keeps the counter one
+more wake-up just before and two reads of it (about 2 µs each; procfs never
+waits on a disk); it never raises. Time is the injected clock's; so is the wait (``cpu_wait``).
 """
 
 from __future__ import annotations
@@ -34,6 +33,8 @@ from cozygpu.base.clock import Clock, LoopClock
 #: Seconds: from a millisecond (a loop that keeps up) to seconds (a loop held by one long stretch).
 LAG_BUCKETS: Final = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 SCHEDSTAT: Final = "/proc/thread-self/schedstat"
+#: Seconds before a tick is due at which the thread's run-queue wait is read.
+PRE_TICK: Final = 0.002
 
 
 def runqueue_wait() -> Callable[[], float] | None:
@@ -79,14 +80,22 @@ class LoopLag:
     async def run(self) -> None:
         clock, interval = self._clock, self._interval
         waited = self._cpu_wait if self._cpu_wait is not None else runqueue_wait()
-        before = waited() if waited is not None else 0.0
+        # The wait is read just before the tick is due (a second, short sleep), so it covers the late part of the
+        # tick and not the thread's waits earlier in the interval. A first sleep that itself ran late leaves the
+        # start of that lateness out of the wait: the busy figure then errs high, never low.
+        ahead = min(PRE_TICK, interval / 2) if waited is not None else 0.0
         while True:
             due = clock.now() + interval
-            await clock.sleep(interval)
+            if ahead:
+                await clock.sleep(interval - ahead)
+                before = waited() if waited is not None else 0.0
+                if (rest := due - clock.now()) > 0:
+                    await clock.sleep(rest)
+            else:
+                await clock.sleep(interval)
             late = max(clock.now() - due, 0.0)
             self.lag.observe(late)
             if waited is not None:
-                now = waited()
-                wait, before = max(now - before, 0.0), now
+                wait = max(waited() - before, 0.0)
                 self.cpu_wait.observe(wait)
                 self.busy_lag.observe(max(late - wait, 0.0))

@@ -41,28 +41,33 @@ async def test_a_loop_that_keeps_up_shows_no_lag_and_a_stall_shows_as_its_length
 
 async def test_the_time_spent_waiting_for_a_cpu_is_told_apart_from_the_loops_own_lateness() -> None:
     clock, registry = FakeClock(), CollectorRegistry()
-    waited = [0.0]
+    waited = [5.0]  # waits before the ticker started are nobody's lateness
     ticker = asyncio.create_task(LoopLag(registry, interval=0.1, clock=clock, cpu_wait=lambda: waited[0]).run())
 
     def seconds(name: str) -> float:
         value = registry.get_sample_value(f"cozygpu_event_loop_{name}_seconds_sum")
         assert value is not None
-        return value
+        return round(value, 9)
 
     try:
         await settle()
+        clock.advance(0.05)
+        waited[0] += 0.04  # the thread waited early in the interval, the tick still on time: no lateness
+        await clock.run_for(0.05)
+        assert (seconds("lag"), seconds("cpu_wait"), seconds("busy_lag")) == (0.0, 0.0, 0.0)
         # Late by 0.5 s, of which the thread waited 0.3 s for a CPU: the loop itself held it 0.2 s.
-        waited[0] = 0.3
+        clock.advance(0.099)
+        await settle()  # the wait read just before the tick is due
+        waited[0] += 0.3
+        clock.advance(0.501)
+        await settle()
+        assert (seconds("lag"), seconds("cpu_wait"), seconds("busy_lag")) == (0.5, 0.3, 0.2)
+        # A stall from before the wait was read: none of the wait is known to be in it, all of it counts as the
+        # loop's own (the figure errs high, never low).
+        waited[0] += 0.2
         clock.advance(0.6)
         await settle()
-        assert (round(seconds("lag"), 9), round(seconds("cpu_wait"), 9), round(seconds("busy_lag"), 9)) == (
-            0.5, 0.3, 0.2)
-        # Late by 0.1 s, all of it waiting for a CPU (and more before the tick was due): no lateness of its own.
-        waited[0] = 0.5
-        clock.advance(0.2)
-        await settle()
-        assert (round(seconds("lag"), 9), round(seconds("cpu_wait"), 9), round(seconds("busy_lag"), 9)) == (
-            0.6, 0.5, 0.2)
+        assert (seconds("lag"), seconds("cpu_wait"), seconds("busy_lag")) == (1.0, 0.3, 0.7)
     finally:
         ticker.cancel()
 

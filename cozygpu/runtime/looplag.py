@@ -22,8 +22,9 @@ waits on a disk); it never raises. Time is the injected clock's; so is the wait 
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Final
 
 from prometheus_client import CollectorRegistry, Histogram
@@ -37,24 +38,29 @@ SCHEDSTAT: Final = "/proc/thread-self/schedstat"
 PRE_TICK: Final = 0.002
 
 
-def runqueue_wait() -> Callable[[], float] | None:
-    """The calling thread's total run-queue wait in seconds, as a reader, or None where the kernel does not
-    tell. The counter is the thread's that calls this (call it on the loop's thread)."""
+@contextlib.contextmanager
+def runqueue_wait() -> Iterator[Callable[[], float] | None]:
+    """A reader of the calling thread's total run-queue wait in seconds for the life of the ``with``, or None
+    where the kernel does not tell. The counter is the thread's that enters (enter on the loop's thread)."""
     try:
         fd = os.open(SCHEDSTAT, os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
-        return None
+        yield None
+        return
 
     def waited() -> float:
         # "<on-CPU ns> <run-queue wait ns> <timeslices>"
         return int(os.pread(fd, 64, 0).split()[1]) / 1e9
 
     try:
-        waited()
-    except (OSError, IndexError, ValueError):
+        try:
+            waited()
+        except (OSError, IndexError, ValueError):
+            yield None
+        else:
+            yield waited
+    finally:
         os.close(fd)
-        return None
-    return waited
 
 
 class LoopLag:
@@ -72,30 +78,34 @@ class LoopLag:
                              "ticker that sleeps 0.1 s", buckets=LAG_BUCKETS, registry=registry)
         self.cpu_wait = Histogram(
             "cozygpu_event_loop_cpu_wait_seconds", "How long the event loop's thread was ready to run but waited "
-            "for a CPU over each tick of the lag ticker (Linux)", buckets=LAG_BUCKETS, registry=registry)
+            "for a CPU, from just before each tick of the lag ticker was due to its wake-up (Linux)",
+            buckets=LAG_BUCKETS, registry=registry)
         self.busy_lag = Histogram(
             "cozygpu_event_loop_busy_lag_seconds", "The lag ticker's lateness less the time the loop's thread "
             "waited for a CPU meanwhile: the loop's own lateness (Linux)", buckets=LAG_BUCKETS, registry=registry)
 
     async def run(self) -> None:
+        given = self._cpu_wait
+        with contextlib.nullcontext(given) if given is not None else runqueue_wait() as waited:
+            await self._ticks(waited)
+
+    async def _ticks(self, waited: Callable[[], float] | None) -> None:
         clock, interval = self._clock, self._interval
-        waited = self._cpu_wait if self._cpu_wait is not None else runqueue_wait()
-        # The wait is read just before the tick is due (a second, short sleep), so it covers the late part of the
-        # tick and not the thread's waits earlier in the interval. A first sleep that itself ran late leaves the
-        # start of that lateness out of the wait: the busy figure then errs high, never low.
-        ahead = min(PRE_TICK, interval / 2) if waited is not None else 0.0
+        ahead = min(PRE_TICK, interval / 2)
         while True:
             due = clock.now() + interval
-            if ahead:
-                await clock.sleep(interval - ahead)
-                before = waited() if waited is not None else 0.0
-                if (rest := due - clock.now()) > 0:
-                    await clock.sleep(rest)
-            else:
+            if waited is None:
                 await clock.sleep(interval)
-            late = max(clock.now() - due, 0.0)
+                self.lag.observe(max(clock.now() - due, 0.0))
+                continue
+            # The wait is read just before the tick is due (a second, short sleep): it covers the tick's late
+            # part, not the thread's waits earlier in the interval. A first sleep that itself ran late leaves
+            # the start of that lateness out of the wait: the busy figure then errs high, never low.
+            await clock.sleep(interval - ahead)
+            before = waited()
+            if (rest := due - clock.now()) > 0:
+                await clock.sleep(rest)
+            late, wait = max(clock.now() - due, 0.0), max(waited() - before, 0.0)
             self.lag.observe(late)
-            if waited is not None:
-                wait = max(waited() - before, 0.0)
-                self.cpu_wait.observe(wait)
-                self.busy_lag.observe(max(late - wait, 0.0))
+            self.cpu_wait.observe(wait)
+            self.busy_lag.observe(max(late - wait, 0.0))

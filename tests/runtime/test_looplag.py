@@ -77,15 +77,15 @@ def test_the_reader_gives_this_threads_run_queue_wait_in_seconds() -> None:
 
     from cozygpu.runtime.looplag import runqueue_wait
 
-    waited = runqueue_wait()
     task = f"/proc/self/task/{threading.get_native_id()}/schedstat"
-    if waited is None:  # only where the kernel keeps scheduler statistics (Linux)
-        assert not os.path.exists(task)
-        return
 
     def field(index: int) -> float:
         with open(task) as stats:
             return int(stats.read().split()[index]) / 1e9
 
-    before, told, after = field(1), waited(), field(1)
+    with runqueue_wait() as waited:
+        if waited is None:  # only where the kernel keeps scheduler statistics (Linux)
+            assert not os.path.exists(task)
+            return
+        before, told, after = field(1), waited(), field(1)
     assert before <= told <= after, "the wait (the second field), in seconds, of the calling thread"

@@ -41,8 +41,9 @@ async def test_a_loop_that_keeps_up_shows_no_lag_and_a_stall_shows_as_its_length
 
 async def test_the_time_spent_waiting_for_a_cpu_is_told_apart_from_the_loops_own_lateness() -> None:
     clock, registry = FakeClock(), CollectorRegistry()
-    waited = [5.0]  # waits before the ticker started are nobody's lateness
-    ticker = asyncio.create_task(LoopLag(registry, interval=0.1, clock=clock, cpu_wait=lambda: waited[0]).run())
+    ran, waited = [100.0], [5.0]  # times before the ticker started are nobody's lateness
+    ticker = asyncio.create_task(LoopLag(registry, interval=0.1, clock=clock,
+                                         times=lambda: (ran[0], waited[0])).run())
 
     def seconds(name: str) -> float:
         value = registry.get_sample_value(f"cozygpu_event_loop_{name}_seconds_sum")
@@ -59,23 +60,29 @@ async def test_the_time_spent_waiting_for_a_cpu_is_told_apart_from_the_loops_own
         clock.advance(0.099)
         await settle()  # the wait read just before the tick is due
         waited[0] += 0.3
+        ran[0] += 0.25
         clock.advance(0.501)
         await settle()
         assert (seconds("lag"), seconds("cpu_wait"), seconds("busy_lag")) == (0.5, 0.3, 0.2)
-        # A stall from before the wait was read: none of the wait is known to be in it, all of it counts as the
-        # loop's own (the figure errs high, never low).
+        # A stall from before the wait was read: the loop's own share is at most what the thread ran.
         waited[0] += 0.2
+        ran[0] += 0.1
         clock.advance(0.6)
         await settle()
-        assert (seconds("lag"), seconds("cpu_wait"), seconds("busy_lag")) == (1.0, 0.3, 0.7)
+        assert (seconds("lag"), seconds("cpu_wait"), seconds("busy_lag")) == (1.0, 0.3, 0.3)
+        # The thread ran the whole stall: all of it is the loop's own.
+        ran[0] += 0.6
+        clock.advance(0.6)
+        await settle()
+        assert (seconds("lag"), seconds("cpu_wait"), seconds("busy_lag")) == (1.5, 0.3, 0.8)
     finally:
         ticker.cancel()
 
 
-def test_the_reader_gives_this_threads_run_queue_wait_in_seconds() -> None:
+def test_the_reader_gives_this_threads_times_in_seconds() -> None:
     import threading
 
-    from cozygpu.runtime.looplag import runqueue_wait
+    from cozygpu.runtime.looplag import thread_times
 
     task = f"/proc/self/task/{threading.get_native_id()}/schedstat"
 
@@ -83,9 +90,10 @@ def test_the_reader_gives_this_threads_run_queue_wait_in_seconds() -> None:
         with open(task) as stats:
             return int(stats.read().split()[index]) / 1e9
 
-    with runqueue_wait() as waited:
-        if waited is None:  # only where the kernel keeps scheduler statistics (Linux)
+    with thread_times() as times:
+        if times is None:  # only where the kernel keeps scheduler statistics (Linux)
             assert not os.path.exists(task)
             return
-        before, told, after = field(1), waited(), field(1)
-    assert before <= told <= after, "the wait (the second field), in seconds, of the calling thread"
+        before, told, after = (field(0), field(1)), times(), (field(0), field(1))
+    assert before[0] <= told[0] <= after[0], "the time on a CPU (the first field), in seconds, of the calling thread"
+    assert before[1] <= told[1] <= after[1], "the wait (the second field), in seconds, of the calling thread"

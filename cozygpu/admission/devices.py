@@ -15,10 +15,12 @@ free units, never builds anything sized by it; names longer than Kubernetes
 allows (a class name is a DNS label) are refused before they are looked up,
 and a message quotes them cut short.
 
-The finalizer comes with the object (``DeviceFinalizerWebhook``), so the
-order's one write on its way to Bound is its status patch: the binder's
-finalizer reconciler still adds it wherever it is missing (an order created
-while the hook was not registered), and still removes it on deletion.
+The finalizer comes with the object (``DeviceFinalizerWebhook`` on a
+cluster before 1.36; the chart's MutatingAdmissionPolicy from 1.36, with
+this hook not registered), so the order's one write on its way to Bound is
+its status patch: the binder's finalizer reconciler still adds it wherever
+it is missing (an order created while neither was in force), and still
+removes it on deletion.
 """
 
 from __future__ import annotations

@@ -195,11 +195,9 @@ def finalizer_policy(*, namespace_selector: Mapping[str, Any] | None = None, nam
                 f": [JSONPatch{{op: 'add', path: '/metadata/finalizers', value: ['{finalizer}']}}]")}}],
         },
     }
-    binding: dict[str, Any] = {
-        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingAdmissionPolicyBinding",
-        "metadata": {"name": name},
-        "spec": {"policyName": name},
-    }
+    bound: dict[str, Any] = {"policyName": name}
     if namespace_selector is not None:
-        binding["spec"]["matchResources"] = {"namespaceSelector": dict(namespace_selector)}
+        bound["matchResources"] = {"namespaceSelector": dict(namespace_selector)}
+    binding = {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingAdmissionPolicyBinding",
+               "metadata": {"name": name}, "spec": bound}
     return policy, binding

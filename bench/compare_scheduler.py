@@ -317,8 +317,9 @@ class StallProbe:
     Python stack every ``every`` seconds; samples in a row with Python frames on it (the loop running
     callbacks, not waiting in its poll) make a busy stretch, and each stretch of ``at_least`` seconds is
     kept with the cozygpu function seen most in it (the innermost cozygpu frame of each sample), how many
-    samples it took (a stretch the probe could hardly sample is one where this process hardly ran), and how
-    long the main thread waited for a CPU in it (the kernel's run-queue wait, where Linux tells)."""
+    samples it took, and how long the main thread waited for a CPU in it (the kernel's run-queue wait, where
+    Linux tells). A gap of over five sampling intervals (the probe itself not running) ends a stretch: it is
+    not known to be busy."""
 
     def __init__(self, every: float = 0.002, at_least: float = 0.02) -> None:
         import threading
@@ -361,20 +362,30 @@ class StallProbe:
             return 0.0
 
     def _run(self) -> None:
-        started, waited, seen = 0.0, 0.0, collections.Counter[str]()
+        started, waited, last, seen = 0.0, 0.0, 0.0, collections.Counter[str]()
+
+        def close(at: float) -> None:
+            nonlocal started, seen
+            if started and at - started >= self.at_least:
+                self.stalls.append({"at": started, "seconds": at - started, "where": seen.most_common(3),
+                                    "samples": sum(seen.values()), "cpu_wait": self._waited() - waited})
+            started, seen = 0.0, collections.Counter()
+
         while not self._stop.wait(self.every):
             frame = sys._current_frames().get(self._main)
             where = self._where(frame) if frame is not None else None
             now = time.monotonic()
+            if started and now - last > 5 * self.every:
+                # The probe itself did not run meanwhile (it waited for a CPU or for the interpreter): what the
+                # loop did in the gap is unknown, so the stretch ends at the last sample that saw it busy.
+                close(last)
+            last = now
             if where is not None:
                 if not started:
                     started, waited = now, self._waited()
                 seen[where] += 1
                 continue
-            if started and now - started >= self.at_least:
-                self.stalls.append({"at": started, "seconds": now - started, "where": seen.most_common(3),
-                                    "samples": sum(seen.values()), "cpu_wait": self._waited() - waited})
-            started, seen = 0.0, collections.Counter()
+            close(now)
 
 
 def run_controller(argv: list[str], *, qps: float | None, records_path: str) -> int:

@@ -24,14 +24,19 @@ else is an error and ends the run (the driver classifies it).
 (the work's slice is over: a lane before it waits): what was not sent is
 ``left``, for the work's next pass to plan again. Each accepted write's
 resourceVersion is recorded in the pass's ``Writes`` for read-your-writes,
-and handed to ``on_written`` with the object the server stored.
+and handed to ``on_written`` with the object the server stored. A run of
+writes marked ``alongside`` (each frees nothing a later write counts on)
+goes out at once, at most ``ALONGSIDE`` in flight: a refusal among them drops
+what comes after the run; an error is raised once every write of the run has
+its answer (what the server took is recorded first).
 """
 
 from __future__ import annotations
 
+import asyncio
 import enum
-from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from collections.abc import Callable, Coroutine, Iterable, Mapping
+from typing import Any, Final
 
 import attrs
 
@@ -71,6 +76,8 @@ class Write:
     on_refusal: OnRefusal = OnRefusal.REQUEUE
     #: A NotFound is what the write was for (a release of an object already gone): done, not refused.
     gone_is_done: bool = False
+    #: It frees nothing a later write counts on: sent alongside the writes next to it that say the same.
+    alongside: bool = False
     #: What the log calls it, and whatever the work needs back from the result.
     what: str = ""
     tag: Any = None
@@ -124,6 +131,19 @@ def _never() -> bool:
     return False
 
 
+#: Writes ``alongside`` each other in flight at once, at most.
+ALONGSIDE: Final = 16
+
+
+@attrs.define
+class _Outcome:
+    """One write's result: the server's answer (None: nothing to keep), or why it was refused, or skipped."""
+
+    answer: Obj | None = None
+    refused: str | None = None
+    skipped: bool = False
+
+
 async def send(client: Client, writes: Iterable[Write], record: Writes, *,
                stop: Callable[[], bool] = _never, assume: Callable[[Write, Obj], bool] | None = None,
                on_written: Callable[[Write, Obj], None] | None = None) -> Sent:
@@ -134,38 +154,62 @@ async def send(client: Client, writes: Iterable[Write], record: Writes, *,
     written: list[tuple[Write, Obj | None]] = []
     refused: list[Write] = []
     queue = list(writes)
-    for index, write in enumerate(queue):
-        if index and stop():
-            return Sent(tuple(written), tuple(refused), tuple(queue[index:]))
+
+    async def one(write: Write) -> _Outcome:
         try:
             answer = await _one(client, write)
         except errors.NotFound:
             if write.gone_is_done:
-                written.append((write, None))
-                continue
-            why = "NotFound"
+                return _Outcome()
+            return _Outcome(refused="NotFound")
         except (errors.Conflict, errors.AlreadyExists) as error:
-            why = type(error).__name__
+            return _Outcome(refused=type(error).__name__)
         except errors.Forbidden as error:
             if not _namespace_terminating(error):
                 raise
             log.info("write skipped: its namespace is being deleted", object=write.what or write.path)
-            continue
-        else:
-            if meta.kind(answer) == write.kind.kind:  # a delete answered with a Status removed it at once
-                record.record(write.kind, version_of(answer), assumed=assume is not None and assume(write, answer))
-                written.append((write, answer))
-                if on_written is not None:
-                    on_written(write, answer)
-            else:
-                written.append((write, None))
-            continue
-        refused.append(write)
-        log.info("write refused", object=write.what or write.path, why=why, resource_version=write.resource_version,
-                 then=write.on_refusal.value)
-        if write.on_refusal is OnRefusal.DROP_REST:
-            rest = tuple(queue[index + 1:])
+            return _Outcome(skipped=True)
+        if meta.kind(answer) != write.kind.kind:  # a delete answered with a Status removed it at once
+            return _Outcome()
+        record.record(write.kind, version_of(answer), assumed=assume is not None and assume(write, answer))
+        if on_written is not None:
+            on_written(write, answer)
+        return _Outcome(answer=answer)
+
+    index = 0
+    while index < len(queue):
+        if index and stop():
+            return Sent(tuple(written), tuple(refused), tuple(queue[index:]))
+        end = index + 1
+        while queue[index].alongside and end < len(queue) and queue[end].alongside and end - index < ALONGSIDE:
+            end += 1
+        run = queue[index:end]
+        outcomes = [await one(run[0])] if len(run) == 1 else await _together(one, run)
+        dropping = False
+        for write, outcome in zip(run, outcomes, strict=True):
+            if outcome.skipped:
+                continue
+            if outcome.refused is None:
+                written.append((write, outcome.answer))
+                continue
+            refused.append(write)
+            log.info("write refused", object=write.what or write.path, why=outcome.refused,
+                     resource_version=write.resource_version, then=write.on_refusal.value)
+            dropping = dropping or write.on_refusal is OnRefusal.DROP_REST
+        index = end
+        if dropping:
+            rest = tuple(queue[index:])
             if rest:
                 log.info("later writes of the plan not sent, requeued", writes=len(rest))
             return Sent(tuple(written), tuple(refused), dropped=rest)
     return Sent(tuple(written), tuple(refused))
+
+
+async def _together(one: Callable[[Write], Coroutine[Any, Any, _Outcome]], run: list[Write]) -> list[_Outcome]:
+    """``one`` of each write of ``run`` at once, their outcomes in ``run``'s order. Each runs to its end, so
+    every write the server took is recorded; then an error that is no refusal is raised (the first in order)."""
+    results = await asyncio.gather(*(one(write) for write in run), return_exceptions=True)
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
+    return [result for result in results if isinstance(result, _Outcome)]

@@ -89,6 +89,9 @@ class SetWrite:
 
     label: str
     devices: tuple[DeviceWrite, ...]
+    #: Every member held no units and is bound now: the set frees nothing a later set of the plan could have
+    #: counted on, so its writes may go out alongside other such sets' (the patcher's ``Write.alongside``).
+    takes_only: bool = False
 
 
 @attrs.define
@@ -248,6 +251,7 @@ def plan_writes(plan: PassPlan, snapshot: Snapshot, objects: Mapping[DeviceKey, 
     every = snapshot.every_device if snapshot.every_device is not None else snapshot.devices
     for label, members in order:
         found = []
+        takes_only = True
         for key in members:
             view, entry = every.get(key), decided.get(key)
             if view is None or entry is None:
@@ -256,6 +260,7 @@ def plan_writes(plan: PassPlan, snapshot: Snapshot, objects: Mapping[DeviceKey, 
                                  set_label=label, now=now)
             if write is not None:
                 found.append(write)
+                takes_only = takes_only and not view.holds_units and isinstance(entry.place, Bind)
         if found:
-            writes.append(SetWrite(label=label, devices=tuple(found)))
+            writes.append(SetWrite(label=label, devices=tuple(found), takes_only=takes_only))
     return tuple(writes)

@@ -6,7 +6,12 @@ Contract:
   the server refuses it (409 Conflict) when the device changed since. Leader
   election does not fence; this precondition is what keeps a deposed leader,
   or a decision from a stale view, harmless (R-BIND-2).
-- The members of a set are written one after another, each preconditioned.
+- The members of a set are written one after another, each preconditioned,
+  and so are the sets, but for a run of sets that each only take units
+  (every member held none and is bound now: ``SetWrite.takes_only``): they
+  free nothing a later set counted on, so their writes go out alongside
+  each other (``Write.alongside``), and a burst of orders is not written one
+  round trip at a time.
   A Conflict (or the device gone: 404) drops the rest of that set *and every
   set after it* (the patcher's ``OnRefusal.DROP_REST``): the pass is
   requeued (``Sent.requeue``), never retried blindly. The later sets were
@@ -60,7 +65,7 @@ def device_sends(sets: Sequence[SetWrite]) -> list[Write]:
     ``DeviceWrite``; ``what``: its set and device)."""
     return [Write(kind=specs.GPU_DEVICES, path=device_status_path(write.key), body={"status": write.status},
                   resource_version=write.resource_version, on_refusal=OnRefusal.DROP_REST,
-                  what=f"{device_set.label}: {'/'.join(write.key)}", tag=write)
+                  alongside=device_set.takes_only, what=f"{device_set.label}: {'/'.join(write.key)}", tag=write)
             for device_set in sets for write in device_set.devices]
 
 

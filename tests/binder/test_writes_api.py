@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -148,3 +148,70 @@ async def test_a_dropped_set_stops_the_later_sets_that_counted_on_what_it_would_
     assert names(sent.dropped) == ["new"], "the later set is not sent"
     assert sent.requeue
     assert (await admin.get(device_path(namespace, "new")))["status"] == {"phase": "Pending"}, "nothing written"
+
+
+class InFlight:
+    """The admin client's merge patches, each one's start and end in order (and the most at once)."""
+
+    def __init__(self, admin: Client) -> None:
+        self.admin, self.now, self.most = admin, 0, 0
+        self.steps: list[tuple[str, str]] = []
+
+    async def merge_patch(self, path: str, body: dict[str, Any], **kw: Any) -> dict[str, Any]:
+        name = path.rsplit("/", 2)[-2]
+        self.now += 1
+        self.most = max(self.most, self.now)
+        self.steps.append(("start", name))
+        try:
+            answer: dict[str, Any] = await self.admin.merge_patch(path, body, **kw)
+            return answer
+        finally:
+            self.now -= 1
+            self.steps.append(("end", name))
+
+    def alone(self, name: str) -> bool:
+        """``name``'s write started with nothing in flight, and nothing started until it ended."""
+        at = self.steps.index(("start", name))
+        return (self.steps[at - 1][0] == "end" if at else True) and self.steps[at + 1] == ("end", name)
+
+    def client(self) -> Client:
+        return cast(Client, self)
+
+
+async def test_orders_that_only_take_units_are_written_at_once_and_a_refusal_among_them_stops_no_other(
+        admin: Client, namespace: str) -> None:
+    for name in ("a", "b", "c", "d"):
+        await order(admin, namespace, name)
+    objects = await read_all(admin, namespace)
+    snap = snap_of(objects, ("n1", 8))
+    sets = plan_writes(plan_pass(snap), snap, objects, now=NOW)
+    assert [(s.label.rsplit("/", 1)[1], s.takes_only) for s in sets] == [
+        ("a", True), ("b", True), ("c", True), ("d", True)]
+    await admin.merge_patch(device_path(namespace, "b"), {"metadata": {"labels": {"touched": "yes"}}})
+    counted = InFlight(admin)
+    sent = await write_sets(counted.client(), sets, Writes())
+    assert counted.most == 4, "every write out at once"
+    assert names(w for w, _ in sent.written) == ["a", "c", "d"], "in plan order, b's refusal stopping none"
+    assert names(sent.refused) == ["b"]
+    assert not sent.dropped
+    assert sent.requeue
+    for name, phase in (("a", "Bound"), ("b", "Pending"), ("c", "Bound"), ("d", "Bound")):
+        assert (await admin.get(device_path(namespace, name)))["status"]["phase"] == phase
+
+
+async def test_a_set_that_frees_units_is_answered_before_a_later_set_is_sent(admin: Client, namespace: str) -> None:
+    # "held" moves from a gone node to n1 (it frees what it held); "new" goes to n2, decided after it.
+    await order(admin, namespace, "first")
+    await order(admin, namespace, "held", count=2, status={"phase": "Bound", "nodeName": "gone"})
+    await order(admin, namespace, "new", count=2)
+    objects = await read_all(admin, namespace)
+    snap = snap_of(objects, ("n1", 2), ("n2", 3))
+    sets = plan_writes(plan_pass(snap), snap, objects, now=NOW)
+    takes = {s.label.rsplit("/", 1)[1]: s.takes_only for s in sets}
+    assert takes == {"first": True, "held": False, "new": True}
+    counted = InFlight(admin)
+    sent = await write_sets(counted.client(), sets, Writes())
+    starts = [name for step, name in counted.steps if step == "start"]
+    assert counted.alone("held"), f"the move goes alone, the sets around it wait for its answer: {counted.steps}"
+    assert starts == [s.label.rsplit("/", 1)[1] for s in sets], "in plan order"
+    assert sorted(names(w for w, _ in sent.written)) == ["first", "held", "new"]

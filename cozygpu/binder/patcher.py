@@ -184,7 +184,7 @@ async def send(client: Client, writes: Iterable[Write], record: Writes, *,
         while queue[index].alongside and end < len(queue) and queue[end].alongside and end - index < ALONGSIDE:
             end += 1
         run = queue[index:end]
-        outcomes = [await one(run[0])] if len(run) == 1 else await _together(one, run)
+        outcomes = await _together(one, run)
         dropping = False
         for write, outcome in zip(run, outcomes, strict=True):
             if outcome.skipped:

@@ -164,14 +164,12 @@ class ModelTables:
         finally:
             stamp.log = kept
         after = self._emit(now)
-        logged = before is None
-        try:
-            if before is not None:
+        if before is not None:
+            try:
                 yield from logged_differences(before, after, stamp)
-                logged = True
-        finally:
-            if not logged:  # cut short: a reader must judge everything again
+            except BaseException:  # cut short: a reader must judge everything again
                 kept.rebuilt(stamp.generation)
+                raise
         return after
 
     def update(self, *, now: datetime, devices: Mapping[DeviceKey, DeviceView | None],

@@ -113,6 +113,7 @@ from bench.bench_binder import percentile, timed, timed_async  # noqa: E402
 from bench.bench_cache import bounded  # noqa: E402
 from cozygpu import keys  # noqa: E402
 from cozygpu.kube import Client, errors, resource_path  # noqa: E402
+from cozygpu.runtime.looplag import schedstat  # noqa: E402
 
 RESOURCE = "nvidia.com/GH100_H100_SXM5_80GB"
 #: The controller's event-loop lag histograms (``cozygpu/runtime/looplag.py``): how late its ticker woke, the
@@ -327,7 +328,7 @@ class StallProbe:
         self.every, self.at_least = every, at_least
         self.stalls: list[dict[str, Any]] = []
         self._main = threading.main_thread().ident or 0
-        self._schedstat = f"/proc/self/task/{threading.main_thread().native_id}/schedstat"
+        self._main_tid = threading.main_thread().native_id or 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="stall-probe", daemon=True)
 
@@ -355,11 +356,7 @@ class StallProbe:
 
     def _waited(self) -> float:
         """The main thread's run-queue wait so far, in seconds (0 where the kernel does not tell)."""
-        try:
-            with open(self._schedstat, "rb") as stats:
-                return int(stats.read().split()[1]) / 1e9
-        except (OSError, IndexError, ValueError):
-            return 0.0
+        return task_times(os.getpid(), self._main_tid)[1]
 
     def _run(self) -> None:
         started, waited, last, seen = 0.0, 0.0, 0.0, collections.Counter[str]()
@@ -908,15 +905,20 @@ def loop_lag(*spans: tuple[dict[str, float], dict[str, float]], family: str = LA
     return {"ticks": total, "p99_ms": under(0.99), "max_ms": under(1.0)}
 
 
+def task_times(pid: int, tid: int) -> tuple[float, float]:
+    """(seconds on a CPU, seconds ready but waiting for one) of thread ``tid`` of process ``pid`` (the kernel's
+    counters; zeros where it keeps none)."""
+    try:
+        with open(f"/proc/{pid}/task/{tid}/schedstat", "rb") as stats:
+            return schedstat(stats.read())
+    except (OSError, IndexError, ValueError):
+        return 0.0, 0.0
+
+
 def thread_times(pid: int) -> tuple[float, float, float]:
     """(now, seconds on a CPU, seconds ready but waiting for one) of process ``pid``'s main thread, the one its
-    event loop runs on (the kernel's counters; zeros where it keeps none)."""
-    try:
-        with open(f"/proc/{pid}/task/{pid}/schedstat", "rb") as stats:
-            on_cpu, waiting = (int(v) / 1e9 for v in stats.read().split()[:2])
-    except (OSError, ValueError):
-        on_cpu = waiting = 0.0
-    return time.monotonic(), on_cpu, waiting
+    event loop runs on."""
+    return (time.monotonic(), *task_times(pid, pid))
 
 
 def thread_share(*spans: tuple[tuple[float, float, float], tuple[float, float, float]]) -> str:

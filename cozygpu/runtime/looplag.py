@@ -43,6 +43,13 @@ PRE_TICK: Final = 0.002
 ThreadTimes = Callable[[], tuple[float, float]]
 
 
+def schedstat(line: bytes) -> tuple[float, float]:
+    """(seconds on a CPU, seconds ready but waiting for one) from a thread's ``schedstat`` line
+    ("<on-CPU ns> <run-queue wait ns> <timeslices>")."""
+    on_cpu, waiting = line.split()[:2]
+    return int(on_cpu) / 1e9, int(waiting) / 1e9
+
+
 @contextlib.contextmanager
 def thread_times() -> Iterator[ThreadTimes | None]:
     """A reader of the calling thread's times on a CPU and waiting for one, for the life of the ``with``, or
@@ -54,8 +61,7 @@ def thread_times() -> Iterator[ThreadTimes | None]:
         return
 
     def read() -> tuple[float, float]:
-        on_cpu, waiting = os.pread(fd, 64, 0).split()[:2]  # "<on-CPU ns> <run-queue wait ns> <timeslices>"
-        return int(on_cpu) / 1e9, int(waiting) / 1e9
+        return schedstat(os.pread(fd, 64, 0))
 
     try:
         try:

@@ -1013,12 +1013,12 @@ async def start_controller(plane: Any, admin: Client, args: argparse.Namespace
 async def register_webhooks(admin: Client, plane: Any, url: str, *, hook: bool = False) -> str:
     """The webhooks as the chart registers them on this cluster: where it serves MutatingAdmissionPolicy, the
     order's finalizer comes from the chart's policy and the finalizer hook is left out. Says which."""
-    from cozygpu.admission.webhooks import MUTATING_POLICY_API, configurations, finalizer_policy
+    from cozygpu.admission.webhooks import configurations, finalizer_policy
     from cozygpu.devcluster import apply, chart
     from tests.admission.harness import wait_called
 
     selector = {"matchLabels": {BENCH_LABEL: "tenant"}}
-    by_policy = not hook and MUTATING_POLICY_API in await chart.served_api_versions(admin)
+    by_policy = not hook and chart.MUTATING_ADMISSION_POLICY in await chart.served_api_versions(admin)
     if by_policy:
         await apply.apply_objects(admin, list(finalizer_policy(namespace_selector=selector, name="cozygpu-compare")))
     validating, mutating = configurations(

@@ -17,7 +17,7 @@ object selectors of R-ADM-6, ``sideEffects: NoneOnDryRun``,
 ``timeoutSeconds`` from the configuration, which ``--bind-wait`` must fit
 under (``flags``).
 
-Where the cluster serves ``MUTATING_POLICY_API`` (GA and on from Kubernetes
+Where the cluster serves ``admissionregistration.k8s.io/v1/MutatingAdmissionPolicy`` (GA and on from Kubernetes
 1.36), the order's finalizer is added by the API server itself
 (:func:`finalizer_policy`) and ``configurations(finalizer_hook=False)``
 leaves the finalizer hook out: an order's create then makes one webhook call,
@@ -51,8 +51,6 @@ DEVICE_PATH: Final = "/validate-gpudevice"
 DEVICE_MUTATE_PATH: Final = "/mutate-gpudevice"
 VMI_PATH: Final = "/mutate-vmi"
 POD_PATH: Final = "/mutate-launcher-pod"
-#: The API of the finalizer's policy; served (GA, on by default) from Kubernetes 1.36.
-MUTATING_POLICY_API: Final = "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy"
 FINALIZER_POLICY_NAME: Final = "cozygpu-device-finalizer"
 #: Configuration names: ``cozygpu-…`` sorts before KubeVirt's ``virt-api-mutator``, so it runs first.
 VALIDATING_NAME: Final = "cozygpu-webhooks"

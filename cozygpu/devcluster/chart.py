@@ -28,6 +28,8 @@ from cozygpu.devcluster import apply, binaries
 from cozygpu.kube import Client, errors
 
 VALIDATING_ADMISSION_POLICY: Final = "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy"
+#: Served (GA, on by default) from Kubernetes 1.36: where it is, the order's finalizer comes from the chart's
+#: MutatingAdmissionPolicy and the finalizer webhook is left out (``admission.webhooks.finalizer_policy``).
 MUTATING_ADMISSION_POLICY: Final = "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy"
 VMI: Final = "kubevirt.io/v1/VirtualMachineInstance"
 GPU_KINDS: Final = tuple(

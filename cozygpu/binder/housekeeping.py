@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
 
 from cozygpu import keys
+from cozygpu.api import classes as class_json
 from cozygpu.api import meta
 from cozygpu.base.clock import Cancellable
 from cozygpu.base.logging import get_logger
@@ -298,7 +299,7 @@ class FinalizersWork:
 class UsageWork:
     """Cozystack usage records (``binder.usage``), namespace by namespace; with GPU enabled or not.
 
-    Its keys are namespaces: a device's, the namespaces of a class's devices when the class changes (its
+    Its keys are namespaces: a device's, the namespaces of a class's devices when its resource name moves (its
     resource name is in their records), a Workload's or WorkloadMonitor's, and at a term's start every
     namespace with a device or a record of ours.
     """
@@ -318,6 +319,11 @@ class UsageWork:
         self.queue.add(meta.namespace(event.obj))
 
     def class_changed(self, event: Event) -> None:
+        """A GPUClass event: its devices' namespaces, when its resource name (all a record reads of it) came,
+        went or moved; the binder's own class report, every order's echo, asks for nothing."""
+        if (event.old is not None and event.type != "DELETED"
+                and class_json.resource_name(event.old) == class_json.resource_name(event.obj)):
+            return
         try:
             store = self._context.cache.store(specs.GPU_DEVICES)
         except (KindNotServed, NotSynced):

@@ -4,9 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
+from prometheus_client import CollectorRegistry
+
 from cozygpu import keys
 from cozygpu.api.workloads import MONITOR_NAME, WORKLOAD_MONITOR_LABEL, monitor_body, workload_body, workload_name
+from cozygpu.base.clock import FakeClock
+from cozygpu.binder.binder import Binder, BinderConfig
 from cozygpu.binder.usage import usage_plan
+from cozygpu.cache.cache import Cache
+from cozygpu.cache.frozen import freeze
+from cozygpu.cache.store import Event
+from cozygpu.kube import Client
+from cozygpu.views import specs
 
 H100 = "nvidia.com/GH100_H100_SXM5_80GB"
 CLASSES = [{"metadata": {"name": "h100"}, "spec": {"resourceName": H100}}]
@@ -69,3 +78,24 @@ def test_a_record_name_stays_a_valid_subdomain_for_the_longest_device_name() -> 
     name = workload_name("a" * 253)
     assert len(name) == 253
     assert name != workload_name("a" * 252 + "b")
+
+
+def test_a_class_event_asks_for_its_namespaces_only_when_its_resource_name_moved() -> None:
+    """The binder's own class report comes back on every order: walking the class's devices then would
+    cost a pass over the fleet's holds per answer, for records that read nothing of the status."""
+    clock = FakeClock()
+    client = Client("https://127.0.0.1:9", ssl_context=None)
+    cache = Cache(client, registry=CollectorRegistry(), clock=clock)
+    binder = Binder(cache, client, BinderConfig(identity="t"), clock=clock)
+    feed = cache.informer(specs.GPU_DEVICES).begin_cycle()
+    feed.replace([feed.prepare(stored(gpu_device(f"d{n}", namespace=f"t{n % 2}"))) for n in range(4)], "5")
+    queue = binder.usage.queue
+    old = freeze(stored(CLASSES[0]))
+    reported = freeze({**stored(CLASSES[0], "6"), "status": {"available": 3}})
+    binder.usage.class_changed(Event(specs.GPU_CLASSES.key, "MODIFIED", reported, old))
+    assert not queue.ready(), "a status-only class change asked for usage records"
+    renamed = freeze({**stored(CLASSES[0], "7"), "spec": {"resourceName": "nvidia.com/OTHER"}})
+    binder.usage.class_changed(Event(specs.GPU_CLASSES.key, "MODIFIED", renamed, reported))
+    assert queue.take() == ["t0", "t1"]
+    binder.usage.class_changed(Event(specs.GPU_CLASSES.key, "ADDED", renamed))
+    assert queue.take() == ["t0", "t1"]

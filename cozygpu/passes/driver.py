@@ -383,6 +383,9 @@ class PassDriver(Generic[ViewT, PlanT]):
                     state.waited += 1
                 after = after or state.lane == lane
             await self._pass(lane)
+            # A pass that wrote nothing never suspended: let the replica's watches and webhooks go between two
+            # passes, so they wait behind one pass, never behind a round of every lane.
+            await asyncio.sleep(0)
 
     # -- waiting for a kind's sync --------------------------------------------------------
 

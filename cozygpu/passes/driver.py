@@ -9,8 +9,10 @@ everything around it, once for every loop (docs/passes.md has the story):
   lane is a flag: any number of requests while it is pending — ``request``
   from any callback, or a cache ``Trigger`` handed in for one or more lanes —
   make one pass.
-- Order. One pass at a time, inline in ``run()``: passes never overlap. The
-  first due lane in order goes, except that a due lane that has waited behind
+- Order. One pass at a time, inline in ``run()``: passes never overlap, and
+  the loop lets the event loop go between two (a pass that writes nothing
+  never suspends), so the replica's watches and webhooks wait behind one
+  pass at most, never a round of lanes. The first due lane in order goes, except that a due lane that has waited behind
   ``answer_streak`` passes of lanes before it goes next. A lane that
   ``resyncs`` is requested once when ``run()`` starts and ``resync`` seconds
   after each of its passes ends; what a lane's triggers gathered before then

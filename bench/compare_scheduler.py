@@ -8,9 +8,10 @@ kube-scheduler with its defaults, kwok), installs the CRDs and KubeVirt's CRD
 fixtures (VirtualMachine, VMI), and runs the real controller (``cozygpu
 controller --enable-gpu``) as its own process beside kube-scheduler: its
 webhooks registered with the API server by URL on loopback HTTPS, its binder
-leading; and in this process the project's KubeVirt stand-in
-(``cozygpu/devcluster/kubevirt.py``: a VMI's launcher pod created, listed in
-``status.activePods``, the VMI Running once kwok runs the pod). For each fleet
+leading; and the project's KubeVirt stand-in in a process of its own, as the
+demo runs it (``cozygpu/devcluster/kubevirt.py``: a VMI's launcher pod
+created, listed in ``status.activePods``, the VMI Running once kwok runs the
+pod; ``--standin-in-process`` runs it in this process's loop instead). For each fleet
 size N (ascending; the fleet grows between sizes) there are N kwok nodes with
 8 units of one GPU resource name in allocatable, a GPUNode report of the same
 8 per node, one GPUClass, and tenants with budgets far above what the run
@@ -61,6 +62,11 @@ lease) and the fenced one its leader work writes through (binder, settings),
 and one more for its Events, as kube-scheduler's have their own client.
 ``--no-qps-match`` runs it unlimited. Figures are printed, never
 asserted; the machine is shared, so read ratios taken in the same run.
+This process's own event-loop lag is printed per size beside the
+controller's: every figure is timed by a watch on this loop, so a late loop
+here is late for every system alike. What it holds of the fleet is frozen
+after each growth (``gc.freeze``), as the controller's caches are, so a full
+collection of this process does not walk it in the middle of a timing.
 
 GPUs from a DRA driver (``--dra``; ``--quick`` includes it): every node also
 gets 8 vfio GPUs published by the simulated NVIDIA DRA driver
@@ -92,6 +98,7 @@ import base64
 import bisect
 import collections
 import contextlib
+import gc
 import json
 import math
 import os
@@ -853,14 +860,20 @@ async def metrics_of(target: tuple[str, str]) -> dict[str, float]:
     HTTPS URL and a bearer token allowed ``get`` on it (the controller's self-signed certificate is not
     verified, as the chart's ServiceMonitor does by default)."""
     import aiohttp
-    from prometheus_client.parser import text_string_to_metric_families
 
     url, token = target
     async with aiohttp.ClientSession() as session, \
             session.get(url, headers={"Authorization": f"Bearer {token}"}, ssl=False) as resp:
         if resp.status != 200:
             raise SystemExit(f"the controller's {url} answered {resp.status}: {await resp.text()}")
-        text = await resp.text()
+        return values_of(await resp.text())
+
+
+def values_of(text: str) -> dict[str, float]:
+    """The figures this bench reads of an exposition: the lag histograms' buckets, the rebuilds, and the sums
+    and counts of the admission, binder and collector histograms."""
+    from prometheus_client.parser import text_string_to_metric_families
+
     wanted = {"cozygpu_admission_duration_seconds", "cozygpu_admission_bind_wait_seconds",
               "cozygpu_binder_answer_latency_seconds", GC}
     out: dict[str, float] = {}
@@ -1008,6 +1021,15 @@ async def start_controller(plane: Any, admin: Client, args: argparse.Namespace
             await asyncio.sleep(0.2)
     token = await replicas.prometheus_token(admin, plane)
     return process, f"https://127.0.0.1:{webhook_port}", (f"https://127.0.0.1:{metrics_port}/metrics", token)
+
+
+async def start_standin(plane: Any) -> asyncio.subprocess.Process:
+    """The KubeVirt stand-in in a process of its own, as the demo runs it (virt-controller is its own process):
+    its passes do not wait behind this process's timing watches and agents' reports."""
+    log = (plane.directory / "logs" / "kubevirt-standin.log").open("ab")
+    return await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "cozygpu.devcluster.kubevirt", "--dir", str(plane.directory),
+        stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=log, cwd=ROOT)
 
 
 async def register_webhooks(admin: Client, plane: Any, url: str, *, hook: bool = False) -> str:
@@ -1196,29 +1218,39 @@ def picture(results: dict[int, dict[str, Any]], path: Path) -> None:
 
 
 async def drive(plane: Any, args: argparse.Namespace, sizes: list[int], run_started: float) -> dict[str, Any]:
+    from prometheus_client import CollectorRegistry, generate_latest
+
     from cozygpu.devcluster import apply
     from cozygpu.devcluster.kubevirt import KubeVirtStandIn
+    from cozygpu.runtime.looplag import LoopLag
     from tests.support.crds import install_fixture_crd
 
     results: dict[int, dict[str, Any]] = {}
     profile: dict[str, dict[str, list[float]]] = {}
     loads: dict[int, tuple[str, str]] = {}
     controller: asyncio.subprocess.Process | None = None
+    standin: asyncio.subprocess.Process | None = None
+    own_registry = CollectorRegistry()
     bench: Bench | None = None
     try:
         async with contextlib.AsyncExitStack() as stack:
             admin = await stack.enter_async_context(plane.client())
             burst_clients = [await stack.enter_async_context(plane.client()) for _ in range(4)]
-            # The agents' reports and the stand-in each through a client (a connection pool) of their own.
+            # The agents' reports through a client (a connection pool) of their own.
             reports_client = await stack.enter_async_context(plane.client())
-            standin_client = await stack.enter_async_context(plane.client())
             await apply.install_crds(admin)
             for crd in ("virtualmachines.kubevirt.io", "virtualmachineinstances.kubevirt.io"):
                 await install_fixture_crd(admin, crd)
             bench = Bench(admin, burst_clients, args, reports=reports_client)
             await bench.setup()
+            own_lag = LoopLag(own_registry)
             background = [asyncio.create_task(bench.reports.run(), name="agent-reports"),
-                          asyncio.create_task(KubeVirtStandIn(standin_client).run(), name="kubevirt-standin")]
+                          asyncio.create_task(own_lag.run(), name="bench-loop-lag")]
+            if args.standin_in_process:
+                standin_client = await stack.enter_async_context(plane.client())
+                background.append(asyncio.create_task(KubeVirtStandIn(standin_client).run(), name="kubevirt-standin"))
+            else:
+                standin = await start_standin(plane)
             controller, url, metrics_url = await start_controller(plane, admin, args)
             finalizer = await register_webhooks(admin, plane, url, hook=args.finalizer_webhook)
             print(f"controller ready, webhooks called, {finalizer}; client limit: kube-scheduler QPS {QPS:.0f}"
@@ -1234,8 +1266,11 @@ async def drive(plane: Any, args: argparse.Namespace, sizes: list[int], run_star
                     break
                 grown_from = await metrics_of(metrics_url)
                 took = await bench.grow(n)
+                gc.collect()
+                gc.freeze()  # what this process holds of the fleet: no full collection walks it during a timing
                 grown_cpu = await asyncio.to_thread(thread_times, controller.pid)
                 grown = await metrics_of(metrics_url)  # the lag of the fleet's growth apart from the run's
+                bench_grown = values_of(generate_latest(own_registry).decode())
                 percent, scored = nodes_to_score(n)
                 print(f"N={n}: fleet ready and reported by the binder in {took:.0f}s; kube-scheduler default"
                       f" percentageOfNodesToScore: {percent}% -> scores {scored} feasible nodes per pod; agents'"
@@ -1273,6 +1308,7 @@ async def drive(plane: Any, args: argparse.Namespace, sizes: list[int], run_star
                       f" on a hold moved since B saw it Bound: {bench.moved}", flush=True)
                 ended_cpu = await asyncio.to_thread(thread_times, controller.pid)
                 ended = await metrics_of(metrics_url)
+                bench_ended = values_of(generate_latest(own_registry).decode())
                 run_spans = ((grown, stopped), (resumed, ended))
                 lag, growth_lag = loop_lag(*run_spans), loop_lag((grown_from, grown))
                 busy_lag, cpu_wait = loop_lag(*run_spans, family=BUSY_LAG), loop_lag(*run_spans, family=CPU_WAIT)
@@ -1285,6 +1321,10 @@ async def drive(plane: Any, args: argparse.Namespace, sizes: list[int], run_star
                           f"own (less its thread's wait for a CPU): {said(loop_lag(*spans, family=BUSY_LAG))}; its "
                           f"thread's wait for a CPU per wake-up: {said(loop_lag(*spans, family=CPU_WAIT))}",
                           flush=True)
+                print(f"    this process's event-loop lag over N={n} (its watches time every figure; the agents' "
+                      f"reports{' and the stand-in' if args.standin_in_process else ''} run here): "
+                      f"{said(loop_lag((bench_grown, bench_ended)))}; its own: "
+                      f"{said(loop_lag((bench_grown, bench_ended), family=BUSY_LAG))}", flush=True)
                 print(f"    the controller's loop thread over N={n}'s run (not the SIGSTOP), "
                       f"{thread_share((grown_cpu, stopped_cpu), (resumed_cpu, ended_cpu))}; {load()}", flush=True)
                 print(f"    read-model rebuilds over N={n}, the fleet's growth: {rebuilds(grown_from, grown)}; "
@@ -1306,10 +1346,11 @@ async def drive(plane: Any, args: argparse.Namespace, sizes: list[int], run_star
                 task.cancel()
             await asyncio.gather(*watches, *background, return_exceptions=True)
     finally:
-        if controller is not None and controller.returncode is None:
-            controller.terminate()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(controller.wait(), 60)
+        for process in (controller, standin):
+            if process is not None and process.returncode is None:
+                process.terminate()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(process.wait(), 60)
     records: list[dict[str, Any]] = []
     requests: dict[str, Any] = {}
     holds: dict[str, dict[str, list[float]]] = {}
@@ -1431,6 +1472,8 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true",
                         help="CI size: 20 and 50 nodes, 20 samples, bursts of 20, with --dra")
     parser.add_argument("--no-qps-match", action="store_true", help="run the controller without client-go's limiter")
+    parser.add_argument("--standin-in-process", action="store_true",
+                        help="run the KubeVirt stand-in in this process's loop, not in a process of its own")
     parser.add_argument("--finalizer-webhook", action="store_true",
                         help="give orders their finalizer by the webhook even where MutatingAdmissionPolicy is served "
                              "(as on clusters before 1.36)")

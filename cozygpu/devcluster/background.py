@@ -20,6 +20,8 @@ import subprocess
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 
+import uvloop
+
 from cozygpu.base.logging import configure, get_logger
 from cozygpu.devcluster.plane import ControlPlane
 from cozygpu.kube import Client
@@ -60,5 +62,5 @@ def main(prog: str, description: str, serve: Serve, argv: Sequence[str] | None =
     parser.add_argument("--group", action="append", default=[], help="a group of --user (repeat for more)")
     args = parser.parse_args(argv)
     configure(fmt="text", level="INFO")
-    asyncio.run(_run(serve, args.dir.resolve(), args.user, args.group))
+    uvloop.run(_run(serve, args.dir.resolve(), args.user, args.group))
     return 0

@@ -17,8 +17,8 @@ object selectors of R-ADM-6, ``sideEffects: NoneOnDryRun``,
 ``timeoutSeconds`` from the configuration, which ``--bind-wait`` must fit
 under (``flags``).
 
-Where the cluster serves ``admissionregistration.k8s.io/v1/MutatingAdmissionPolicy`` (GA and on from Kubernetes
-1.36), the order's finalizer is added by the API server itself
+Where the cluster serves MutatingAdmissionPolicy (``chart.MUTATING_ADMISSION_POLICY``,
+GA and on from Kubernetes 1.36), the order's finalizer is added by the API server itself
 (:func:`finalizer_policy`) and ``configurations(finalizer_hook=False)``
 leaves the finalizer hook out: an order's create then makes one webhook call,
 not two. Older clusters keep the hook.

@@ -12,8 +12,9 @@ everything around it, once for every loop (docs/passes.md has the story):
 - Order. One pass at a time, inline in ``run()``: passes never overlap, and
   the loop lets the event loop go between two (a pass that writes nothing
   never suspends), so the replica's watches and webhooks wait behind one
-  pass at most, never a round of lanes. The first due lane in order goes, except that a due lane that has waited behind
-  ``answer_streak`` passes of lanes before it goes next. A lane that
+  pass at most, never a round of lanes. The first due lane in order goes,
+  except that a due lane that has waited behind ``answer_streak`` passes of
+  lanes before it goes next. A lane that
   ``resyncs`` is requested once when ``run()`` starts and ``resync`` seconds
   after each of its passes ends; what a lane's triggers gathered before then
   joins that lane's first pass.

@@ -41,9 +41,11 @@ What it imitates:
 - **VMI status** (lifecycle.go): ``activePods`` is ``{uid: spec.nodeName}``
   over every pod controlled by the VMI, whatever its phase (``""`` while
   unscheduled). An unprocessed VMI (phase ``""`` or ``Pending``) gets its pod in
-  its first pass, before its finalizer and its ``Pending`` are written (virt-api's
-  mutator writes both at creation, and virt-controller creates the pod in its first
-  sync). Phases: ``""`` → ``Pending`` → (pod created) ``Scheduling`` →
+  its first pass, then its finalizer, then one status write of where it stands by
+  then (virt-api's mutator writes the finalizer and ``Pending`` at creation, and
+  virt-controller creates the pod and writes ``Scheduling`` in its first sync; here
+  a VMI is ``Pending`` only while it has no pod). Phases: ``""`` (``Pending`` while
+  its pod is refused) → (pod created) ``Scheduling`` →
   (pod Running on its node) ``Scheduled`` with ``status.nodeName`` →
   ``Running`` (virt-handler's step, taken at once) ; a pod that Succeeded or
   Failed makes the VMI Succeeded or Failed, and a VMI that had a pod and lost
@@ -435,11 +437,12 @@ class KubeVirtStandIn:
                 self._refused[key] = str(err)
             else:
                 self._refused.pop(key, None)
-                owned = (await self._seen(self.pods, created)).by_index(CONTROLLER, meta["uid"])
+                await self._seen(self.pods, created)
         if VMI_FINALIZER not in finalizers:  # virt-api's mutator adds it at creation; here, the first pass
             vmi = await self._finalizers(vmi, [*finalizers, VMI_FINALIZER])
-        if not phase:  # and makes the VMI Pending at creation
-            vmi = await self._write_status(vmi, {"activePods": {}, "phase": "Pending"}, self._refused.get(key))
+        # One status write, of the pods as they are now: placed or run while this pass wrote, a pod is named as
+        # such at once (virt-api's Pending at creation is not written apart: a VMI with a pod is past it).
+        owned = self.cache.store(self.pods).by_index(CONTROLLER, meta["uid"])
         await self._write_status(vmi, desired_status(vmi, owned), self._refused.get(key))
         if refusal is not None:
             raise refusal

@@ -245,12 +245,15 @@ class StandIn:
 
 
 @contextlib.asynccontextmanager
-async def running_standin(client: Client) -> AsyncIterator[StandIn]:
+async def running_standin(client: Client, *, make: Callable[[Client, str], KubeVirtStandIn] | None = None,
+                          ) -> AsyncIterator[StandIn]:
+    """A stand-in over a namespace of its own (``make(client, namespace)`` builds it, when given)."""
     for crd in ("virtualmachines.kubevirt.io", "virtualmachineinstances.kubevirt.io"):
         await install_fixture_crd(client, crd)
     namespace = f"t-{uuid.uuid4().hex[:10]}"
     await client.create(resource_path("", "v1", "namespaces"), {"metadata": {"name": namespace}})
-    task = asyncio.create_task(KubeVirtStandIn(client, namespace=namespace).run())
+    made = KubeVirtStandIn(client, namespace=namespace) if make is None else make(client, namespace)
+    task = asyncio.create_task(made.run())
     try:
         yield StandIn(client, namespace, task)
     finally:
@@ -419,7 +422,43 @@ async def test_a_launcher_bound_and_running_is_named_in_active_pods_and_the_vmi_
 
     assert running["status"]["nodeName"] == "node-7"
     assert running["status"]["activePods"] == {uid: "node-7"}
-    assert await phases == ["Pending", "Scheduling", "Scheduled", "Running"]
+    # One status write per step: no Pending of its own before Scheduling (KubeVirt's comes with the create).
+    assert await phases == ["Scheduling", "Scheduled", "Running"]
+
+
+async def test_a_pod_placed_and_run_while_the_first_pass_writes_is_named_in_its_first_status_write(
+    admin: Client, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    made: list[KubeVirtStandIn] = []
+
+    def make(client: Client, namespace: str) -> KubeVirtStandIn:
+        made.append(KubeVirtStandIn(client, namespace=namespace))
+        return made[-1]
+
+    async with running_standin(admin, make=make) as standin:
+        [kubevirt], client, namespace = made, standin.client, standin.namespace
+        vmi_path, patch = f"{vmis_of(namespace)}/vm-quick", client.merge_patch
+        played: list[str] = []
+
+        async def scheduler_and_kwok_first(path: str, body: Obj, **kw: Any) -> Obj:
+            """Before the stand-in's finalizer write: its pod placed and run, and its store told so."""
+            if path == vmi_path and not played:
+                [pod] = kubevirt.cache.store(kubevirt.pods).list()
+                pod_path = f"{pods_of(namespace)}/{pod['metadata']['name']}"
+                await client.create(f"{pod_path}/binding", {
+                    "apiVersion": "v1", "kind": "Binding", "metadata": {"name": pod["metadata"]["name"]},
+                    "target": {"apiVersion": "v1", "kind": "Node", "name": "node-3"}})
+                ran = await patch(f"{pod_path}/status", {"status": {"phase": "Running"}})
+                await kubevirt.cache.wait_for_resource_version(kubevirt.pods, ran["metadata"]["resourceVersion"])
+                played.append(pod["metadata"]["uid"])
+            return await patch(path, body, **kw)
+
+        monkeypatch.setattr(client, "merge_patch", scheduler_and_kwok_first)
+        vmi = await create_vmi(standin, "vm-quick", vmi_spec(gpus=[GPU_A]))
+        phases = await standin.phases("vm-quick", since=vmi["metadata"]["resourceVersion"])
+
+    assert phases == ["Scheduled", "Running"], "the first status write reads the pod as it is by then"
+    assert played, "the stand-in wrote its finalizer"
 
 
 async def test_a_vm_started_gets_a_vmi_from_its_template_and_stopped_loses_it_and_its_pod(standin: StandIn) -> None:

@@ -170,11 +170,12 @@ class Controller:
         )
         #: Leader-only work, started in this order each term (the binder joins here).
         #: The one writer of placement (with GPU) and the always-on reconcilers (with or without).
+        self.binder_metrics = BinderMetrics.on(self.registry)
         self.binder = Binder(self.cache, leader_client, BinderConfig(
             identity=options.identity, gpu_enabled=options.enable_gpu,
             attachment_grace=dt.timedelta(seconds=options.attachment_grace),
             launcher_grace=dt.timedelta(seconds=options.launcher_grace),
-            hoster_names=options.gpu_resource_names), clock=LoopClock(), metrics=BinderMetrics.on(self.registry),
+            hoster_names=options.gpu_resource_names), clock=LoopClock(), metrics=self.binder_metrics,
             model=self.model)
         self.binder_driver = binder_driver(self.binder, self.cache, registry=self.registry)
         self.leader_runnables: list[LeaderRunnable] = [LeaderRunnable(publisher.name, publisher.run),
@@ -222,10 +223,10 @@ class Controller:
         else:
             context = await self._self_signed_metrics_context()
         before = self.ledger_metrics.refresh if self.ledger_metrics is not None else None
+        scrape = metrics_app(self.registry, self.scrape_auth, before=before,
+                             after=(self.binder_metrics.per_node.exposition,))
         endpoints = [Endpoint("health", self.options.health_addr, probe_app(self.readiness)),
-                     Endpoint("metrics", self.options.metrics_addr, metrics_app(self.registry, self.scrape_auth,
-                                                                                before=before),
-                              context, SCRAPE_LIMITS)]
+                     Endpoint("metrics", self.options.metrics_addr, scrape, context, SCRAPE_LIMITS)]
         async with asyncio.TaskGroup() as group:
             if certificate is not None:
                 group.create_task(certificate.follow(), name="metrics certificate")

@@ -121,9 +121,12 @@ def probe_app(readiness: Readiness) -> web.Application:
 
 
 def metrics_app(registry: CollectorRegistry, auth: ScrapeAuth, *,
-                before: Callable[[], Awaitable[None]] | None = None) -> web.Application:
+                before: Callable[[], Awaitable[None]] | None = None,
+                after: Sequence[Callable[[], bytes]] = ()) -> web.Application:
     """``/metrics`` for a caller ``auth`` allows; serve it over TLS with ``SCRAPE_LIMITS``. ``before`` runs on
-    the event loop ahead of each allowed scrape (collectors that read the read model bring it up to date)."""
+    the event loop ahead of each allowed scrape (collectors that read the read model bring it up to date);
+    each of ``after`` renders families of its own in the text format, served after the registry's (the
+    per-node families, too many series for the library's rendering)."""
 
     async def metrics(request: web.Request) -> web.Response:
         if request.body_exists:  # never read: refused, and the connection closed rather than drained
@@ -136,14 +139,17 @@ def metrics_app(registry: CollectorRegistry, auth: ScrapeAuth, *,
             return web.Response(status=decision.status, text=decision.message + "\n", headers=headers)
         if before is not None:
             await before()
-        # Off the event loop: at 5,000 nodes the exposition of the per-node series takes half a second,
-        # which would stall every watch and webhook of the replica at each scrape (collectors take locks).
-        body = await asyncio.to_thread(generate_latest, registry)
+        # Off the event loop (collectors take locks), and small: what scales with the fleet renders itself.
+        body = await asyncio.to_thread(_exposition, registry, after)
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     app = web.Application()
     app.router.add_get(METRICS_PATH, metrics)
     return app
+
+
+def _exposition(registry: CollectorRegistry, after: Sequence[Callable[[], bytes]]) -> bytes:
+    return b"".join((generate_latest(registry), *(render() for render in after)))
 
 
 async def serve(endpoints: Sequence[Endpoint], ready: Callable[[], None], *,

@@ -90,8 +90,14 @@ class Scraping:
         context, pem = self_signed_context(["127.0.0.1", "localhost"])
         self.trust = ssl.create_default_context(cadata=pem.decode())
         self.endpoints = [*probes(Readiness()),
-                          Endpoint("metrics", LOOPBACK, metrics_app(self.registry, self.auth), context, SCRAPE_LIMITS)]
+                          Endpoint("metrics", LOOPBACK, metrics_app(self.registry, self.auth, after=(self.rendered,)),
+                                   context, SCRAPE_LIMITS)]
         self.bound: dict[str, Address] = {}
+
+    @staticmethod
+    def rendered() -> bytes:
+        """A family that renders itself, as the per-node ones do."""
+        return b"# TYPE cozygpu_test_rendered gauge\ncozygpu_test_rendered 7.0\n"
 
     @property
     def url(self) -> str:
@@ -119,10 +125,12 @@ async def test_metrics_are_served_over_https_to_an_allowed_token_only(scraping: 
     assert resp.headers["Content-Type"].startswith("text/plain")
     assert "cozygpu_test_things_total 3.0" in text
     assert 'cozygpu_metrics_auth_total{result="allowed"} 1.0' in text
+    assert text.endswith("\ncozygpu_test_rendered 7.0\n"), "a family that renders itself, after the registry's"
     status, resp, text = await scraping.scrape()
     assert status == 401
     assert resp.headers["WWW-Authenticate"].startswith("Bearer")
     assert "cozygpu_test_things" not in text
+    assert "cozygpu_test_rendered" not in text
     status, _, text = await scraping.scrape("forged")
     assert status == 401
     status, _, text = await scraping.scrape("other")

@@ -876,6 +876,11 @@ def values_of(text: str) -> dict[str, float]:
 
     wanted = {"cozygpu_admission_duration_seconds", "cozygpu_admission_bind_wait_seconds",
               "cozygpu_binder_answer_latency_seconds", GC}
+    # Only these families' lines reach the parser: it reads 20,000 per-node series at 5,000 nodes in about
+    # 0.6 s, on this loop, which times every figure.
+    names = (*wanted, LAG, CPU_WAIT, BUSY_LAG, *REBUILDS)
+    prefixes = (*names, *(f"# {kind} {name}" for kind in ("HELP", "TYPE") for name in names))
+    text = "\n".join(line for line in text.splitlines() if line.startswith(prefixes))
     out: dict[str, float] = {}
     for family in text_string_to_metric_families(text):
         if family.name in (LAG, CPU_WAIT, BUSY_LAG):

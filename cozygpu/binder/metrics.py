@@ -35,6 +35,7 @@ from typing import Final
 import attrs
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from cozygpu.base import exposition
 from cozygpu.binder.reports import class_status
 from cozygpu.model.snapshot import Changes, NodeCapacity, Phase, Snapshot
 
@@ -149,11 +150,11 @@ class BinderMetrics:
 class PerNodeUnits:
     """``cozygpu_binder_node_units`` and ``cozygpu_binder_node_report_timestamp_seconds``, from a snapshot.
 
-    Not a collector of the registry: ``exposition()`` renders both families in the text format, and the
-    ``/metrics`` handler serves it after the registry's. The library renders a sample in about 18 µs, so
-    the four series per node of 5,000 nodes took 0.36 s a scrape (``bench/bench_scrape.py``), on a thread
-    that still takes the interpreter lock from the event loop in 5 ms slices. Here each node's lines are
-    kept with the figures they say, and made again only when those moved (a report's timestamp, a hold).
+    Not a collector of the registry: ``exposition()`` renders both families in the text format
+    (``base.exposition``), and the ``/metrics`` handler serves it after the registry's. The library took
+    0.18 s a scrape for the four series per node of 5,000 nodes (``bench/bench_scrape.py``). Here each
+    node's lines are kept with the figures they say, and made again only when those moved (a report's
+    timestamp, a hold).
 
     ``snapshot`` is the last one a reports pass decided on (set on the event loop); before the first,
     both families are empty. Safe to call from two scrapes' threads at once.
@@ -187,27 +188,23 @@ class PerNodeUnits:
                          _REPORTED_HEADER, *(line for _, line in reported.values())))
 
 
-_UNITS_HEADER: Final = (b"# HELP cozygpu_binder_node_units Units per node and resource name: served, held, free\n"
-                        b"# TYPE cozygpu_binder_node_units gauge\n")
-_REPORTED_HEADER: Final = (b"# HELP cozygpu_binder_node_report_timestamp_seconds When each GPUNode's agent last "
-                           b"reported (Unix time; 0 when it never did)\n"
-                           b"# TYPE cozygpu_binder_node_report_timestamp_seconds gauge\n")
-
-
-def _label(value: str) -> str:
-    """A label value escaped as the text format wants it."""
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+_UNITS_HEADER: Final = exposition.header(
+    "cozygpu_binder_node_units", "Units per node and resource name: served, held, free", "gauge")
+_REPORTED_HEADER: Final = exposition.header(
+    "cozygpu_binder_node_report_timestamp_seconds",
+    "When each GPUNode's agent last reported (Unix time; 0 when it never did)", "gauge")
 
 
 def _units_lines(node: str, entries: tuple[tuple[str, NodeCapacity], ...]) -> bytes:
     lines = []
     for resource, entry in entries:
-        labels = f'node="{_label(node)}",resource="{_label(resource)}"'
         for state, value in (("served", entry.served), ("held", entry.held), ("free", max(entry.room, 0))):
-            lines.append(f'cozygpu_binder_node_units{{{labels},state="{state}"}} {float(value)!r}\n')
+            pairs = exposition.labels(("node", node), ("resource", resource), ("state", state))
+            lines.append(f"cozygpu_binder_node_units{pairs} {exposition.number(value)}\n")
     return "".join(lines).encode()
 
 
 def _reported_line(node: str, last_report: datetime | None) -> bytes:
     stamp = last_report.timestamp() if last_report else 0.0
-    return f'cozygpu_binder_node_report_timestamp_seconds{{node="{_label(node)}"}} {stamp!r}\n'.encode()
+    pairs = exposition.labels(("node", node))
+    return f"cozygpu_binder_node_report_timestamp_seconds{pairs} {exposition.number(stamp)}\n".encode()

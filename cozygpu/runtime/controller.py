@@ -145,8 +145,7 @@ class Controller:
                 hoster_names=options.gpu_resource_names), registry=self.registry, model=self.model)
             self.admission.install(self.webhook_app)
         #: The hold ledger's figures, on every replica from its webhook model (R-LEDGER-1).
-        self.ledger_metrics = LedgerMetrics.on(self.registry, self.admission.source) \
-            if self.admission is not None else None
+        self.ledger_metrics = LedgerMetrics(self.admission.source.snapshot) if self.admission is not None else None
         #: How late the event loop runs, on every replica (``cozygpu_event_loop_lag_seconds``).
         self.loop_lag = LoopLag(self.registry)
         #: How long each garbage collection held the process (``cozygpu_gc_pause_seconds``): a lag it explains.
@@ -223,8 +222,10 @@ class Controller:
         else:
             context = await self._self_signed_metrics_context()
         before = self.ledger_metrics.refresh if self.ledger_metrics is not None else None
-        scrape = metrics_app(self.registry, self.scrape_auth, before=before,
-                             after=(self.binder_metrics.per_node.exposition,))
+        after = [self.binder_metrics.per_node.exposition]
+        if self.ledger_metrics is not None:
+            after.append(self.ledger_metrics.exposition)
+        scrape = metrics_app(self.registry, self.scrape_auth, before=before, after=after)
         endpoints = [Endpoint("health", self.options.health_addr, probe_app(self.readiness)),
                      Endpoint("metrics", self.options.metrics_addr, scrape, context, SCRAPE_LIMITS)]
         async with asyncio.TaskGroup() as group:

@@ -15,19 +15,21 @@ up); it ends with the hold, so a tenant's GPU-hours are
 recording rules). Series that name tenants are served only over the
 authenticated HTTPS endpoint (R-LEDGER-3).
 
-A collector: the scrape handler first brings the replica's webhook model up
-to date on the event loop (``refresh``), then the series are made from that
-snapshot on the scrape's thread (it never changes once made).
+Not a collector of the registry: the scrape handler first brings the
+replica's webhook model up to date on the event loop (``refresh``), then
+``exposition()`` writes both families from that snapshot on the scrape's
+thread (it never changes once made), in the text format (``base.exposition``:
+two series per hold, 20,000 at 10,000 holds, too many for the library's
+rendering; ``bench/bench_ledger.py`` prints both), served after the registry's.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterator
+import threading
+from collections.abc import Awaitable, Callable
 
-from prometheus_client import CollectorRegistry
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-
-from cozygpu.admission.view import NotReady, SnapshotSource
+from cozygpu.admission.view import NotReady
+from cozygpu.base import exposition
 from cozygpu.base.clock import Clock, LoopClock
 from cozygpu.base.logging import get_logger
 from cozygpu.model import ledger
@@ -35,21 +37,25 @@ from cozygpu.model.snapshot import Snapshot
 
 log = get_logger("cozygpu.ledger")
 
+_UNITS = "cozygpu_tenant_gpu_units"
+_UNITS_HEADER = exposition.header(_UNITS, "GPU units per tenant namespace and class: held (Bound), running (a VM "
+                                  "runs on them), idle (held, no VM runs on them)", "gauge")
+_SECONDS_HEADER = exposition.header(
+    "cozygpu_hold_unit_seconds", "Unit-seconds each hold has held its units and left them idle, from its status "
+    "timestamps (every replica exports the same values: deduplicate with max without (instance, pod))", "counter")
+
 
 class LedgerMetrics:
-    """The collector (see the module docstring); empty until a first refresh found the model ready."""
+    """The two families (see the module docstring); empty until a first refresh found the model ready."""
 
     def __init__(self, source: Callable[[], Awaitable[Snapshot]], *, clock: Clock | None = None) -> None:
         #: The replica's model now (``SnapshotSource.snapshot``); ``NotReady`` while its caches are not.
         self._source = source
         self._clock: Clock = clock if clock is not None else LoopClock()
         self.snapshot: Snapshot | None = None
-
-    @classmethod
-    def on(cls, registry: CollectorRegistry, source: SnapshotSource, *, clock: Clock | None = None) -> LedgerMetrics:
-        collector = cls(source.snapshot, clock=clock)
-        registry.register(collector)
-        return collector
+        self._lock = threading.Lock()
+        #: (namespace, class, hold) -> its two series' names and labels, kept while the hold lasts.
+        self._series: dict[tuple[str, str, str], tuple[str, str]] = {}
 
     async def refresh(self) -> None:
         """The model now (before a scrape); the last one kept while the replica's caches are not ready."""
@@ -58,30 +64,32 @@ class LedgerMetrics:
         except NotReady as why:
             log.debug("ledger metrics from the last model: this replica's cache is not ready", why=str(why))
 
-    def describe(self) -> Iterator[Metric]:
-        yield from self._families()
-
-    def collect(self) -> Iterator[Metric]:
-        units, seconds = self._families()
+    def exposition(self) -> bytes:
+        """Both families at the wall clock's now, in the Prometheus text format (version 0.0.4)."""
         snapshot = self.snapshot
+        units: list[str] = []
+        seconds: list[str] = []
         if snapshot is not None:
             holds = list(ledger.figures(snapshot, self._clock.wall()))
             for (namespace, class_name), figures in sorted(ledger.by_tenant(iter(holds)).items()):
-                units.add_metric((namespace, class_name, "held"), figures.held)
-                units.add_metric((namespace, class_name, "running"), figures.running)
-                units.add_metric((namespace, class_name, "idle"), figures.idle)
-            for hold in holds:
-                seconds.add_metric((hold.namespace, hold.class_name, hold.name, "held"), hold.held_unit_seconds)
-                seconds.add_metric((hold.namespace, hold.class_name, hold.name, "idle"), hold.idle_unit_seconds)
-        yield units
-        yield seconds
+                for state, value in (("held", figures.held), ("running", figures.running), ("idle", figures.idle)):
+                    pairs = exposition.labels(("namespace", namespace), ("class", class_name), ("state", state))
+                    units.append(f"{_UNITS}{pairs} {exposition.number(value)}\n")
+            with self._lock:
+                kept, self._series = self._series, {}
+                for hold in holds:
+                    key = (hold.namespace, hold.class_name, hold.name)
+                    held, idle = self._series[key] = kept.get(key) or _hold_series(*key)
+                    seconds.append(f"{held} {exposition.number(hold.held_unit_seconds)}\n"
+                                   f"{idle} {exposition.number(hold.idle_unit_seconds)}\n")
+        return b"".join((_UNITS_HEADER, "".join(units).encode(), _SECONDS_HEADER, "".join(seconds).encode()))
 
-    @staticmethod
-    def _families() -> tuple[GaugeMetricFamily, CounterMetricFamily]:
-        return (GaugeMetricFamily("cozygpu_tenant_gpu_units", "GPU units per tenant namespace and class: held "
-                                  "(Bound), running (a VM runs on them), idle (held, no VM runs on them)",
-                                  labels=("namespace", "class", "state")),
-                CounterMetricFamily("cozygpu_hold_unit_seconds", "Unit-seconds each hold has held its units and "
-                                    "left them idle, from its status timestamps (every replica exports the same "
-                                    "values: deduplicate with max without (instance, pod))",
-                                    labels=("namespace", "class", "gpudevice", "state")))
+
+def _hold_series(namespace: str, class_name: str, name: str) -> tuple[str, str]:
+    """A hold's two series of ``cozygpu_hold_unit_seconds_total``: state held, then idle."""
+    def series(state: str) -> str:
+        pairs = exposition.labels(("namespace", namespace), ("class", class_name), ("gpudevice", name),
+                                  ("state", state))
+        return f"cozygpu_hold_unit_seconds_total{pairs}"
+
+    return series("held"), series("idle")

@@ -4,13 +4,16 @@ replicas (or a leader and its successor) that read the same objects export the s
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Iterator
 
 import attrs
 from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.parser import text_string_to_metric_families
 
 from cozygpu.admission.view import NotReady
 from cozygpu.base.clock import FakeClock
+from cozygpu.model import ledger
 from cozygpu.model.snapshot import Ledger, Phase, Snapshot
 from cozygpu.runtime.ledger_metrics import LedgerMetrics
 from tests.model.factories import NOW, device, gpu_class, gpu_nodes, pod, snapshot, vmi
@@ -29,12 +32,13 @@ def model() -> Snapshot:
                     pods=[pod("l", node_name="n0", uid="uid-l", claims_vmi=("tenant-a", "vm"))])
 
 
-def scraped(collector: LedgerMetrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    registry = CollectorRegistry()
-    registry.register(collector)
+def parsed(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     return {(sample.name, tuple(sorted(sample.labels.items()))): sample.value
-            for family in text_string_to_metric_families(generate_latest(registry).decode())
-            for sample in family.samples}
+            for family in text_string_to_metric_families(text) for sample in family.samples}
+
+
+def scraped(collector: LedgerMetrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    return parsed(collector.exposition().decode())
 
 
 async def test_two_replicas_reading_the_same_objects_export_the_same_figures_and_they_grow_with_time() -> None:
@@ -75,3 +79,41 @@ async def test_a_replica_whose_cache_is_not_ready_keeps_the_last_figures() -> No
     ready[0] = False
     await collector.refresh()
     assert scraped(collector) == before
+
+
+async def test_the_exposition_reads_as_the_librarys_rendering_of_the_same_families() -> None:
+    clock = FakeClock(wall_start=NOW + HOUR)
+    odd = attrs.evolve(device('x"y', namespace='tenant-\\b', phase=Phase.BOUND, node="n0"),
+                       ledger=Ledger(held_since=NOW, idle_since=NOW))
+    shown = attrs.evolve(model(), devices={**model().devices, ("tenant-\\b", 'x"y'): odd})
+
+    async def source() -> Snapshot:
+        return shown
+
+    collector = LedgerMetrics(source, clock=clock)
+    await collector.refresh()
+
+    class Families:
+        """The same two families, as a collector the library renders."""
+
+        def collect(self) -> Iterator[Metric]:
+            units = GaugeMetricFamily("cozygpu_tenant_gpu_units", "u", labels=("namespace", "class", "state"))
+            seconds = CounterMetricFamily("cozygpu_hold_unit_seconds", "s",
+                                          labels=("namespace", "class", "gpudevice", "state"))
+            holds = list(ledger.figures(shown, clock.wall()))
+            for (namespace, class_name), figures in ledger.by_tenant(iter(holds)).items():
+                for state, value in (("held", figures.held), ("running", figures.running), ("idle", figures.idle)):
+                    units.add_metric((namespace, class_name, state), value)
+            for hold in holds:
+                seconds.add_metric((hold.namespace, hold.class_name, hold.name, "held"), hold.held_unit_seconds)
+                seconds.add_metric((hold.namespace, hold.class_name, hold.name, "idle"), hold.idle_unit_seconds)
+            yield units
+            yield seconds
+
+    library = CollectorRegistry()
+    library.register(Families())
+    ours = scraped(collector)
+    assert ours == parsed(generate_latest(library).decode())
+    odd_hold = (("class", "h100"), ("gpudevice", 'x"y'), ("namespace", "tenant-\\b"))
+    assert ours[("cozygpu_hold_unit_seconds_total", (*odd_hold, ("state", "held")))] == 3600.0
+    assert len(ours) == 3 * 2 + 2 * 3, "two tenants' three figures, three holds' two"

@@ -11,10 +11,13 @@ import asyncio
 from datetime import timedelta
 from typing import Any
 
+import pytest
+
 from cozygpu import keys
+from cozygpu.binder import reconciler
 from cozygpu.kube import Client, resource_path
 from cozygpu.views import specs
-from tests.binder.world import World, running_binder, seen_by
+from tests.binder.world import GPUNODES, World, running_binder, seen_by
 
 EVERY = 5.0
 
@@ -46,3 +49,18 @@ async def test_a_report_within_the_interval_is_held_back_and_the_reminder_writes
         await binder.each_lane()
         assert await class_held(admin, world) == 2, "the held-back report never landed"
 
+
+
+async def test_a_report_pass_cut_at_its_slice_is_run_again_until_every_report_is_written(
+        admin: Client, world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pass that judges keys past its slice leaves the rest for the next (``Progress.MORE``), as under a
+    loaded machine: the harness runs the lane again, as the driver does, so one ``each_lane`` writes them all."""
+    monkeypatch.setattr(reconciler, "SLICE", 0.0)  # every pass judges one key and leaves the rest
+    async with running_binder(admin) as binder:
+        names = [await world.node(short, 4) for short in ("n-a", "n-b", "n-c")]
+        await seen_by(binder, specs.GPU_DEVICES.key, await world.order("one", 1))
+        await binder.each_lane()
+        assert await class_held(admin, world) == 1
+        for name in names:
+            report = await admin.get(f"{GPUNODES}/{name}")
+            assert (report.get("status") or {}).get("conditions"), f"{name}'s report was not judged"

@@ -28,6 +28,7 @@ from cozygpu.binder.metrics import BinderMetrics
 from cozygpu.cache.cache import Cache
 from cozygpu.cache.kinds import KindSpec
 from cozygpu.kube import Client, resource_path
+from cozygpu.passes.driver import Progress
 from cozygpu.passes.writes import Writes
 from tests.binder.support import class_path, device_path
 
@@ -117,23 +118,27 @@ class RunningBinder:
     metrics: BinderMetrics
 
     async def each_lane(self, writes: Writes | None = None, *, seen: bool = True) -> Writes:
-        """One pass of each of the binder's lanes, in the driver's order, each once the cache shows the writes
-        before it (the assumed ones but to placement, which reads them back itself): what the driver does when
-        every lane is due. A write refused by placement or claims raises ``StaleWrites`` once all have run.
-        ``seen``: wait at the end until the cache shows every write."""
+        """Each of the binder's lanes, in the driver's order, each once the cache shows the writes before it
+        (the assumed ones but to placement, which reads them back itself), and again while it says it stopped
+        at a slice's end with more to do (``Progress.MORE``): what the driver does when every lane is due. A
+        write refused by placement or claims raises ``StaleWrites`` once all have run. ``seen``: wait at the
+        end until the cache shows every write."""
         writes = Writes() if writes is None else writes
         stale = 0
         try:
             for lane, run in self.binder.lanes().items():
                 if lane is VERIFY:
                     continue
-                if not lane.reads_assumed:
-                    for key, version in writes.items(assumed=False):
-                        await self.cache.wait_for_resource_version(key, version, timeout=30)
-                try:
-                    await run(writes, lambda: False)
-                except StaleWrites as error:
-                    stale += error.count
+                progress: Progress | None = Progress.MORE
+                while progress is Progress.MORE:
+                    if not lane.reads_assumed:
+                        for key, version in writes.items(assumed=False):
+                            await self.cache.wait_for_resource_version(key, version, timeout=30)
+                    try:
+                        progress = await run(writes, lambda: False)
+                    except StaleWrites as error:
+                        stale += error.count
+                        progress = None
         finally:
             if seen:
                 await self.seen(writes)

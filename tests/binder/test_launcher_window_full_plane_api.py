@@ -124,13 +124,25 @@ async def start_and_stop(admin: Client, tenants: Tenants, *, grace: timedelta, s
                 await asyncio.sleep(max((over - datetime.now(UTC)).total_seconds(), 0.0))
             await admin.delete(vmis(tenants.x, "vm-x"))
 
-            async def stopped(uid: str = made["metadata"]["uid"]) -> bool:
+            last: dict[str, Any] = {}
+
+            async def stopped(uid: str = made["metadata"]["uid"], last: dict[str, Any] = last) -> bool:
                 listed = await admin.list_objects(pods(tenants.x), params={
                     "labelSelector": f"kubevirt.io/created-by={uid}"})
-                detached = "attachment" not in ((await admin.get(device_path(tenants.x, "d2"))).get("status") or {})
-                return not listed["items"] and detached
+                status = (await admin.get(device_path(tenants.x, "d2"))).get("status") or {}
+                vmi = await admin.get_or_none(vmis(tenants.x, "vm-x"))
+                last.update(launchers=[(p["metadata"]["name"], (p.get("status") or {}).get("phase"),
+                                        p["metadata"].get("deletionTimestamp")) for p in listed["items"]],
+                            attachment=status.get("attachment"),
+                            vmi=None if vmi is None else ((vmi.get("status") or {}).get("phase"),
+                                                          vmi["metadata"].get("finalizers"),
+                                                          vmi["metadata"].get("deletionTimestamp")))
+                return not listed["items"] and "attachment" not in status
 
-            await eventually(stopped, timeout=60, what=f"stop {start}: the launcher gone and d2 detached")
+            try:
+                await eventually(stopped, timeout=60, what=f"stop {start}: the launcher gone and d2 detached")
+            except AssertionError as error:
+                raise AssertionError(f"{error}; last seen: {last}") from None
             assert await tenants.phase(tenants.x, "d2") == "Bound"
         watcher.cancel()
         standin.cancel()

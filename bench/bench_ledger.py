@@ -23,19 +23,19 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import attrs
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from cozygpu.base.clock import FakeClock
 from cozygpu.binder.ledger import ledger_writes
 from cozygpu.binder.reconciler import SLICE
-from cozygpu.model import ledger
 from cozygpu.model.derive import ModelTables
 from cozygpu.model.snapshot import (
     Attachment,
@@ -52,6 +52,9 @@ from cozygpu.model.snapshot import (
     VMIView,
 )
 from cozygpu.runtime.ledger_metrics import LedgerMetrics
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the reference rendering is the tests'
+from tests.support.library_metrics import LibraryLedgerFamilies
 
 NOW = datetime(2026, 12, 6, 12, 0, tzinfo=UTC)
 H100 = "nvidia.com/GH100_H100_SXM5_80GB"
@@ -127,34 +130,12 @@ def measure(nodes: int, holds_per_node: int, runs: int) -> str:
     collector.snapshot = snapshot
     ours = timed(collector.exposition, max(3, runs // 3))
     registry = CollectorRegistry()
-    registry.register(LibraryFamilies(snapshot))
+    registry.register(LibraryLedgerFamilies(snapshot, NOW))
     library = timed(lambda: generate_latest(registry), max(3, runs // 3))
     text = collector.exposition()
     series = text.count(b"\n") - text.count(b"#")
     return (f"{nodes:>6} {len(snapshot.devices):>6} | {one * 1000:>12.1f} µs {back * 1000:>16.1f} µs | "
             f"{per_slice:>11,.0f} {every:>8.1f} ms | {ours:>12.1f} ms {library:>9.1f} ms {series:>7}")
-
-
-class LibraryFamilies:
-    """The ledger's two families as a registry's collector, rendered by the library (the way before)."""
-
-    def __init__(self, snapshot: Snapshot) -> None:
-        self.snapshot = snapshot
-
-    def collect(self) -> Iterator[Metric]:
-        units = GaugeMetricFamily("cozygpu_tenant_gpu_units", "GPU units per tenant namespace and class",
-                                  labels=("namespace", "class", "state"))
-        seconds = CounterMetricFamily("cozygpu_hold_unit_seconds", "Unit-seconds each hold has held its units and "
-                                      "left them idle", labels=("namespace", "class", "gpudevice", "state"))
-        holds = list(ledger.figures(self.snapshot, NOW))
-        for (namespace, class_name), figures in sorted(ledger.by_tenant(iter(holds)).items()):
-            for state, value in (("held", figures.held), ("running", figures.running), ("idle", figures.idle)):
-                units.add_metric((namespace, class_name, state), value)
-        for hold in holds:
-            seconds.add_metric((hold.namespace, hold.class_name, hold.name, "held"), hold.held_unit_seconds)
-            seconds.add_metric((hold.namespace, hold.class_name, hold.name, "idle"), hold.idle_unit_seconds)
-        yield units
-        yield seconds
 
 
 def main() -> None:

@@ -32,7 +32,7 @@ import functools
 import statistics
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -41,36 +41,12 @@ sys.path.insert(0, str(ROOT))
 import attrs  # noqa: E402
 import uvloop  # noqa: E402
 from prometheus_client import CollectorRegistry, generate_latest  # noqa: E402
-from prometheus_client.core import GaugeMetricFamily  # noqa: E402
 
 from cozygpu.binder.metrics import PerNodeUnits  # noqa: E402
 from cozygpu.model.derive import ModelTables  # noqa: E402
 from cozygpu.model.snapshot import Phase, Snapshot  # noqa: E402
 from tests.model.factories import NOW, device, gpu_class, gpu_nodes  # noqa: E402
-
-
-class LibraryFamilies:
-    """The two families as a registry's collector, rendered by the library (the way before)."""
-
-    def __init__(self) -> None:
-        self.snapshot: Snapshot | None = None
-
-    def collect(self) -> Iterator[GaugeMetricFamily]:
-        units = GaugeMetricFamily("cozygpu_binder_node_units", "Units per node and resource name: served, held, "
-                                  "free", labels=("node", "resource", "state"))
-        reported = GaugeMetricFamily("cozygpu_binder_node_report_timestamp_seconds", "When each GPUNode's agent "
-                                     "last reported (Unix time; 0 when it never did)", labels=("node",))
-        snapshot = self.snapshot
-        if snapshot is not None:
-            for node, by_name in snapshot.capacity.items():
-                for resource, entry in by_name.items():
-                    units.add_metric((node, resource, "served"), entry.served)
-                    units.add_metric((node, resource, "held"), entry.held)
-                    units.add_metric((node, resource, "free"), max(entry.room, 0))
-            for node, inventory in snapshot.inventories.items():
-                reported.add_metric((node,), inventory.last_report.timestamp() if inventory.last_report else 0.0)
-        yield units
-        yield reported
+from tests.support.library_metrics import LibraryNodeFamilies  # noqa: E402
 
 
 def fleet(n: int) -> tuple[ModelTables, Snapshot, list[str]]:
@@ -164,8 +140,7 @@ def main() -> None:
     rows = []
     for n in (int(s) for s in args.sizes.split(",")):
         tables, snapshot, names = fleet(n)
-        library = LibraryFamilies()
-        library.snapshot = snapshot
+        library = LibraryNodeFamilies(snapshot)
         registry = CollectorRegistry()
         registry.register(library)
         ours = PerNodeUnits()

@@ -10,13 +10,13 @@ from typing import Any
 
 import attrs
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.parser import text_string_to_metric_families
 
 from cozygpu.binder.metrics import BinderMetrics, PerNodeUnits
 from cozygpu.model.derive import ModelTables
 from cozygpu.model.snapshot import Phase
 from tests.model.factories import NOW, device, gpu_class, gpu_nodes
+from tests.support.library_metrics import LibraryNodeFamilies
 
 
 class Read(Mapping[str, Any]):
@@ -137,24 +137,8 @@ def test_the_exposition_reads_as_the_librarys_rendering_of_the_same_families() -
         namespaces=())
     snapshot = per_node.snapshot
 
-    class Families:
-        """The same two families, as a collector the library renders."""
-
-        def collect(self) -> Iterator[GaugeMetricFamily]:
-            units = GaugeMetricFamily("cozygpu_binder_node_units", "u", labels=("node", "resource", "state"))
-            reported = GaugeMetricFamily("cozygpu_binder_node_report_timestamp_seconds", "r", labels=("node",))
-            for node, by_name in snapshot.capacity.items():
-                for name, entry in by_name.items():
-                    for state, value in (("served", entry.served), ("held", entry.held),
-                                         ("free", max(entry.room, 0))):
-                        units.add_metric((node, name, state), value)
-            for node, inventory in snapshot.inventories.items():
-                reported.add_metric((node,), inventory.last_report.timestamp() if inventory.last_report else 0.0)
-            yield units
-            yield reported
-
     library = CollectorRegistry()
-    library.register(Families())
+    library.register(LibraryNodeFamilies(snapshot))
     ours = parsed(per_node.exposition().decode())
     assert ours == parsed(generate_latest(library).decode())
     assert node_sample(ours, "cozygpu_binder_node_units", node=odd, resource=gpu_class().resource_name,

@@ -4,19 +4,17 @@ replicas (or a leader and its successor) that read the same objects export the s
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterator
 
 import attrs
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.parser import text_string_to_metric_families
 
 from cozygpu.admission.view import NotReady
 from cozygpu.base.clock import FakeClock
-from cozygpu.model import ledger
 from cozygpu.model.snapshot import Ledger, Phase, Snapshot
 from cozygpu.runtime.ledger_metrics import LedgerMetrics
 from tests.model.factories import NOW, device, gpu_class, gpu_nodes, pod, snapshot, vmi
+from tests.support.library_metrics import LibraryLedgerFamilies
 
 HOUR = dt.timedelta(hours=1)
 
@@ -93,25 +91,8 @@ async def test_the_exposition_reads_as_the_librarys_rendering_of_the_same_famili
     collector = LedgerMetrics(source, clock=clock)
     await collector.refresh()
 
-    class Families:
-        """The same two families, as a collector the library renders."""
-
-        def collect(self) -> Iterator[Metric]:
-            units = GaugeMetricFamily("cozygpu_tenant_gpu_units", "u", labels=("namespace", "class", "state"))
-            seconds = CounterMetricFamily("cozygpu_hold_unit_seconds", "s",
-                                          labels=("namespace", "class", "gpudevice", "state"))
-            holds = list(ledger.figures(shown, clock.wall()))
-            for (namespace, class_name), figures in ledger.by_tenant(iter(holds)).items():
-                for state, value in (("held", figures.held), ("running", figures.running), ("idle", figures.idle)):
-                    units.add_metric((namespace, class_name, state), value)
-            for hold in holds:
-                seconds.add_metric((hold.namespace, hold.class_name, hold.name, "held"), hold.held_unit_seconds)
-                seconds.add_metric((hold.namespace, hold.class_name, hold.name, "idle"), hold.idle_unit_seconds)
-            yield units
-            yield seconds
-
     library = CollectorRegistry()
-    library.register(Families())
+    library.register(LibraryLedgerFamilies(shown, clock.wall()))
     ours = scraped(collector)
     assert ours == parsed(generate_latest(library).decode())
     odd_hold = (("class", "h100"), ("gpudevice", 'x"y'), ("namespace", "tenant-\\b"))

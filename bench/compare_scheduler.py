@@ -2,6 +2,7 @@
 
     python bench/compare_scheduler.py [--sizes 100,1000,5000] [--samples 200] [--burst 200] [--rounds 4]
                                       [--dra] [--quick] [--png PATH] [--json PATH] [--budget-s S]
+                                      [--stall-ms MS]
 
 Starts the full local plane (etcd, kube-apiserver, kube-controller-manager,
 kube-scheduler with its defaults, kwok), installs the CRDs and KubeVirt's CRD
@@ -62,11 +63,17 @@ lease) and the fenced one its leader work writes through (binder, settings),
 and one more for its Events, as kube-scheduler's have their own client.
 ``--no-qps-match`` runs it unlimited. Figures are printed, never
 asserted; the machine is shared, so read ratios taken in the same run.
-This process's own event-loop lag is printed per size beside the
-controller's: every figure is timed by a watch on this loop, so a late loop
-here is late for every system alike. What it holds of the fleet is frozen
-after each growth (``gc.freeze``), as the controller's caches are, so a full
-collection of this process does not walk it in the middle of a timing.
+Beside the controller's event-loop lag, per size and over the same spans,
+is a control's: a process on uvloop with nothing to do but the same 0.1 s
+ticker, so what the machine alone (the plane, the bench, the controller
+sharing its CPUs) makes a loop wait, which no work of the controller's
+could remove. This process's own event-loop lag is printed too: every
+figure is timed by a watch on this loop, so a late loop here is late for
+every system alike. What it holds of the fleet is frozen after each growth
+(``gc.freeze``), as the controller's caches are, so a full collection of
+this process does not walk it in the middle of a timing. ``--stall-ms``
+sets the shortest busy stretch of the controller's loop that is listed at
+the end (its sampler's, default 20 ms).
 
 GPUs from a DRA driver (``--dra``; ``--quick`` includes it): every node also
 gets 8 vfio GPUs published by the simulated NVIDIA DRA driver
@@ -392,7 +399,63 @@ class StallProbe:
             close(now)
 
 
-def run_controller(argv: list[str], *, qps: float | None, records_path: str) -> int:
+def run_idle_loop(port: int) -> None:
+    """A control beside the controller: a process on uvloop with nothing to do but the same lag ticker
+    (``LoopLag``), its histograms served on loopback. Its lag is what the machine alone makes a loop wait:
+    the share of the controller's lag that no work of the controller's could remove."""
+    import uvloop
+    from aiohttp import web
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from cozygpu.runtime.looplag import LoopLag
+
+    registry = CollectorRegistry()
+    ticker = LoopLag(registry)
+
+    async def metrics(_: web.Request) -> web.Response:
+        return web.Response(body=generate_latest(registry), content_type="text/plain")
+
+    async def serve() -> None:
+        app = web.Application()
+        app.router.add_get("/metrics", metrics)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", port).start()
+        await ticker.run()
+
+    uvloop.run(serve())
+
+
+async def start_idle_loop(plane: Any) -> tuple[asyncio.subprocess.Process, str]:
+    """The idle control (``run_idle_loop``) as a process of its own, and its metrics URL once it answers."""
+    import aiohttp
+
+    from cozygpu.devcluster.plane import free_port
+
+    port = free_port()
+    log = (plane.directory / "logs" / "idle-loop.log").open("ab")
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, __file__, "--idle-loop", str(port), stdin=asyncio.subprocess.DEVNULL, stdout=log,
+        stderr=log, cwd=ROOT)
+    url = f"http://127.0.0.1:{port}/metrics"
+    async with asyncio.timeout(60), aiohttp.ClientSession() as session:
+        while True:
+            with contextlib.suppress(aiohttp.ClientError):
+                async with session.get(url) as resp:
+                    if resp.status == 200:
+                        return process, url
+            await asyncio.sleep(0.2)
+
+
+async def idle_metrics(url: str) -> dict[str, float]:
+    """The idle control's lag histograms now."""
+    import aiohttp
+
+    async with aiohttp.ClientSession() as session, session.get(url) as resp:
+        return values_of(await resp.text())
+
+
+def run_controller(argv: list[str], *, qps: float | None, records_path: str, stall_s: float = 0.02) -> int:
     from cozygpu import cli
 
     buckets: dict[object, TokenBucket] = {}
@@ -417,7 +480,7 @@ def run_controller(argv: list[str], *, qps: float | None, records_path: str) -> 
     setattr(Client, "_once", limited)  # noqa: B010 - the bench's limiter and count, nothing else
     records: list[dict[str, Any]] = []
     instrument(records)
-    probe = StallProbe()
+    probe = StallProbe(at_least=stall_s)
     probe.start()
     try:
         return cli.main(argv)
@@ -1011,7 +1074,7 @@ async def start_controller(plane: Any, admin: Client, args: argparse.Namespace
     log = (plane.directory / "logs" / "cozygpu-controller.log").open("wb")
     process = await asyncio.create_subprocess_exec(
         sys.executable, __file__, "--controller", json.dumps(argv), "--records", str(plane.directory / RECORDS),
-        *(["--no-qps-match"] if args.no_qps_match else []),
+        *(["--no-qps-match"] if args.no_qps_match else []), "--stall-ms", str(args.stall_ms),
         stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=log, cwd=ROOT)
     import aiohttp
 
@@ -1235,6 +1298,7 @@ async def drive(plane: Any, args: argparse.Namespace, sizes: list[int], run_star
     loads: dict[int, tuple[str, str]] = {}
     controller: asyncio.subprocess.Process | None = None
     standin: asyncio.subprocess.Process | None = None
+    idle: asyncio.subprocess.Process | None = None
     own_registry = CollectorRegistry()
     bench: Bench | None = None
     try:
@@ -1257,6 +1321,7 @@ async def drive(plane: Any, args: argparse.Namespace, sizes: list[int], run_star
             else:
                 standin = await start_standin(plane)
             controller, url, metrics_url = await start_controller(plane, admin, args)
+            idle, idle_url = await start_idle_loop(plane)
             finalizer = await register_webhooks(admin, plane, url, hook=args.finalizer_webhook)
             print(f"controller ready, webhooks called, {finalizer}; client limit: kube-scheduler QPS {QPS:.0f}"
                   f" burst {BURST} per clientset (its default), cozygpu "
@@ -1275,6 +1340,7 @@ async def drive(plane: Any, args: argparse.Namespace, sizes: list[int], run_star
                 gc.freeze()  # what this process holds of the fleet: no full collection walks it during a timing
                 grown_cpu = await asyncio.to_thread(thread_times, controller.pid)
                 grown = await metrics_of(metrics_url)  # the lag of the fleet's growth apart from the run's
+                idle_grown = await idle_metrics(idle_url)
                 bench_grown = values_of(generate_latest(own_registry).decode())
                 percent, scored = nodes_to_score(n)
                 print(f"N={n}: fleet ready and reported by the binder in {took:.0f}s; kube-scheduler default"
@@ -1291,9 +1357,11 @@ async def drive(plane: Any, args: argparse.Namespace, sizes: list[int], run_star
                 bench.phase = ""
                 stopped_cpu = await asyncio.to_thread(thread_times, controller.pid)
                 stopped = await metrics_of(metrics_url)
+                idle_stopped = await idle_metrics(idle_url)
                 frozen = await bench.frozen(controller, max(10, args.samples // 2))
                 resumed_cpu = await asyncio.to_thread(thread_times, controller.pid)
                 resumed = await metrics_of(metrics_url)  # the SIGSTOP is no lag of the controller's own
+                idle_resumed = await idle_metrics(idle_url)
                 await bench.clear_pods()
                 bursts: dict[str, Any] = {}
                 for system in bench.systems:  # C after B: it starts the devices B's burst bound
@@ -1313,6 +1381,7 @@ async def drive(plane: Any, args: argparse.Namespace, sizes: list[int], run_star
                       f" on a hold moved since B saw it Bound: {bench.moved}", flush=True)
                 ended_cpu = await asyncio.to_thread(thread_times, controller.pid)
                 ended = await metrics_of(metrics_url)
+                idle_ended = await idle_metrics(idle_url)
                 bench_ended = values_of(generate_latest(own_registry).decode())
                 run_spans = ((grown, stopped), (resumed, ended))
                 lag, growth_lag = loop_lag(*run_spans), loop_lag((grown_from, grown))
@@ -1326,6 +1395,12 @@ async def drive(plane: Any, args: argparse.Namespace, sizes: list[int], run_star
                           f"own (less its thread's wait for a CPU): {said(loop_lag(*spans, family=BUSY_LAG))}; its "
                           f"thread's wait for a CPU per wake-up: {said(loop_lag(*spans, family=CPU_WAIT))}",
                           flush=True)
+                idle_spans = ((idle_grown, idle_stopped), (idle_resumed, idle_ended))
+                idle_lag = loop_lag(*idle_spans)
+                print(f"    an idle uvloop process's lag over the same spans (the control: a loop with no work but "
+                      f"the same ticker, so what the machine alone makes a loop wait): {said(idle_lag)}; its "
+                      f"thread's wait for a CPU per wake-up: {said(loop_lag(*idle_spans, family=CPU_WAIT))}",
+                      flush=True)
                 print(f"    this process's event-loop lag over N={n} (its watches time every figure; the agents' "
                       f"reports{' and the stand-in' if args.standin_in_process else ''} run here): "
                       f"{said(loop_lag((bench_grown, bench_ended)))}; its own: "
@@ -1338,7 +1413,7 @@ async def drive(plane: Any, args: argparse.Namespace, sizes: list[int], run_star
                       f"the run: {gc_pauses((grown, stopped), (resumed, ended))}", flush=True)
                 results[n] = {"one": one, "burst": bursts, "shares": shares(before, after_one), "frozen": frozen,
                               "percent": percent, "scored": scored, "lag": lag, "busy_lag": busy_lag,
-                              "cpu_wait": cpu_wait,
+                              "cpu_wait": cpu_wait, "idle_lag": idle_lag,
                               "growth_lag": growth_lag, "reports": reports}
                 loads[n] = (start_load, load())
                 print("\n".join(table({n: results[n]})), flush=True)
@@ -1351,7 +1426,7 @@ async def drive(plane: Any, args: argparse.Namespace, sizes: list[int], run_star
                 task.cancel()
             await asyncio.gather(*watches, *background, return_exceptions=True)
     finally:
-        for process in (controller, standin):
+        for process in (controller, standin, idle):
             if process is not None and process.returncode is None:
                 process.terminate()
                 with contextlib.suppress(TimeoutError):
@@ -1432,7 +1507,8 @@ def report(run: dict[str, Any], args: argparse.Namespace, sizes: list[int], run_
     if stalls:
         seconds = sum(st["seconds"] for st in stalls)
         waited = sum(st.get("cpu_wait", 0.0) for st in stalls)
-        print(f"\n## the controller's event loop busy 20 ms or more at a stretch: {len(stalls)} times over the run"
+        print(f"\n## the controller's event loop busy {args.stall_ms:g} ms or more at a stretch: {len(stalls)} times"
+              " over its life"
               f" ({seconds * 1000:.0f} ms in all, of which its thread waited {waited * 1000:.0f} ms for a CPU; "
               "sampled every 2 ms; by the cozygpu function seen most in it: count, total / max ms)")
         by_where: dict[str, list[float]] = {}
@@ -1486,12 +1562,18 @@ def main() -> None:
     parser.add_argument("--json", help="write every figure here")
     parser.add_argument("--controller-log-level", default="warning", help="the controller's --log-level")
     parser.add_argument("--keep", action="store_true", help="leave the plane running")
+    parser.add_argument("--stall-ms", type=float, default=20.0,
+                        help="print the controller's busy stretches of at least this many ms (default 20)")
     parser.add_argument("--controller", help=argparse.SUPPRESS)
+    parser.add_argument("--idle-loop", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--records", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.idle_loop:
+        run_idle_loop(args.idle_loop)
+        return
     if args.controller:
         sys.exit(run_controller(json.loads(args.controller), qps=None if args.no_qps_match else QPS,
-                                records_path=args.records))
+                                records_path=args.records, stall_s=args.stall_ms / 1000))
     if args.quick:
         args.sizes, args.samples, args.burst, args.rounds, args.dra = "20,50", 20, 20, 2, True
     from cozygpu.devcluster import binaries

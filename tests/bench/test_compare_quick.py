@@ -54,8 +54,10 @@ def test_the_side_by_side_bench_runs_at_a_tiny_size_and_prints_every_row(tmp_pat
     assert "where an order's time goes (B), N=10" in out
     assert "with the controller frozen" in out
     assert re.search(r"this process's event-loop lag over N=10 .*: [0-9]+ wake-ups, p99 under", out)
+    assert re.search(r"an idle uvloop process's lag over the same spans .*: [1-9][0-9]* wake-ups, p99 under", out)
     assert "## the controller's API requests" in out
     written = json.loads(figures.read_text())
     assert {"A-DRA", "B-DRA", "B-DRA hold"} <= set(written["results"]["10"]["one"])
     assert {"A-DRA", "B-DRA", "B-DRA hold"} <= set(written["results"]["10"]["burst"])
     assert "10 one" in written["holds"]
+    assert written["results"]["10"]["idle_lag"]["ticks"] > 0

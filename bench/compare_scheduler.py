@@ -1299,6 +1299,9 @@ async def drive(plane: Any, args: argparse.Namespace, sizes: list[int], run_star
     controller: asyncio.subprocess.Process | None = None
     standin: asyncio.subprocess.Process | None = None
     idle: asyncio.subprocess.Process | None = None
+    #: Monotonic (start, end) of each size's timed spans (the clock is the machine's: the controller's sampler
+    #: stamps its stretches on it too).
+    windows: list[tuple[float, float]] = []
     own_registry = CollectorRegistry()
     bench: Bench | None = None
     try:
@@ -1341,6 +1344,7 @@ async def drive(plane: Any, args: argparse.Namespace, sizes: list[int], run_star
                 grown_cpu = await asyncio.to_thread(thread_times, controller.pid)
                 grown = await metrics_of(metrics_url)  # the lag of the fleet's growth apart from the run's
                 idle_grown = await idle_metrics(idle_url)
+                grown_at = time.monotonic()
                 bench_grown = values_of(generate_latest(own_registry).decode())
                 percent, scored = nodes_to_score(n)
                 print(f"N={n}: fleet ready and reported by the binder in {took:.0f}s; kube-scheduler default"
@@ -1358,10 +1362,12 @@ async def drive(plane: Any, args: argparse.Namespace, sizes: list[int], run_star
                 stopped_cpu = await asyncio.to_thread(thread_times, controller.pid)
                 stopped = await metrics_of(metrics_url)
                 idle_stopped = await idle_metrics(idle_url)
+                windows.append((grown_at, time.monotonic()))
                 frozen = await bench.frozen(controller, max(10, args.samples // 2))
                 resumed_cpu = await asyncio.to_thread(thread_times, controller.pid)
                 resumed = await metrics_of(metrics_url)  # the SIGSTOP is no lag of the controller's own
                 idle_resumed = await idle_metrics(idle_url)
+                resumed_at = time.monotonic()
                 await bench.clear_pods()
                 bursts: dict[str, Any] = {}
                 for system in bench.systems:  # C after B: it starts the devices B's burst bound
@@ -1382,6 +1388,7 @@ async def drive(plane: Any, args: argparse.Namespace, sizes: list[int], run_star
                 ended_cpu = await asyncio.to_thread(thread_times, controller.pid)
                 ended = await metrics_of(metrics_url)
                 idle_ended = await idle_metrics(idle_url)
+                windows.append((resumed_at, time.monotonic()))
                 bench_ended = values_of(generate_latest(own_registry).decode())
                 run_spans = ((grown, stopped), (resumed, ended))
                 lag, growth_lag = loop_lag(*run_spans), loop_lag((grown_from, grown))
@@ -1444,7 +1451,27 @@ async def drive(plane: Any, args: argparse.Namespace, sizes: list[int], run_star
     with contextlib.suppress(FileNotFoundError, ValueError):
         stalls = json.loads(await asyncio.to_thread((plane.directory / RECORDS).with_suffix(".stalls.json").read_text))
     return {"results": results, "profile": profile, "holds": holds, "loads": loads, "records": records,
-            "requests": requests, "stalls": stalls, "started": run_started}
+            "requests": requests, "stalls": stalls, "windows": windows, "started": run_started}
+
+
+def stall_table(what: str, stalls: list[dict[str, Any]], at_least_ms: float, started: float) -> None:
+    """The controller's busy stretches (the ``StallProbe``'s) of ``what``: by where, and the longest."""
+    seconds = sum(st["seconds"] for st in stalls)
+    waited = sum(st.get("cpu_wait", 0.0) for st in stalls)
+    print(f"\n## the controller's event loop busy {at_least_ms:g} ms or more at a stretch {what}: {len(stalls)} times"
+          f" ({seconds * 1000:.0f} ms in all, of which its thread waited {waited * 1000:.0f} ms for a CPU; "
+          "sampled every 2 ms; by the cozygpu function seen most in it: count, total / max ms)")
+    by_where: dict[str, list[float]] = {}
+    for stall in stalls:
+        by_where.setdefault(stall["where"][0][0] if stall["where"] else "?", []).append(stall["seconds"] * 1000)
+    for where, spans in sorted(by_where.items(), key=lambda item: -sum(item[1]))[:12]:
+        print(f"  {where:<64} {len(spans):5d}  {sum(spans):8.0f} / {max(spans):6.0f}")
+    if stalls:
+        print("  the longest, seconds into the run:")
+    for stall in sorted(stalls, key=lambda st: -st["seconds"])[:8]:
+        where = ", ".join(f"{w} ({n})" for w, n in stall["where"])
+        print(f"    {stall['at'] - started:7.1f} s  {stall['seconds'] * 1000:6.0f} ms, waiting for a CPU "
+              f"{stall.get('cpu_wait', 0.0) * 1000:4.0f} ms, {stall.get('samples', 0):3d} samples  {where}")
 
 
 def report(run: dict[str, Any], args: argparse.Namespace, sizes: list[int], run_started: float) -> None:
@@ -1504,23 +1531,15 @@ def report(run: dict[str, Any], args: argparse.Namespace, sizes: list[int], run_
             print(f"  {name:<14} {len(spans):7d}  {statistics.median(spans):7.2f} {percentile(spans, 99):7.2f}"
                   f" {max(spans):7.2f}")
     stalls = run.get("stalls") or []
-    if stalls:
-        seconds = sum(st["seconds"] for st in stalls)
-        waited = sum(st.get("cpu_wait", 0.0) for st in stalls)
-        print(f"\n## the controller's event loop busy {args.stall_ms:g} ms or more at a stretch: {len(stalls)} times"
-              " over its life"
-              f" ({seconds * 1000:.0f} ms in all, of which its thread waited {waited * 1000:.0f} ms for a CPU; "
-              "sampled every 2 ms; by the cozygpu function seen most in it: count, total / max ms)")
-        by_where: dict[str, list[float]] = {}
-        for stall in stalls:
-            by_where.setdefault(stall["where"][0][0] if stall["where"] else "?", []).append(stall["seconds"] * 1000)
-        for where, spans in sorted(by_where.items(), key=lambda item: -sum(item[1]))[:12]:
-            print(f"  {where:<64} {len(spans):5d}  {sum(spans):8.0f} / {max(spans):6.0f}")
-        print("  the longest, seconds into the run:")
-        for stall in sorted(stalls, key=lambda st: -st["seconds"])[:8]:
-            where = ", ".join(f"{w} ({n})" for w, n in stall["where"])
-            print(f"    {stall['at'] - run['started']:7.1f} s  {stall['seconds'] * 1000:6.0f} ms, waiting for a CPU "
-                  f"{stall.get('cpu_wait', 0.0) * 1000:4.0f} ms, {stall.get('samples', 0):3d} samples  {where}")
+    windows = run.get("windows") or []
+
+    def timed(stall: dict[str, Any]) -> bool:
+        return any(start <= stall["at"] < end for start, end in windows)
+
+    for what, chosen in (("over its life", stalls),
+                         ("in the sizes' timed runs (samples and bursts; not the growth, not the SIGSTOP)",
+                          [stall for stall in stalls if timed(stall)])):
+        stall_table(what, chosen, args.stall_ms, run["started"])
     requests = run.get("requests") or {}
     if requests:
         seconds = float(requests["seconds"])

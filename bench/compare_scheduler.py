@@ -1541,7 +1541,8 @@ def report(run: dict[str, Any], args: argparse.Namespace, sizes: list[int], run_
     for what, chosen in (("over its life", stalls),
                          ("in the sizes' timed runs (samples and bursts; not the growth, not the SIGSTOP)",
                           [stall for stall in stalls if timed(stall)])):
-        stall_table(what, chosen, args.stall_ms, run["started"])
+        if args.stall_ms > 0:  # 0: no sampler ran
+            stall_table(what, chosen, args.stall_ms, run["started"])
     requests = run.get("requests") or {}
     if requests:
         seconds = float(requests["seconds"])

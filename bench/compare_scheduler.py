@@ -456,7 +456,7 @@ async def idle_metrics(url: str) -> dict[str, float]:
         return values_of(await resp.text())
 
 
-def run_controller(argv: list[str], *, qps: float | None, records_path: str, stall_s: float = 0.02) -> int:
+def run_controller(argv: list[str], *, qps: float | None, records_path: str, stall_s: float) -> int:
     from cozygpu import cli
 
     buckets: dict[object, TokenBucket] = {}
@@ -1532,17 +1532,13 @@ def report(run: dict[str, Any], args: argparse.Namespace, sizes: list[int], run_
         for name, spans in by_lane.items():
             print(f"  {name:<14} {len(spans):7d}  {statistics.median(spans):7.2f} {percentile(spans, 99):7.2f}"
                   f" {max(spans):7.2f}")
-    stalls = run.get("stalls") or []
-    windows = run.get("windows") or []
-
-    def timed(stall: dict[str, Any]) -> bool:
-        return any(start <= stall["at"] < end for start, end in windows)
-
-    for what, chosen in (("over its life", stalls),
-                         ("in the sizes' timed runs (samples and bursts; not the growth, not the SIGSTOP)",
-                          [stall for stall in stalls if timed(stall)])):
-        if args.stall_ms > 0:  # 0: no sampler ran
-            stall_table(what, chosen, args.stall_ms, run["started"])
+    if args.stall_ms > 0:  # 0: no sampler ran
+        stalls = run.get("stalls") or []
+        windows = run.get("windows") or []
+        timed = [stall for stall in stalls if any(start <= stall["at"] < end for start, end in windows)]
+        stall_table("over its life", stalls, args.stall_ms, run["started"])
+        stall_table("in the sizes' timed runs (samples and bursts; not the growth, not the SIGSTOP)", timed,
+                    args.stall_ms, run["started"])
     requests = run.get("requests") or {}
     if requests:
         seconds = float(requests["seconds"])

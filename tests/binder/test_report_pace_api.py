@@ -50,7 +50,6 @@ async def test_a_report_within_the_interval_is_held_back_and_the_reminder_writes
         assert await class_held(admin, world) == 2, "the held-back report never landed"
 
 
-
 async def test_a_report_pass_cut_at_its_slice_is_run_again_until_every_report_is_written(
         admin: Client, world: World, monkeypatch: pytest.MonkeyPatch) -> None:
     """A pass that judges keys past its slice leaves the rest for the next (``Progress.MORE``), as under a
